@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Walks the Erlang stack of the process a BEAM scheduler is running, at the instant of a
+ * perf sample (or at the entry of a probed function), and emits one bb_record.
+ *
+ * Everything read here belongs to the target VM and is untrusted: each read is bounded and
+ * may fail, and a failure flags the record instead of losing the sample.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "beam_bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by user space before load. */
+const volatile __u32 target_tgid = 0;
+const volatile __u32 max_frames = 512;
+const volatile __u32 max_stack_words = 1 << 17;   /* 1 MiB of Erlang stack per walk */
+const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
+const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
+/* struct process / ErtsSchedulerData offsets, from DWARF (userspace/offsets.hpp). */
+const volatile __u32 off_id = 0, off_htop = 0, off_stop = 0, off_heap = 0, off_hend = 0;
+const volatile __u32 off_esd_current_process = 0;
+const volatile __u32 nr_blame_ranges = 0;
+const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
+
+/* Updated by user space while running: the JIT may map more executable code. A torn
+ * update only costs frames of one sample, because ranges are appended, never moved. */
+__u32 nr_code_ranges = 0;
+struct bb_range code_ranges[BB_MAX_CODE_RANGES] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);               /* tid */
+	__type(value, struct bb_sched);
+} sched_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);    /* resized by user space */
+} records SEC(".maps");
+
+struct scratch {
+	struct bb_record rec;
+	__u64 words[BB_STACK_CHUNK_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BB_C_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+
+	if (c)
+		*c += 1;
+}
+
+static __always_inline bool in_ranges(__u64 addr, const volatile struct bb_range *r, __u32 nr,
+				      __u32 max)
+{
+	for (__u32 i = 0; i < max; i++) {
+		if (i >= nr)
+			break;
+		if (addr >= r[i].start && addr < r[i].end)
+			return true;
+	}
+	return false;
+}
+
+static __always_inline bool in_jit_code(__u64 addr)
+{
+	return in_ranges(addr, code_ranges, nr_code_ranges, BB_MAX_CODE_RANGES);
+}
+
+static __always_inline bool in_blame_func(__u64 addr)
+{
+	return in_ranges(addr, blame_ranges, nr_blame_ranges, BB_MAX_BLAME_RANGES);
+}
+
+static __always_inline __u64 read_word(__u64 addr, __u32 *flags)
+{
+	__u64 v = 0;
+
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		*flags |= BB_F_READ_FAULT;
+	return v;
+}
+
+/*
+ * A bounded word-by-word scan of user memory [lo, hi), read in chunks. bpf_loop keeps the
+ * verifier's work constant however long the scan is allowed to run.
+ */
+enum scan_mode { SCAN_ERLANG_STACK, SCAN_NATIVE_FOR_BLAME };
+
+struct scan {
+	struct scratch *s;
+	__u64 lo, hi;
+	__u32 mode;
+	__u32 n;        /* frames collected */
+	__u32 flags;
+	bool found;     /* blame: a return address into FUNC */
+};
+
+static long scan_word(__u32 i, struct scan *c)
+{
+	__u32 j = i & (BB_STACK_CHUNK_WORDS - 1);
+	__u64 w;
+
+	if (j == 0) {
+		__u64 addr = c->lo + (__u64)i * 8;
+		__u64 len = c->hi - addr;
+
+		if (len > sizeof(c->s->words))
+			len = sizeof(c->s->words);
+		if (bpf_probe_read_user(c->s->words, len, (void *)addr)) {
+			c->flags |= BB_F_READ_FAULT;
+			return 1;
+		}
+	}
+	w = c->s->words[j];
+
+	if (c->mode == SCAN_NATIVE_FOR_BLAME) {
+		/* A return address into FUNC follows a call inside FUNC, so it is never FUNC's
+		 * first byte; a word equal to that is a function pointer, not a caller. */
+		if (in_blame_func(w) && in_blame_func(w - 1)) {
+			c->found = true;
+			return 1;
+		}
+		return 0;
+	}
+
+	/* On the Erlang stack, a word with tag bits 00 is a continuation pointer: terms are
+	 * tagged and headers never live on the stack. Requiring it to point into JIT code also
+	 * skips the saved frame pointers of a VM that runs with them. */
+	if ((w & 3) == 0 && in_jit_code(w)) {
+		__u32 n = c->n;
+
+		if (n >= max_frames) {
+			c->flags |= BB_F_TRUNCATED;
+			return 1;
+		}
+		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = w;
+		c->n = n + 1;
+	}
+	return 0;
+}
+
+static __always_inline __u32 scan_words(struct scan *c, __u32 budget)
+{
+	__u64 words = (c->hi - c->lo) / 8;
+
+	if (words > budget) {
+		words = budget;
+		if (c->mode == SCAN_ERLANG_STACK)
+			c->flags |= BB_F_SCAN_LIMIT | BB_F_TRUNCATED;
+	}
+	return bpf_loop(words, scan_word, c, 0);
+}
+
+/*
+ * beam-bpf-blame: is FUNC running? Either the IP is in it, or a return address into it sits
+ * on the native stack between rsp and the top of the scheduler's runtime stack. A bounded
+ * scan can see a stale return address in an uninitialized slot; unwinding from .eh_frame
+ * would not, and is where this goes next.
+ */
+static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, bool jit,
+					 const struct bb_sched *sch)
+{
+	struct scan c = { .s = s, .lo = sp, .mode = SCAN_NATIVE_FOR_BLAME };
+
+	if (in_blame_func(ip))
+		return BB_F_BLAME_LEAF;
+	if (jit)   /* JIT code runs on the Erlang stack: no native callers to look at */
+		return 0;
+	c.hi = sp + (__u64)blame_scan_words * 8;
+	if (sch && sch->runtime_top > sp && sch->runtime_top < c.hi)
+		c.hi = sch->runtime_top;
+	scan_words(&c, blame_scan_words);
+	return c.found ? BB_F_BLAME_CALLER : 0;
+}
+
+static __always_inline int emit(struct bb_record *rec)
+{
+	__u32 n = rec->nframes;
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (n > BB_MAX_FRAMES)
+		n = BB_MAX_FRAMES;
+	/* Waking the reader on every record costs a wake-up per sample (it collapsed the rate
+	 * 100-fold here); the reader drains on a timer and is woken only past wakeup_bytes. */
+	if (bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) > wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&records, rec, bb_record_size(n), flags)) {
+		count(BB_C_DROPPED);
+		return 0;
+	}
+	count(BB_C_EMITTED);
+	return 0;
+}
+
+static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
+{
+	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
+	struct bb_record *rec;
+	__u64 c_p = 0, id, htop, stop, heap, hend, E;
+	bool jit;
+
+	if (!s)
+		return 0;
+	count(BB_C_SEEN);
+	rec = &s->rec;
+	rec->time_ns = bpf_ktime_get_ns();
+	rec->ip = ip;
+	rec->tid = tid;
+	rec->cpu = bpf_get_smp_processor_id();
+	rec->c_p = 0;
+	rec->erl_pid = 0;
+	rec->nframes = 0;
+	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
+	rec->sched_no = sch ? sch->no : 0;
+
+	jit = in_jit_code(ip);
+	if (jit) {
+		rec->where = BB_WHERE_JIT;
+		c_p = r13;   /* the JIT keeps c_p in r13 in Erlang code and its helpers */
+	} else if (sch) {
+		rec->where = BB_WHERE_SCHED_C;
+		c_p = read_word(sch->esdp + off_esd_current_process, &flags);
+	} else {
+		rec->where = BB_WHERE_OTHER;
+	}
+
+	if (nr_blame_ranges) {
+		__u32 m = blame_match(s, ip, sp, jit, sch);
+
+		if (!m) {
+			count(BB_C_FILTERED);
+			return 0;
+		}
+		flags |= m;
+	}
+
+	if (c_p) {
+		id = read_word(c_p + off_id, &flags);
+		htop = read_word(c_p + off_htop, &flags);
+		stop = read_word(c_p + off_stop, &flags);
+		heap = read_word(c_p + off_heap, &flags);
+		hend = read_word(c_p + off_hend, &flags);
+		/* In JIT code E is rsp, but JIT helpers run on the C stack with E in c_p->stop. */
+		if (jit && sp >= htop && sp < hend) {
+			E = sp;
+			flags |= BB_F_E_FROM_RSP;
+		} else {
+			E = stop;
+			flags |= BB_F_E_FROM_STOP;
+		}
+		/* An internal pid has tag 0011; the stack grows down from hend towards htop. */
+		if (!(flags & BB_F_READ_FAULT) && (id & 0xf) == 0x3 && heap <= htop && htop <= E &&
+		    E <= hend && (E & 7) == 0) {
+			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK };
+
+			flags |= BB_F_PROC;
+			rec->c_p = c_p;
+			rec->erl_pid = id;
+			scan_words(&c, max_stack_words);
+			flags |= c.flags;
+			rec->nframes = c.n;
+		} else {
+			flags |= BB_F_BAD_PROC;
+		}
+	}
+	rec->flags = flags;
+	return emit(rec);
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	struct pt_regs *regs;
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
+	 * whole-word loads, so cs's low bits are not at hand). */
+	if (ctx->regs.ip < (1ULL << 47))
+		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.r13, 0);
+
+	/* The sample interrupted a system call or fault: walk from the registers the thread
+	 * will return to user space with. */
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	return sample(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, r13),
+		      BB_F_KERNEL);
+}
+
+/* beam-bpf-blame --count: one record per call of the probed native function. */
+SEC("uprobe")
+int on_call(struct pt_regs *ctx)
+{
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->r13, BB_F_UPROBE);
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one record the BPF walker (bpf/beam_walk.bpf.c) hands to user space
+ * (userspace/sampler.cpp), and the configuration user space hands back.
+ * Included by both sides: keep it C, kernel types only.
+ */
+#ifndef BEAM_BPF_H
+#define BEAM_BPF_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* Ceiling of --max-depth. A record reserves room for this many frames; the
+ * ring buffer carries only the frames a sample has (see bb_record_size). */
+#define BB_MAX_FRAMES 1024
+/* Executable JIT mappings the walker accepts continuation pointers from. */
+#define BB_MAX_CODE_RANGES 16
+/* Address ranges of the native function beam-bpf-blame looks for. */
+#define BB_MAX_BLAME_RANGES 32
+/* Words of the Erlang stack read per bounded read. */
+#define BB_STACK_CHUNK_WORDS 256
+
+/* Where the sampled thread was. */
+enum bb_where {
+	BB_WHERE_OTHER = 0,     /* a VM thread that runs no Erlang process (aux, poller, async) */
+	BB_WHERE_JIT = 1,       /* executing JIT code: c_p in r13, E = rsp */
+	BB_WHERE_SCHED_C = 2,   /* C code on a scheduler thread: c_p = esdp->current_process */
+};
+
+enum bb_sched_type {           /* as ErtsSchedType in erl_process.h */
+	BB_SCHED_NORMAL = 0,
+	BB_SCHED_DIRTY_CPU = 1,
+	BB_SCHED_DIRTY_IO = 2,
+	BB_SCHED_NONE = 255,
+};
+
+/* What was and was not trusted in a record. */
+enum bb_flags {
+	BB_F_KERNEL = 1u << 0,        /* sample hit kernel mode; ip/regs are the thread's user regs */
+	BB_F_PROC = 1u << 1,          /* c_p passed heap <= htop <= E <= hend and the pid tag check */
+	BB_F_BAD_PROC = 1u << 2,      /* a candidate c_p failed those checks: no Erlang frames */
+	BB_F_E_FROM_RSP = 1u << 3,    /* E was rsp (JIT code on the Erlang stack): exact */
+	BB_F_E_FROM_STOP = 1u << 4,   /* E was c_p->stop: exact in GC and most BIFs, else maybe stale */
+	BB_F_TRUNCATED = 1u << 5,     /* more frames than max_frames: the leaf-most are kept */
+	BB_F_SCAN_LIMIT = 1u << 6,    /* the word budget ran out before hend */
+	BB_F_READ_FAULT = 1u << 7,    /* a read of the target's memory failed mid-walk */
+	BB_F_FP_WALK = 1u << 8,       /* frames came from the frame-pointer chain */
+	BB_F_BLAME_LEAF = 1u << 9,    /* blame: the IP was inside FUNC */
+	BB_F_BLAME_CALLER = 1u << 10, /* blame: a return address into FUNC was on the native stack */
+	BB_F_UPROBE = 1u << 11,       /* from the entry probe of beam-bpf-blame --count */
+};
+
+struct bb_record {
+	__u64 time_ns;   /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 ip;        /* leaf user-space instruction pointer */
+	__u64 c_p;       /* Process * being run, 0 if none */
+	__u64 erl_pid;   /* c_p->common.id: an internal pid term, 0 if none */
+	__u32 tid;
+	__u32 flags;     /* enum bb_flags */
+	__u16 cpu;
+	__u8 where;      /* enum bb_where */
+	__u8 sched_type; /* enum bb_sched_type */
+	__u16 sched_no;  /* 1-based scheduler number within its type, 0 if not a scheduler */
+	__u16 nframes;   /* valid entries of frames[] */
+	/* Continuation pointers (return addresses into JIT code), leaf-most first.
+	 * The bottom one, if reached, is the VM's normal-exit stub. */
+	__u64 frames[BB_MAX_FRAMES];
+};
+
+#define bb_record_size(n) (__builtin_offsetof(struct bb_record, frames) + sizeof(__u64) * (n))
+
+/* Value of the tid -> scheduler map that user space fills from thread names. */
+struct bb_sched {
+	__u64 esdp;         /* ErtsSchedulerData * of this thread */
+	__u64 runtime_top;  /* highest C-stack address of runtime calls (blame's scan stops there), 0 = unknown */
+	__u8 type;          /* enum bb_sched_type */
+	__u8 pad;
+	__u16 no;
+	__u32 pad2;
+};
+
+struct bb_range {
+	__u64 start, end;   /* [start, end) */
+};
+
+/* Per-CPU counters, summed by user space for the run summary. */
+enum bb_counter {
+	BB_C_SEEN = 0,      /* samples of the target's threads */
+	BB_C_EMITTED,       /* records written to the ring buffer */
+	BB_C_DROPPED,       /* records lost: ring buffer full */
+	BB_C_FILTERED,      /* blame: samples where FUNC was not running */
+	BB_C_NR,
+};
+
+#endif /* BEAM_BPF_H */

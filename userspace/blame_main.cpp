@@ -1,0 +1,157 @@
+// beam-bpf-blame: which Erlang code is on the stack while the VM runs a native function.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+
+#include "aggregate.hpp"
+#include "cli.hpp"
+
+using namespace bb;
+
+namespace {
+
+struct Match {
+    ElfSymbol sym;
+    std::string file;    // as mapped in the target
+    uint64_t start = 0;  // runtime address
+};
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// FUNC in beam.smp first, then in the libraries the VM has mapped (libc, NIF libraries).
+std::vector<Match> resolve(const Vm& vm, const std::string& func, bool exact) {
+    auto matches = [&](const std::string& name) { return exact ? name == func : name.rfind(func, 0) == 0; };
+    std::vector<Match> found;
+    std::vector<std::string> all;
+    for (const auto& f : vm.mapped_files()) {
+        std::optional<ElfFile> elf;
+        uint64_t bias;
+        if (f.path == vm.exe()) {
+            bias = vm.load_bias();
+        } else {
+            try {
+                elf.emplace(fmt::format("/proc/{}/root{}", vm.pid(), f.path));
+            } catch (const std::exception&) {
+                continue;  // not ELF (a data file mapped from offset 0)
+            }
+            bias = f.start - elf->first_load_vaddr();
+        }
+        const ElfFile& e = elf ? *elf : vm.elf();
+        for (const auto& s : e.symbols()) {
+            if (!s.is_func || s.size == 0) continue;
+            if (matches(s.name))
+                found.push_back({s, f.path, s.value + bias});
+            else if (found.empty())
+                all.push_back(s.name);
+        }
+        if (!found.empty()) break;  // the first file that has FUNC is the one meant
+    }
+    if (found.empty()) {
+        std::sort(all.begin(), all.end());
+        all.erase(std::unique(all.begin(), all.end()), all.end());
+        std::stable_sort(all.begin(), all.end(), [&](const std::string& a, const std::string& b) {
+            return edit_distance(func, a) < edit_distance(func, b);
+        });
+        std::string near;
+        for (size_t i = 0; i < all.size() && i < 5; i++) near += (i ? ", " : "") + all[i];
+        throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func,
+                                    exact ? "" : "*", vm.exe(), near));
+    }
+    std::sort(found.begin(), found.end(), [](const Match& a, const Match& b) { return a.sym.name < b.sym.name; });
+    return found;
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{
+        "beam-bpf-blame: which Erlang code is on the stack while a running BEAM VM executes a native\n"
+        "function, e.g. `beam-bpf-blame erts_garbage_collect PID` for who triggers GC.\n"
+        "FUNC names a symbol of beam.smp (or of a library the VM has loaded), matched as a name prefix\n"
+        "unless --exact; the matched symbols are printed. On OTP 25, erts_garbage_collect covers\n"
+        "erts_garbage_collect_nobump (how the JIT enters GC), _hibernate and _literals, but NOT\n"
+        "erts_gc_after_bif_call_lhf (GC after a BIF), which must be named separately.\n"
+        "Default: sampling; a sample counts while FUNC is executing, i.e. the IP is in FUNC or a return\n"
+        "address into it is on the scheduler's native stack (bounded scan). Each Erlang function is\n"
+        "counted once per sample. --count: exact calls, from an entry probe on FUNC."};
+    CommonOptions o;
+    std::string func;
+    bool exact = false, count_calls = false;
+    app.add_option("FUNC", func, "native function name (prefix)")->required();
+    add_common_options(app, o);
+    app.add_flag("--exact", exact, "match FUNC exactly instead of as a prefix");
+    app.add_flag("--count", count_calls,
+                 "count every call of FUNC (entry uprobe) by Erlang stack instead of sampling time");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    validate(o);
+    Output out(o.output);
+    check_privileges();
+    Vm vm = Vm::attach(o.pid, o.offsets_file);
+    auto found = resolve(vm, func, exact);
+    std::string names;
+    for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
+    std::string where = found.front().file;
+    fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
+
+    SamplerConfig cfg = sampler_config(o);
+    for (const auto& m : found) {
+        if (count_calls) {
+            std::string bin = m.file == vm.exe() ? fmt::format("/proc/{}/exe", vm.pid())
+                                                 : fmt::format("/proc/{}/root{}", vm.pid(), m.file);
+            cfg.entry_probes.push_back({bin, m.sym.file_offset});
+        } else {
+            cfg.blame_ranges.push_back({m.start, m.start + m.sym.size});
+        }
+    }
+    Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
+    Sampler sampler(vm, cfg);
+    fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {}\n", vm.exe(),
+               vm.pid(), vm.elf().build_id(), vm.offsets().origin,
+               count_calls ? fmt::format("{} entry probes", found.size())
+                           : fmt::format("sampling at {} Hz per CPU", o.frequency));
+
+    Aggregator agg;
+    auto st = run_loop(vm, sampler, sym, o, [&](const bb_record&, std::span<const uint32_t> frames) {
+        agg.add(frames);
+    });
+    auto c = sampler.counters();
+    const char* unit = count_calls ? "calls" : "samples";
+    if (st.records == 0) {
+        fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
+                   o.process.empty() ? "" : " for " + o.process, st.seconds);
+    } else if (!count_calls) {
+        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names,
+                   st.records, c.seen, c.seen ? 100.0 * st.records / c.seen : 0.0);
+    }
+    if (o.folded) {
+        agg.write_folded(out.stream(), sym.names());
+    } else if (st.records) {
+        fmt::print(out.stream(), "{} {} of {}; Erlang functions on those stacks, each counted once per {}:\n",
+                   st.records, unit, names, count_calls ? "call" : "sample");
+        agg.write_top(out.stream(), sym.names(), o.top, true, true);
+    }
+    print_summary(st, c, sym, unit);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return guarded_main("beam-bpf-blame", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,166 @@
+#include "cli.hpp"
+
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <vector>
+
+namespace bb {
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+uint64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+}  // namespace
+
+void add_common_options(CLI::App& app, CommonOptions& o) {
+    app.add_option("PID", o.pid, "OS pid of the running beam.smp")->required();
+    app.add_option("-F,--frequency", o.frequency, "samples per second on each CPU (cpu-clock event)")
+        ->capture_default_str();
+    app.add_option("--period", o.period_ns, "sample every NS nanoseconds of CPU time instead of -F");
+    app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
+    app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
+    app.add_flag("--folded", o.folded,
+                 "collapsed stacks for flame graphs (flamegraph.pl, inferno, speedscope): "
+                 "root first, ';'-separated, a space and the count");
+    app.add_flag("--lines", o.lines, "add (file.erl:LINE) to Erlang frames");
+    app.add_flag("--only-erlang", o.only_erlang,
+                 "show Erlang frames only; samples without an Erlang process are left out");
+    app.add_option("--max-depth", o.max_depth,
+                   fmt::format("Erlang frames kept per sample, leaf-most first (at most {}); deeper "
+                               "stacks are counted as truncated",
+                               BB_MAX_FRAMES))
+        ->capture_default_str();
+    app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
+    app.add_option("--process", o.process, "only samples of this Erlang process, e.g. '<0.85.0>'");
+    app.add_option("--offsets", o.offsets_file,
+                   "struct offset table for a VM build without a built-in one (made by beam-bpf-offsets)");
+}
+
+std::optional<uint64_t> parse_pid_term(const std::string& text) {
+    unsigned node = 0, num = 0, ser = 0;
+    char end = 0;
+    if (sscanf(text.c_str(), "<%u.%u.%u%c", &node, &num, &ser, &end) != 4 || end != '>' || node != 0 ||
+        num > 0x7fff || ser > 0x1fff)
+        return std::nullopt;
+    return (uint64_t(ser) << 15 | num) << 4 | 0x3;
+}
+
+void validate(const CommonOptions& o) {
+    if (o.period_ns == 0 && (o.frequency == 0 || o.frequency > 100000))
+        throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
+    if (o.period_ns && o.period_ns < 10000)
+        throw UserError(fmt::format("--period {}: at least 10000 ns", o.period_ns));
+    if (o.max_depth == 0 || o.max_depth > BB_MAX_FRAMES)
+        throw UserError(fmt::format("--max-depth {}: must be 1 to {}", o.max_depth, BB_MAX_FRAMES));
+    if (o.duration < 0) throw UserError("-d must not be negative");
+    if (!o.process.empty() && !parse_pid_term(o.process))
+        throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
+}
+
+SamplerConfig sampler_config(const CommonOptions& o) {
+    SamplerConfig c;
+    c.frequency_hz = o.frequency;
+    c.period_ns = o.period_ns;
+    c.max_frames = o.max_depth;
+    return c;
+}
+
+void check_privileges() {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (syscall(SYS_capget, &hdr, data) != 0) throw UserError("cannot read this process's capabilities");
+    auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1; };
+    std::vector<std::string> missing;
+    if (!has(CAP_BPF) && !has(CAP_SYS_ADMIN)) missing.push_back("CAP_BPF");
+    if (!has(CAP_PERFMON) && !has(CAP_SYS_ADMIN)) missing.push_back("CAP_PERFMON");
+    if (!has(CAP_SYS_PTRACE)) missing.push_back("CAP_SYS_PTRACE");
+    if (missing.empty()) return;
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw UserError(fmt::format("insufficient privileges: missing {}; run as root or grant CAP_BPF, "
+                                "CAP_PERFMON and CAP_SYS_PTRACE",
+                                list));
+}
+
+Output::Output(const std::string& path) : std_(&std::cout) {
+    if (path.empty() || path == "-") return;
+    file_ = std::make_unique<std::ofstream>(path);
+    if (!*file_) throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+}
+
+RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
+                  const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
+                  const std::function<bool()>& done) {
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;  // no SA_RESTART: Ctrl-C must end the wait at once
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+
+    RunStats st;
+    std::optional<uint64_t> only_pid = o.process.empty() ? std::nullopt : parse_pid_term(o.process);
+    std::vector<uint32_t> frames;
+    uint64_t start = monotonic_ns(), last_vm_check = start;
+    auto handle = [&](const bb_record& r) {
+        if (only_pid && r.erl_pid != *only_pid) return;
+        st.records++;
+        if (r.flags & BB_F_TRUNCATED) st.truncated++;
+        if (r.flags & BB_F_BAD_PROC) st.unreadable++;
+        sym.frames(r, frames);
+        on_stack(r, frames);
+    };
+    for (;;) {
+        bool stop = g_stop || (done && done());
+        uint64_t now = monotonic_ns();
+        if (o.duration > 0 && now - start >= uint64_t(o.duration * 1e9)) stop = true;
+        if (now - last_vm_check > 1000000000ull) {
+            last_vm_check = now;
+            if (!vm.alive()) {
+                st.vm_exited = true;
+                stop = true;
+            } else {
+                sampler.refresh_vm_state();
+            }
+        }
+        // Code loaded or purged since the last drain must be known before its samples are
+        // symbolized; records still in the ring were all taken before `now`.
+        sym.refresh(now);
+        sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
+        if (stop) break;
+    }
+    st.interrupted = g_stop;
+    st.seconds = (monotonic_ns() - start) / 1e9;
+    return st;
+}
+
+void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what) {
+    fmt::print(stderr,
+               "beam-bpf: {} {} in {:.1f} s, {} dropped, {} truncated, {} unsymbolized frames, "
+               "{} unreadable processes{}\n",
+               s.records, what, s.seconds, c.dropped, s.truncated, sym.unsymbolized(), s.unreadable,
+               s.vm_exited ? "; the VM exited during the run, this is what was collected" : "");
+}
+
+int guarded_main(const char* prog, const std::function<int()>& body) {
+    try {
+        return body();
+    } catch (const UserError& e) {
+        fmt::print(stderr, "{}: error: {}\n", prog, e.what());
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "{}: error: {}\n", prog, e.what());
+    }
+    return 1;
+}
+
+}  // namespace bb

@@ -1,0 +1,74 @@
+// What beam-bpf-sample and beam-bpf-blame share: options, privilege checks, the run loop
+// (drain -> symbolize -> aggregate until -d, Ctrl-C or the VM's exit) and the summary.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "sampler.hpp"
+#include "symbolizer.hpp"
+#include "vm.hpp"
+
+namespace bb {
+
+struct CommonOptions {
+    int pid = 0;
+    uint64_t frequency = 999;
+    uint64_t period_ns = 0;
+    double duration = 0;      // 0: until Ctrl-C
+    size_t top = 20;
+    bool folded = false;
+    bool lines = false;
+    bool only_erlang = false;
+    uint32_t max_depth = 512;
+    std::string output;       // empty: stdout
+    std::string offsets_file;
+    std::string process;      // "<0.85.0>": only this Erlang process
+};
+
+void add_common_options(CLI::App& app, CommonOptions& o);
+// Checks -F/--period/--max-depth/--process beyond what CLI11 can; throws UserError.
+void validate(const CommonOptions& o);
+SamplerConfig sampler_config(const CommonOptions& o);
+// Root, or the three capabilities; UserError naming the missing ones otherwise.
+void check_privileges();
+// -o FILE or stdout; opened before attaching so a bad path fails fast.
+class Output {
+public:
+    explicit Output(const std::string& path);
+    std::ostream& stream() { return file_ ? *file_ : *std_; }
+
+private:
+    std::unique_ptr<std::ofstream> file_;
+    std::ostream* std_;
+};
+
+std::optional<uint64_t> parse_pid_term(const std::string& text);
+
+struct RunStats {
+    uint64_t records = 0;     // handled (after --process)
+    uint64_t truncated = 0, unreadable = 0;
+    double seconds = 0;
+    bool vm_exited = false;
+    bool interrupted = false;
+};
+
+// Drains `sampler` until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or `done`
+// returning true. Each record is symbolized into root-first frame ids and handed to `on_stack`.
+RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
+                  const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
+                  const std::function<bool()>& done = {});
+
+// "beam-bpf: N samples ..., N dropped, N truncated, N unsymbolized ..." on stderr.
+void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what);
+
+// Runs `body`, turning UserError and other exceptions into one line and exit code 1.
+int guarded_main(const char* prog, const std::function<int()>& body);
+
+}  // namespace bb

@@ -1,0 +1,42 @@
+// What beam-bpf needs from an ELF file on disk: its build-id and its symbols.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bb {
+
+struct ElfSymbol {
+    std::string name;
+    uint64_t value = 0;        // st_value: link-time virtual address
+    uint64_t size = 0;
+    uint64_t file_offset = 0;  // where the symbol's bytes are in the file (what uprobes take)
+    bool is_func = false;
+};
+
+class ElfFile {
+public:
+    // Throws std::runtime_error with a one-line message when the file cannot be read as ELF.
+    explicit ElfFile(const std::string& path);
+
+    const std::string& path() const { return path_; }
+    // Lower-case hex of NT_GNU_BUILD_ID, empty when the file has none.
+    const std::string& build_id() const { return build_id_; }
+    bool has_debug_info() const { return has_debug_info_; }
+    // .symtab and .dynsym merged, defined symbols only, deduplicated by (name, value).
+    const std::vector<ElfSymbol>& symbols() const { return symbols_; }
+    std::optional<ElfSymbol> find(const std::string& name) const;
+    // Virtual address of the first PT_LOAD segment with file offset 0 (the load bias is
+    // mapping start minus this).
+    uint64_t first_load_vaddr() const { return first_load_vaddr_; }
+
+private:
+    std::string path_;
+    std::string build_id_;
+    bool has_debug_info_ = false;
+    std::vector<ElfSymbol> symbols_;
+    uint64_t first_load_vaddr_ = 0;
+};
+
+}  // namespace bb

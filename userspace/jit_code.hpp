@@ -1,0 +1,84 @@
+// Symbols of the VM's JIT code, read from the GDB JIT interface (__jit_debug_descriptor),
+// which the VM keeps current for debuggers and which survives stripping.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remote_memory.hpp"
+
+namespace bb {
+
+struct JitLine {
+    uint64_t start = 0;  // absolute address where this line's code starts
+    uint32_t line = 0;
+    std::string file;
+};
+
+struct JitRange {
+    uint64_t start = 0, end = 0;  // absolute, [start, end)
+    std::string name;             // "lists:keyfind/3"; pseudo-range suffixes stripped
+    std::vector<JitLine> lines;   // sorted by start
+};
+
+struct JitModule {
+    std::string name;             // "lists"
+    uint64_t base = 0;
+    uint32_t code_size = 0;
+    std::vector<JitRange> ranges; // sorted by start, non-overlapping
+};
+
+struct JitEmulator {
+    int frame_layout = 0;         // 0: return address only, 1: frame pointer + return address
+    uint64_t normal_exit = 0;     // the stub at the bottom of every Erlang stack
+};
+
+// Pure parsers of one symfile's bytes; they survive garbage (nullopt and *err set).
+std::optional<JitModule> parse_module_symfile(std::span<const std::byte> bytes, std::string* err);
+std::optional<JitEmulator> parse_emulator_symfile(std::span<const std::byte> bytes, std::string* err);
+
+struct JitHit {
+    const JitModule* module = nullptr;
+    const JitRange* range = nullptr;
+    uint32_t line = 0;            // 0 when unknown
+    const std::string* file = nullptr;
+};
+
+// The live index. refresh() re-walks the descriptor's entry list (bounded), parses symfiles it
+// has not seen, and retires entries that vanished (purged code) at `now_ns`, keeping them for
+// lookups of samples taken before that time. A listed module whose code is overlapped by a newer
+// listed one (OTP 25 never unlinks purged modules, and their memory gets reused) is retired too.
+// Not thread-safe: refresh() and lookup() must not run concurrently. The pointers in a JitHit
+// stay valid until the next refresh().
+class JitCodeIndex {
+public:
+    JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr);
+    ~JitCodeIndex();
+    JitCodeIndex(JitCodeIndex&&) noexcept;
+    JitCodeIndex& operator=(JitCodeIndex&&) noexcept;
+
+    struct RefreshResult {
+        size_t added = 0, retired = 0;
+        bool ok = true;           // false: the list could not be walked consistently
+        std::string error;
+    };
+    RefreshResult refresh(uint64_t now_ns);
+
+    // `addr` as found in a sample taken at `sample_ns` (CLOCK_MONOTONIC).
+    std::optional<JitHit> lookup(uint64_t addr, uint64_t sample_ns) const;
+
+    const std::optional<JitEmulator>& emulator() const;
+    size_t module_count() const;   // live modules
+    size_t range_count() const;    // live ranges
+    uint64_t generation() const;   // bumps whenever refresh() changed anything
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bb

@@ -1,0 +1,35 @@
+// Symbols of native code in the target (beam.smp, libc, NIF libraries) through libdwfl.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace bb {
+
+struct NativeSymbol {
+    std::string name;    // "erts_garbage_collect_nobump"; empty when the module has no symbol there
+    std::string module;  // basename: "beam.smp", "libc.so.6"
+    uint64_t offset = 0; // addr - symbol start
+};
+
+class NativeSymbols {
+public:
+    // Reports the modules mapped in `pid` now. Throws std::runtime_error on failure.
+    explicit NativeSymbols(pid_t pid);
+    ~NativeSymbols();
+    NativeSymbols(const NativeSymbols&) = delete;
+    NativeSymbols& operator=(const NativeSymbols&) = delete;
+
+    // Re-reads the process's mappings (NIF libraries loaded since).
+    void refresh();
+    std::optional<NativeSymbol> lookup(uint64_t addr);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bb

@@ -1,0 +1,115 @@
+// beam-bpf-sample: where a running BEAM spends CPU, in Erlang terms, from stacks read in
+// the kernel at the instant of each sample.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <map>
+
+#include "aggregate.hpp"
+#include "cli.hpp"
+
+using namespace bb;
+
+namespace {
+
+struct SchedKey {
+    uint8_t type;
+    uint16_t no;
+    auto operator<=>(const SchedKey&) const = default;
+};
+
+const char* sched_kind(uint8_t type) {
+    switch (type) {
+    case BB_SCHED_DIRTY_CPU: return "dirty cpu scheduler";
+    case BB_SCHED_DIRTY_IO: return "dirty io scheduler";
+    default: return "scheduler";
+    }
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{
+        "beam-bpf-sample: the hottest Erlang functions of a running BEAM VM (OS pid of beam.smp).\n"
+        "Stacks are read by a BPF program at the instant of each sample: no VM restart, no VM flags,\n"
+        "works on stripped distribution builds. Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE.\n"
+        "Default report: SELF% (samples with the function as leaf) and TOTAL% (anywhere on the stack)."};
+    CommonOptions o;
+    bool pstack = false;
+    add_common_options(app, o);
+    app.add_flag("--pstack", pstack,
+                 "print one stack of each scheduler that is running a process (its Erlang pid and "
+                 "every frame, leaf first), then quit");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    validate(o);
+    Output out(o.output);
+    check_privileges();
+    Vm vm = Vm::attach(o.pid, o.offsets_file);
+    Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
+    SamplerConfig cfg = sampler_config(o);
+    Sampler sampler(vm, cfg);
+    auto scheds = vm.sched_threads();
+    fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {} JIT modules, "
+                       "{} scheduler threads, {}\n",
+               vm.exe(), vm.pid(), vm.elf().build_id(), vm.offsets().origin, sym.jit().module_count(),
+               scheds.size(), o.period_ns ? fmt::format("every {} ns", o.period_ns)
+                                         : fmt::format("{} Hz per CPU", o.frequency));
+
+    if (pstack) {
+        // One stack of each running scheduler: the first sample of each that carries a process.
+        size_t normal = 0;
+        for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
+        std::map<SchedKey, std::pair<bb_record, std::vector<uint32_t>>> seen;
+        size_t normal_seen = 0;
+        CommonOptions po = o;
+        po.duration = o.duration > 0 ? o.duration : 2.0;  // idle schedulers are never sampled
+        auto st = run_loop(
+            vm, sampler, sym, po,
+            [&](const bb_record& r, std::span<const uint32_t> frames) {
+                if (!(r.flags & BB_F_PROC) || r.sched_type == BB_SCHED_NONE) return;
+                SchedKey k{r.sched_type, r.sched_no};
+                if (seen.count(k)) return;
+                bb_record head = r;  // frames are in `frames`; the record's tail is not copied
+                head.nframes = 0;
+                seen.emplace(k, std::make_pair(head, std::vector<uint32_t>(frames.begin(), frames.end())));
+                normal_seen += r.sched_type == BB_SCHED_NORMAL;
+            },
+            [&] { return normal && normal_seen == normal; });
+        auto& os = out.stream();
+        for (const auto& t : scheds) {
+            SchedKey k{t.sched.type, t.sched.no};
+            auto it = seen.find(k);
+            if (it == seen.end()) {
+                if (t.sched.type == BB_SCHED_NORMAL)
+                    fmt::print(os, "{} {} (tid {}): idle\n\n", sched_kind(t.sched.type), t.sched.no, t.tid);
+                continue;
+            }
+            const auto& [r, frames] = it->second;
+            fmt::print(os, "{} {} (tid {}): {}\n", sched_kind(r.sched_type), r.sched_no, r.tid,
+                       Vm::format_pid(r.erl_pid));
+            for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.names().name(*f));
+            fmt::print(os, "\n");
+        }
+        print_summary(st, sampler.counters(), sym, "samples");
+        return 0;
+    }
+
+    Aggregator agg;
+    auto st = run_loop(vm, sampler, sym, o, [&](const bb_record&, std::span<const uint32_t> frames) {
+        agg.add(frames);
+    });
+    if (o.folded)
+        agg.write_folded(out.stream(), sym.names());
+    else
+        agg.write_top(out.stream(), sym.names(), o.top, false);
+    print_summary(st, sampler.counters(), sym, "samples");
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return guarded_main("beam-bpf-sample", [&] { return run(argc, argv); });
+}

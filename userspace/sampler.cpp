@@ -1,0 +1,199 @@
+#include "sampler.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "beam_walk.skel.h"
+
+namespace bb {
+namespace {
+
+struct SkelDeleter {
+    void operator()(beam_walk* s) const { beam_walk__destroy(s); }
+};
+struct LinkDeleter {
+    void operator()(bpf_link* l) const { bpf_link__destroy(l); }
+};
+struct RingDeleter {
+    void operator()(ring_buffer* r) const { ring_buffer__free(r); }
+};
+
+class UniqueFd {
+public:
+    explicit UniqueFd(int fd = -1) : fd_(fd) {}
+    UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    UniqueFd& operator=(UniqueFd&& o) noexcept {
+        if (this != &o) reset(std::exchange(o.fd_, -1));
+        return *this;
+    }
+    ~UniqueFd() { reset(); }
+    int get() const { return fd_; }
+    void reset(int fd = -1) {
+        if (fd_ >= 0) close(fd_);
+        fd_ = fd;
+    }
+
+private:
+    int fd_;
+};
+
+std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
+    // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
+    if (level == LIBBPF_DEBUG && !getenv("BB_LIBBPF_DEBUG")) return 0;
+    if (!getenv("BB_LIBBPF_DEBUG")) return 0;
+    return vfprintf(stderr, fmt, args);
+}
+
+}  // namespace
+
+struct Sampler::Impl {
+    const Vm& vm;
+    std::unique_ptr<beam_walk, SkelDeleter> skel;
+    std::vector<UniqueFd> perf_fds;
+    std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
+    std::unique_ptr<ring_buffer, RingDeleter> ring;
+    const Handler* handler = nullptr;
+    size_t handled = 0;
+
+    explicit Impl(const Vm& v) : vm(v) {}
+
+    static int on_ring(void* ctx, void* data, size_t size) {
+        auto* self = static_cast<Impl*>(ctx);
+        if (size < bb_record_size(0)) return 0;
+        // The ring carries a record trimmed after frames[nframes - 1]: handlers read no further.
+        const auto* rec = static_cast<const bb_record*>(data);
+        if (rec->nframes > BB_MAX_FRAMES || size < bb_record_size(rec->nframes)) return 0;
+        (*self->handler)(*rec);
+        self->handled++;
+        return 0;
+    }
+};
+
+Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_unique<Impl>(vm)) {
+    libbpf_set_print(libbpf_quiet);
+    const VmOffsets& o = vm.offsets();
+    impl_->skel.reset(beam_walk__open());
+    if (!impl_->skel) throw UserError(fmt::format("cannot open the BPF program: {}", errno_text(errno)));
+    auto* s = impl_->skel.get();
+
+    s->rodata->target_tgid = static_cast<uint32_t>(vm.pid());
+    s->rodata->max_frames = cfg.max_frames;
+    s->rodata->off_id = o.proc_id;
+    s->rodata->off_htop = o.proc_htop;
+    s->rodata->off_stop = o.proc_stop;
+    s->rodata->off_heap = o.proc_heap;
+    s->rodata->off_hend = o.proc_hend;
+    s->rodata->off_esd_current_process = o.esd_current_process;
+    if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
+        throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",
+                                    cfg.blame_ranges.size(), BB_MAX_BLAME_RANGES));
+    s->rodata->nr_blame_ranges = static_cast<uint32_t>(cfg.blame_ranges.size());
+    for (size_t i = 0; i < cfg.blame_ranges.size(); i++) {
+        s->rodata->blame_ranges[i].start = cfg.blame_ranges[i].start;
+        s->rodata->blame_ranges[i].end = cfg.blame_ranges[i].end;
+    }
+    s->rodata->wakeup_bytes = cfg.ring_bytes / 4;
+    bpf_map__set_max_entries(s->maps.records, cfg.ring_bytes);
+
+    if (int err = beam_walk__load(s))
+        throw UserError(fmt::format("cannot load the BPF program into the kernel: {}{}", errno_text(err),
+                                    err == -EPERM ? " (need root, or CAP_BPF and CAP_PERFMON)" : ""));
+    refresh_vm_state();
+
+    if (cfg.entry_probes.empty()) {
+        int ncpu = libbpf_num_possible_cpus();
+        if (ncpu <= 0) throw UserError("cannot count the CPUs");
+        for (int cpu = 0; cpu < ncpu; cpu++) {
+            perf_event_attr attr{};
+            attr.size = sizeof(attr);
+            // cpu-clock works everywhere, VMs without a PMU included; its period is in ns.
+            attr.type = PERF_TYPE_SOFTWARE;
+            attr.config = PERF_COUNT_SW_CPU_CLOCK;
+            if (cfg.period_ns) {
+                attr.sample_period = cfg.period_ns;
+            } else {
+                attr.freq = 1;
+                attr.sample_freq = cfg.frequency_hz;
+            }
+            int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd < 0) {
+                if (errno == ENODEV) continue;  // a possible CPU that is not online
+                throw UserError(fmt::format("perf_event_open on CPU {}: {}{}", cpu, errno_text(errno),
+                                            errno == EACCES || errno == EPERM
+                                                ? " (need root or CAP_PERFMON)"
+                                                : ""));
+            }
+            impl_->perf_fds.emplace_back(fd);
+            bpf_link* l = bpf_program__attach_perf_event(s->progs.on_sample, fd);
+            if (!l) throw UserError(fmt::format("cannot attach to the perf event of CPU {}: {}", cpu,
+                                                errno_text(errno)));
+            impl_->links.emplace_back(l);
+        }
+        if (impl_->perf_fds.empty()) throw UserError("no online CPU accepted a perf event");
+    } else {
+        for (const auto& p : cfg.entry_probes) {
+            bpf_link* l = bpf_program__attach_uprobe(s->progs.on_call, false, vm.pid(), p.binary.c_str(),
+                                                     p.file_offset);
+            if (!l)
+                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}", p.binary,
+                                            p.file_offset, errno_text(errno)));
+            impl_->links.emplace_back(l);
+        }
+    }
+
+    impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
+    if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));
+}
+
+Sampler::~Sampler() = default;
+
+void Sampler::refresh_vm_state() {
+    auto* s = impl_->skel.get();
+    auto ranges = impl_->vm.jit_code_ranges();
+    // Append only: the walker may be reading these right now.
+    for (size_t i = 0; i < ranges.size(); i++) {
+        s->bss->code_ranges[i].start = ranges[i].start;
+        s->bss->code_ranges[i].end = ranges[i].end;
+    }
+    __atomic_store_n(&s->bss->nr_code_ranges, static_cast<uint32_t>(ranges.size()), __ATOMIC_RELEASE);
+
+    int map_fd = bpf_map__fd(s->maps.sched_threads);
+    for (const auto& t : impl_->vm.sched_threads()) {
+        uint32_t tid = static_cast<uint32_t>(t.tid);
+        bpf_map_update_elem(map_fd, &tid, &t.sched, BPF_ANY);
+    }
+}
+
+size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
+    impl_->handler = &on_record;
+    impl_->handled = 0;
+    ring_buffer__poll(impl_->ring.get(), static_cast<int>(timeout.count()));
+    // The walker rarely wakes us (see emit() in the BPF program): always drain.
+    ring_buffer__consume(impl_->ring.get());
+    impl_->handler = nullptr;
+    return impl_->handled;
+}
+
+SamplerCounters Sampler::counters() const {
+    int fd = bpf_map__fd(impl_->skel->maps.counters);
+    int ncpu = libbpf_num_possible_cpus();
+    std::vector<uint64_t> vals(ncpu > 0 ? ncpu : 1);
+    uint64_t sums[BB_C_NR] = {};
+    for (uint32_t k = 0; k < BB_C_NR; k++) {
+        if (bpf_map_lookup_elem(fd, &k, vals.data()) == 0)
+            for (auto v : vals) sums[k] += v;
+    }
+    return {sums[BB_C_SEEN], sums[BB_C_EMITTED], sums[BB_C_DROPPED], sums[BB_C_FILTERED]};
+}
+
+}  // namespace bb

@@ -1,0 +1,53 @@
+// Loads the BPF walker into the kernel, attaches it to per-CPU perf events (or to entry
+// probes for beam-bpf-blame --count), and hands the records it emits to a callback.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "vm.hpp"
+
+namespace bb {
+
+struct SamplerConfig {
+    uint64_t frequency_hz = 999;  // used when period_ns == 0
+    uint64_t period_ns = 0;       // cpu-clock period, overrides frequency_hz
+    uint32_t max_frames = 512;
+    uint32_t ring_bytes = 32u << 20;
+    std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
+    struct Probe {
+        std::string binary;       // path as the kernel can open it
+        uint64_t file_offset = 0;
+    };
+    std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
+};
+
+struct SamplerCounters {
+    uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
+};
+
+class Sampler {
+public:
+    // Throws UserError with a one-line reason (privileges, kernel support, bad config).
+    Sampler(const Vm& vm, const SamplerConfig& cfg);
+    ~Sampler();
+    Sampler(const Sampler&) = delete;
+    Sampler& operator=(const Sampler&) = delete;
+
+    // Re-reads what can change while the VM runs: JIT code mappings and scheduler threads.
+    void refresh_vm_state();
+    // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled.
+    using Handler = std::function<void(const bb_record&)>;
+    size_t poll(std::chrono::milliseconds timeout, const Handler& on_record);
+    SamplerCounters counters() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bb

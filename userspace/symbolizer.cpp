@@ -1,0 +1,96 @@
+#include "symbolizer.hpp"
+
+#include <fmt/format.h>
+
+namespace bb {
+
+uint32_t NameTable::intern(const std::string& s, bool erlang) {
+    auto [it, added] = ids_.try_emplace(s, static_cast<uint32_t>(names_.size()));
+    if (added) {
+        names_.push_back(s);
+        erlang_.push_back(erlang);
+    }
+    return it->second;
+}
+
+Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
+    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor")), native_(vm.pid()) {
+    unknown_jit_ = names_.intern("[unknown JIT code]");
+    kernel_ = names_.intern("[kernel]");
+    no_process_ = names_.intern("[no Erlang process]");
+    bad_process_ = names_.intern("[unreadable Erlang process]");
+    unknown_native_ = names_.intern("[unknown native code]");
+    refresh(0);
+}
+
+void Symbolizer::refresh(uint64_t now_ns) {
+    jit_.refresh(now_ns);
+    if (jit_.generation() != jit_generation_) {
+        jit_generation_ = jit_.generation();
+        cp_cache_.clear();
+        leaf_cache_.clear();
+    }
+}
+
+uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address) {
+    auto& cache = return_address ? cp_cache_ : leaf_cache_;
+    // A cached name is only valid if the code at addr has not changed since: the cache is
+    // dropped whenever the index changes, and code only changes through the index.
+    if (auto it = cache.find(addr); it != cache.end()) return it->second;
+    // A return address may sit just past its call's function: look up the call itself.
+    auto hit = jit_.lookup(return_address ? addr - 1 : addr, t);
+    if (!hit) {
+        unsymbolized_++;
+        return unknown_jit_;
+    }
+    std::string name = hit->range->name;
+    if (opt_.lines && hit->line && hit->file) name += fmt::format(" ({}:{})", *hit->file, hit->line);
+    uint32_t id = names_.intern(name, true);
+    cache.emplace(addr, id);
+    return id;
+}
+
+std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
+    if (auto it = native_cache_.find(ip); it != native_cache_.end()) return it->second;
+    auto sym = native_.lookup(ip);
+    if (!sym) {
+        // Maybe a NIF library loaded since we last looked.
+        native_.refresh();
+        sym = native_.lookup(ip);
+    }
+    std::string name;
+    if (sym && !sym->name.empty())
+        name = sym->name;
+    else if (sym)
+        name = fmt::format("[{}]", sym->module);
+    else
+        return std::nullopt;
+    uint32_t id = names_.intern(name);
+    native_cache_.emplace(ip, id);
+    return id;
+}
+
+void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
+    out.clear();
+    uint64_t normal_exit = emulator() ? emulator()->normal_exit : 0;
+    for (int i = static_cast<int>(r.nframes) - 1; i >= 0; i--) {
+        if (r.frames[i] == normal_exit) continue;  // bottom of every stack: not a caller
+        out.push_back(erlang_frame(r.frames[i], r.time_ns, true));
+    }
+    if (r.where == BB_WHERE_JIT) {
+        out.push_back(erlang_frame(r.ip, r.time_ns, false));
+    } else if (!opt_.only_erlang) {
+        if (!(r.flags & BB_F_PROC))
+            out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);
+        if (auto id = native_frame(r.ip)) {
+            out.push_back(*id);
+        } else {
+            unsymbolized_++;
+            out.push_back(unknown_native_);
+        }
+    }
+    if ((r.flags & BB_F_KERNEL) && !opt_.only_erlang) out.push_back(kernel_);
+    if (opt_.only_erlang && !(r.flags & BB_F_PROC)) out.clear();
+}
+
+}  // namespace bb

@@ -1,0 +1,68 @@
+// Turns a record's addresses into frame names, root first: Erlang frames from the JIT's
+// own symbols, the leaf from JIT or native symbols, "[kernel]" for system-call time.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "jit_code.hpp"
+#include "native_symbols.hpp"
+#include "vm.hpp"
+
+namespace bb {
+
+// Interned frame names: stacks are vectors of ids.
+class NameTable {
+public:
+    uint32_t intern(const std::string& s, bool erlang = false);
+    const std::string& name(uint32_t id) const { return names_[id]; }
+    bool is_erlang(uint32_t id) const { return erlang_[id]; }
+    size_t size() const { return names_.size(); }
+
+private:
+    std::vector<std::string> names_;
+    std::vector<bool> erlang_;  // an Erlang function, not a native or pseudo frame
+    std::unordered_map<std::string, uint32_t> ids_;
+};
+
+struct FrameOptions {
+    bool lines = false;        // "(file.erl:LINE)" after Erlang frames
+    bool only_erlang = false;  // drop native and kernel frames
+};
+
+class Symbolizer {
+public:
+    Symbolizer(const Vm& vm, FrameOptions opt);
+
+    // Re-reads the JIT's module list; samples taken before `now_ns` still resolve to code
+    // purged since. Call before handling records drained after `now_ns`.
+    void refresh(uint64_t now_ns);
+    // Root-first frame ids of `r` into `out` (cleared). Empty when nothing is left to show.
+    void frames(const bb_record& r, std::vector<uint32_t>& out);
+
+    NameTable& names() { return names_; }
+    const NameTable& names() const { return names_; }
+    const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
+    const JitCodeIndex& jit() const { return jit_; }
+    uint64_t unsymbolized() const { return unsymbolized_; }
+
+private:
+    uint32_t erlang_frame(uint64_t addr, uint64_t t, bool return_address);
+    std::optional<uint32_t> native_frame(uint64_t ip);
+
+    const Vm& vm_;
+    FrameOptions opt_;
+    JitCodeIndex jit_;
+    NativeSymbols native_;
+    NameTable names_;
+    uint64_t jit_generation_ = ~0ull;
+    // Address -> name id. Erlang entries die with the JIT index's generation.
+    std::unordered_map<uint64_t, uint32_t> cp_cache_, leaf_cache_, native_cache_;
+    uint64_t unsymbolized_ = 0;
+    uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
+};
+
+}  // namespace bb

@@ -1,0 +1,72 @@
+// The target VM: a running beam.smp, checked before anything is attached to it.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "elf_file.hpp"
+#include "offsets.hpp"
+#include "remote_memory.hpp"
+
+namespace bb {
+
+// A problem the user can act on: printed as one line, exit code 1.
+struct UserError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct SchedThread {
+    pid_t tid = 0;
+    bb_sched sched{};  // as the BPF map holds it
+    std::string name;  // thread name, e.g. "1_scheduler"
+};
+
+class Vm {
+public:
+    // Checks that `pid` is a live beam.smp we can read, finds its offsets (own DWARF, else the
+    // table for its build-id, else UserError naming the build-id and scripts/make-offsets.sh),
+    // and checks them against the live VM. `offsets_file` overrides the lookup.
+    static Vm attach(pid_t pid, const std::string& offsets_file = {});
+
+    pid_t pid() const { return pid_; }
+    const std::string& exe() const { return exe_; }
+    const ElfFile& elf() const { return *elf_; }
+    const VmOffsets& offsets() const { return offsets_; }
+    const RemoteMemory& mem() const { return mem_; }
+    uint64_t load_bias() const { return load_bias_; }
+    // Runtime address of a beam.smp symbol; UserError if absent.
+    uint64_t symbol_address(const std::string& name) const;
+
+    bool alive() const;
+    // Executable mappings of JIT code (/memfd:vmem, r-x), at most BB_MAX_CODE_RANGES.
+    std::vector<bb_range> jit_code_ranges() const;
+    // Scheduler threads, from thread names; esdp from the scheduler data arrays.
+    std::vector<SchedThread> sched_threads() const;
+    // Files mapped from offset 0 (the executable, then libraries: libc, NIFs), with where
+    // their offset 0 is mapped.
+    struct MappedFile {
+        std::string path;
+        uint64_t start = 0;
+    };
+    std::vector<MappedFile> mapped_files() const;
+    // "<0.85.0>" for an internal pid term.
+    static std::string format_pid(uint64_t pid_term);
+
+private:
+    Vm(pid_t pid) : pid_(pid), mem_(pid) {}
+    void check_offsets_live() const;
+
+    pid_t pid_;
+    RemoteMemory mem_;
+    std::string exe_;
+    std::optional<ElfFile> elf_;
+    uint64_t load_bias_ = 0;
+    VmOffsets offsets_;
+};
+
+}  // namespace bb
