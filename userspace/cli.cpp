@@ -113,7 +113,9 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
     std::vector<uint32_t> frames;
     uint64_t start = monotonic_ns(), last_vm_check = start;
     auto handle = [&](const bb_record& r) {
-        if (only_pid && r.erl_pid != *only_pid) return;
+        // On 64-bit the pid term's high half is the process-table index; the printed
+        // <0.N.S> is all in the low half.
+        if (only_pid && (r.erl_pid & 0xffffffffu) != *only_pid) return;
         st.records++;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;

@@ -58,11 +58,12 @@ int run(int argc, char** argv) {
                                          : fmt::format("{} Hz per CPU", o.frequency));
 
     if (pstack) {
-        // One stack of each running scheduler: the first sample of each that carries a process.
+        // One stack of each running scheduler. A sample in JIT code is preferred: in C code
+        // the leaf Erlang function is missing when it runs in a loop without a stack frame.
         size_t normal = 0;
         for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
         std::map<SchedKey, std::pair<bb_record, std::vector<uint32_t>>> seen;
-        size_t normal_seen = 0;
+        size_t normal_seen = 0;  // normal schedulers with a sample in JIT code
         CommonOptions po = o;
         po.duration = o.duration > 0 ? o.duration : 2.0;  // idle schedulers are never sampled
         auto st = run_loop(
@@ -70,11 +71,13 @@ int run(int argc, char** argv) {
             [&](const bb_record& r, std::span<const uint32_t> frames) {
                 if (!(r.flags & BB_F_PROC) || r.sched_type == BB_SCHED_NONE) return;
                 SchedKey k{r.sched_type, r.sched_no};
-                if (seen.count(k)) return;
+                auto it = seen.find(k);
+                bool jit = r.where == BB_WHERE_JIT;
+                if (it != seen.end() && (it->second.first.where == BB_WHERE_JIT || !jit)) return;
                 bb_record head = r;  // frames are in `frames`; the record's tail is not copied
                 head.nframes = 0;
-                seen.emplace(k, std::make_pair(head, std::vector<uint32_t>(frames.begin(), frames.end())));
-                normal_seen += r.sched_type == BB_SCHED_NORMAL;
+                seen.insert_or_assign(k, std::make_pair(head, std::vector<uint32_t>(frames.begin(), frames.end())));
+                normal_seen += jit && r.sched_type == BB_SCHED_NORMAL;
             },
             [&] { return normal && normal_seen == normal; });
         auto& os = out.stream();

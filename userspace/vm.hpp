@@ -54,7 +54,7 @@ public:
         uint64_t start = 0;
     };
     std::vector<MappedFile> mapped_files() const;
-    // "<0.85.0>" for an internal pid term.
+    // "<0.85.0>" for an internal pid term (its low 32 bits; the high half is the table index).
     static std::string format_pid(uint64_t pid_term);
 
 private:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
+# the hottest functions, one stack of each scheduler, who triggers GC, and a folded-stack file
+# for a flame graph. Run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+work=$(mktemp -d /tmp/beam-bpf-demo.XXXXXX)
+erlc -o "$work" scripts/demo_workload.erl
+# `erl` execs beam.smp, so $! is the VM's OS pid.
+erl -noshell -pa "$work" -eval 'demo_workload:start()' > "$work/vm.log" 2>&1 &
+vm=$!
+trap 'kill $vm 2>/dev/null || true' EXIT
+sleep 2
+
+echo "== beam-bpf-sample -d 10 $vm: the hottest Erlang functions"
+build/beam-bpf-sample -d 10 -t 15 "$vm"
+echo
+echo "== beam-bpf-sample --pstack $vm: what each scheduler runs right now"
+build/beam-bpf-sample --pstack "$vm"
+echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
+build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"
+echo
+build/beam-bpf-sample -d 5 --folded -o "$work/demo.folded" "$vm"
+echo "folded stacks for a flame graph: $work/demo.folded"

@@ -1,0 +1,46 @@
+%% The demo VM that scripts/demo.sh profiles: a few kinds of everyday BEAM work at once, so
+%% the report has something to say. Runs until killed.
+-module(demo_workload).
+-export([start/0]).
+
+start() ->
+    spawn_link(fun sorter/0),
+    spawn_link(fun encoder/0),
+    spawn_link(fun() -> ets_writer(ets:new(demo, [set, public])) end),
+    Server = spawn_link(fun() -> counter_server(0) end),
+    spawn_link(fun() -> counter_client(Server) end),
+    io:format("demo workload running in ~s~n", [os:getpid()]),
+    receive stop -> ok end.
+
+%% Sorting random lists: lists:sort/1 and the random number generator.
+sorter() ->
+    L = [rand:uniform(1000000) || _ <- lists:seq(1, 20000)],
+    _ = lists:sort(L),
+    sorter().
+
+%% Term to iolist to binary: the shape of an encoder in a web request.
+encoder() ->
+    Doc = #{name => <<"beam">>, tags => [a, b, c], values => lists:seq(1, 200)},
+    _ = iolist_to_binary(encode(Doc)),
+    encoder().
+
+encode(M) when is_map(M) ->
+    ["{", lists:join(",", [[encode(K), ":", encode(V)] || {K, V} <- maps:to_list(M)]), "}"];
+encode(L) when is_list(L) -> ["[", lists:join(",", [encode(X) || X <- L]), "]"];
+encode(A) when is_atom(A) -> [$", atom_to_list(A), $"];
+encode(B) when is_binary(B) -> [$", B, $"];
+encode(I) when is_integer(I) -> integer_to_list(I).
+
+ets_writer(T) ->
+    [ets:insert(T, {K, K * 2}) || K <- lists:seq(1, 5000)],
+    [ets:lookup(T, K) || K <- lists:seq(1, 5000)],
+    ets_writer(T).
+
+%% Message passing: a client calling a server in a loop.
+counter_server(N) ->
+    receive {From, incr} -> From ! {self(), N + 1}, counter_server(N + 1) end.
+
+counter_client(Server) ->
+    Server ! {self(), incr},
+    receive {Server, _} -> ok end,
+    counter_client(Server).

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what beam-bpf needs on Debian 12 and builds it into ./build. Run as root.
+#   scripts/setup.sh            packages + build
+#   BB_SKIP_APT=1 scripts/setup.sh   build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (it installs packages; the tools need root or CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE)" >&2
+  exit 1
+fi
+
+packages=(
+  build-essential cmake pkg-config            # C++ build
+  clang llvm bpftool libbpf-dev               # BPF object, skeleton, loader
+  libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
+  libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
+  erlang-base                                 # erl/erlc: the demo VM and the integration tests
+  linux-perf                                  # the incumbent, for scripts/bench.sh
+)
+if [ -z "${BB_SKIP_APT:-}" ]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# CO-RE relocations need the running kernel's BTF.
+[ -r /sys/kernel/btf/vmlinux ] || { echo "setup.sh: this kernel has no BTF (/sys/kernel/btf/vmlinux); beam-bpf needs CONFIG_DEBUG_INFO_BTF" >&2; exit 1; }
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
