@@ -1,0 +1,511 @@
+// Parsers of the VM's GDB JIT symfiles, and the index that walks the descriptor's entry list.
+// Symfiles are written byte by byte in the layout of erts/emulator/beam/jit/beam_jit_metadata.cpp;
+// the index is run against fake descriptors laid out in this process's own memory.
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "jit_code.hpp"
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+struct TestLine {
+    uint32_t off, line;
+    std::string file;
+};
+struct TestRange {
+    uint32_t start, end;
+    std::string name;
+    std::vector<TestLine> lines;
+};
+
+class Writer {
+public:
+    template <class T>
+    void put(T v) {
+        auto p = reinterpret_cast<const std::byte*>(&v);
+        bytes.insert(bytes.end(), p, p + sizeof(T));
+    }
+    void zeros(size_t n) { bytes.insert(bytes.end(), n, std::byte{0}); }
+    // A name field as the VM writes it: length including the NUL, then the chars and the NUL.
+    void name(const std::string& s) {
+        put<uint16_t>(static_cast<uint16_t>(s.size() + 1));
+        for (char c : s) bytes.push_back(static_cast<std::byte>(c));
+        bytes.push_back(std::byte{0});
+    }
+    Bytes bytes;
+};
+
+// struct debug_info{header=1, module_info} followed by range_info/line_info records.
+Bytes module_symfile(uint64_t base, uint32_t code_size, const std::string& name,
+                     const std::vector<TestRange>& ranges) {
+    Writer w;
+    w.put<uint32_t>(1);
+    w.zeros(4);
+    w.put<uint64_t>(base);
+    w.put<uint32_t>(static_cast<uint32_t>(ranges.size()));
+    w.put<uint32_t>(code_size);
+    w.name(name);  // at +24/+26
+    w.zeros(6);    // the VM skips sizeof(debug_info) == 32, not 26
+    for (const auto& r : ranges) {
+        w.put<uint32_t>(r.start);
+        w.put<uint32_t>(r.end);
+        w.put<uint32_t>(static_cast<uint32_t>(r.lines.size()));
+        w.name(r.name);  // at +12/+14
+        w.zeros(2);      // sizeof(range_info) == 16
+        for (const auto& l : r.lines) {
+            w.put<uint32_t>(l.off);
+            w.put<uint32_t>(l.line);
+            w.name(l.file);  // at +8/+10
+            w.zeros(2);      // sizeof(line_info) == 12
+        }
+    }
+    return w.bytes;
+}
+
+Bytes emulator_symfile(int32_t frame_layout, uint64_t normal_exit) {
+    Writer w;
+    w.put<uint32_t>(0);
+    w.zeros(4);
+    w.put<int32_t>(frame_layout);
+    w.zeros(4);
+    w.put<uint64_t>(normal_exit);
+    w.zeros(8);  // sizeof(debug_info) is 32: the union is as big as module_info
+    return w.bytes;
+}
+
+template <class T>
+void poke(Bytes& b, size_t off, T v) {
+    ASSERT_LE(off + sizeof(T), b.size());
+    std::memcpy(b.data() + off, &v, sizeof(T));
+}
+
+constexpr uint64_t kBase = 0x7f0000100000;
+
+Bytes lists_symfile() {
+    return module_symfile(kBase, 0x400, "lists",
+                          {{0x0, 0x40, "lists::codeHeader", {}},
+                           {0x40, 0x60, "lists:foldl/3-CodeInfoPrologue", {}},
+                           {0x60, 0x200, "lists:foldl/3",
+                            {{0x60, 1260, "lists.erl"}, {0x100, 1262, "lists.erl"}}}});
+}
+
+// Every successfully parsed module must satisfy what lookups rely on.
+void expect_invariants(const bb::JitModule& m) {
+    uint64_t prev_end = 0;
+    for (const auto& r : m.ranges) {
+        EXPECT_LT(r.start, r.end);
+        EXPECT_GE(r.start, m.base);
+        EXPECT_LE(r.end, m.base + m.code_size);
+        EXPECT_GE(r.start, prev_end);
+        prev_end = r.end;
+        for (size_t i = 1; i < r.lines.size(); i++) EXPECT_LE(r.lines[i - 1].start, r.lines[i].start);
+    }
+}
+
+TEST(JitSymfile, ParsesModuleRangesAndLines) {
+    std::string err;
+    auto m = bb::parse_module_symfile(lists_symfile(), &err);
+    ASSERT_TRUE(m) << err;
+    EXPECT_EQ(m->name, "lists");
+    EXPECT_EQ(m->base, kBase);
+    EXPECT_EQ(m->code_size, 0x400u);
+    ASSERT_EQ(m->ranges.size(), 3u);
+    EXPECT_EQ(m->ranges[0].name, "lists::codeHeader");
+    EXPECT_EQ(m->ranges[0].start, kBase);
+    EXPECT_EQ(m->ranges[0].end, kBase + 0x40);
+    EXPECT_EQ(m->ranges[1].name, "lists:foldl/3");  // suffix stripped
+    EXPECT_EQ(m->ranges[1].start, kBase + 0x40);
+    EXPECT_EQ(m->ranges[2].name, "lists:foldl/3");
+    EXPECT_EQ(m->ranges[2].end, kBase + 0x200);
+    ASSERT_EQ(m->ranges[2].lines.size(), 2u);
+    EXPECT_EQ(m->ranges[2].lines[0].start, kBase + 0x60);
+    EXPECT_EQ(m->ranges[2].lines[0].line, 1260u);
+    EXPECT_EQ(m->ranges[2].lines[1].start, kBase + 0x100);
+    EXPECT_EQ(m->ranges[2].lines[1].file, "lists.erl");
+    expect_invariants(*m);
+}
+
+TEST(JitSymfile, ParsesModuleWithoutRanges) {
+    std::string err;
+    auto m = bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {}), &err);
+    ASSERT_TRUE(m) << err;
+    EXPECT_EQ(m->name, "empty");
+    EXPECT_TRUE(m->ranges.empty());
+}
+
+TEST(JitSymfile, EveryTruncationFails) {
+    Bytes full = lists_symfile();
+    for (size_t len = 0; len < full.size(); len++) {
+        std::string err;
+        auto m = bb::parse_module_symfile(std::span(full).first(len), &err);
+        EXPECT_FALSE(m) << "length " << len;
+        EXPECT_FALSE(err.empty()) << "length " << len;
+    }
+    Bytes emu = emulator_symfile(0, 0x1234);
+    for (size_t len = 0; len < 24; len++) {
+        std::string err;
+        EXPECT_FALSE(bb::parse_emulator_symfile(std::span(emu).first(len), &err)) << len;
+        EXPECT_FALSE(err.empty());
+    }
+}
+
+TEST(JitSymfile, TrailingBytesFail) {
+    Bytes b = lists_symfile();
+    b.push_back(std::byte{0});
+    std::string err;
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_NE(err.find("trailing"), std::string::npos) << err;
+}
+
+TEST(JitSymfile, HugeRangeCountFails) {
+    Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {}}});
+    poke<uint32_t>(b, 16, 0xFFFFFFFF);
+    std::string err;
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_NE(err.find("range count"), std::string::npos) << err;
+    // The same with only the header there.
+    Bytes head = module_symfile(kBase, 0x100, "m", {});
+    poke<uint32_t>(head, 16, 0xFFFFFFFF);
+    EXPECT_FALSE(bb::parse_module_symfile(head, &err));
+}
+
+TEST(JitSymfile, HugeLineCountFails) {
+    Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {{0, 1, "m.erl"}}}});
+    poke<uint32_t>(b, 32 + 2 + 8, 0xFFFFFFFF);  // first range's line_count
+    std::string err;
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_NE(err.find("line count"), std::string::npos) << err;
+}
+
+TEST(JitSymfile, NameLengthPastTheEndFails) {
+    std::string err;
+    Bytes b = lists_symfile();
+    poke<uint16_t>(b, 24, 0xFFFF);  // module name_length
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(err.empty());
+
+    b = lists_symfile();
+    size_t first_range = 32 + sizeof("lists");
+    poke<uint16_t>(b, first_range + 12, 0xFFFF);  // first range's name_length
+    err.clear();
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(err.empty());
+
+    b = lists_symfile();
+    poke<uint16_t>(b, 24, 0);  // no room even for the NUL
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+}
+
+TEST(JitSymfile, UnterminatedNameFails) {
+    Bytes b = lists_symfile();
+    poke<char>(b, 26 + 5, 'X');  // the NUL after "lists"
+    std::string err;
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_NE(err.find("NUL"), std::string::npos) << err;
+}
+
+TEST(JitSymfile, WrongKindFails) {
+    std::string err;
+    EXPECT_FALSE(bb::parse_module_symfile(emulator_symfile(0, 1), &err));
+    EXPECT_FALSE(bb::parse_emulator_symfile(lists_symfile(), &err));
+    Bytes b = lists_symfile();
+    poke<uint32_t>(b, 0, 7);
+    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+}
+
+TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
+    std::string err;
+    auto m = bb::parse_module_symfile(
+        module_symfile(kBase, 0x100, "m",
+                       {{0x80, 0x90, "m:late/0", {}},
+                        {0x10, 0x40, "m:a/0", {}},
+                        {0x30, 0x50, "m:overlaps_a/0", {}},  // starts inside m:a/0
+                        {0x60, 0x50, "m:inverted/0", {}},
+                        {0x50, 0x50, "m::codeFooter", {}},   // empty
+                        {0xF0, 0x101, "m:past_code/0", {}},
+                        {0x40, 0x50, "m:b/0", {}}}),
+        &err);
+    ASSERT_TRUE(m) << err;
+    std::vector<std::string> names;
+    for (const auto& r : m->ranges) names.push_back(r.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"m:a/0", "m:b/0", "m:late/0"}));
+    expect_invariants(*m);
+}
+
+TEST(JitSymfile, ParsesEmulator) {
+    std::string err;
+    auto e = bb::parse_emulator_symfile(emulator_symfile(1, 0x55550000abcd), &err);
+    ASSERT_TRUE(e) << err;
+    EXPECT_EQ(e->frame_layout, 1);
+    EXPECT_EQ(e->normal_exit, 0x55550000abcdu);
+    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(2, 0x1000), &err));
+    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(0, 0), &err));
+}
+
+TEST(JitSymfile, SurvivesRandomGarbage) {
+    std::mt19937_64 rng(20240601);
+    auto byte = [&] { return static_cast<std::byte>(rng() & 0xFF); };
+    Bytes valid = lists_symfile();
+    size_t parsed = 0;
+    for (int i = 0; i < 4000; i++) {
+        Bytes b;
+        if (i % 2 == 0) {
+            // Pure noise, sometimes with a plausible header so the parser gets past it.
+            b.resize(rng() % 300);
+            for (auto& x : b) x = byte();
+            if (b.size() >= 32 && i % 4 == 0) {
+                poke<uint32_t>(b, 0, 1);
+                poke<uint32_t>(b, 16, static_cast<uint32_t>(rng() % 4));
+                poke<uint16_t>(b, 24, static_cast<uint16_t>(rng() % 8));
+            }
+        } else {
+            // A valid symfile with a few bytes changed or cut off.
+            b = valid;
+            for (int n = 1 + rng() % 4; n > 0; n--) b[rng() % b.size()] = byte();
+            if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
+        }
+        std::string err;
+        if (auto m = bb::parse_module_symfile(b, &err)) {
+            parsed++;
+            expect_invariants(*m);
+        } else {
+            EXPECT_FALSE(err.empty());
+        }
+        bb::parse_emulator_symfile(b, &err);
+    }
+    EXPECT_GT(parsed, 0u);  // mutations of names and offsets often still parse
+}
+
+// --- JitCodeIndex against this process's own memory -----------------------------------------
+
+// struct jit_descriptor and jit_code_entry as the VM lays them out.
+struct FakeDescriptor {
+    uint32_t version = 1, action = 0;
+    uint64_t relevant = 0, first = 0;
+    uint64_t mutex[5] = {};
+};
+struct FakeEntry {
+    uint64_t next = 0, prev = 0, symfile_addr = 0, symfile_size = 0;
+};
+
+uint64_t addr_of(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// A VM-like list: register() pushes at the head as beam_jit_metadata.cpp does.
+class FakeVm {
+public:
+    FakeVm() : desc_(std::make_unique<FakeDescriptor>()) {}
+    uint64_t descriptor() const { return addr_of(desc_.get()); }
+
+    FakeEntry* register_symfile(Bytes symfile) {
+        symfiles_.push_back(std::make_unique<Bytes>(std::move(symfile)));
+        entries_.push_back(std::make_unique<FakeEntry>());
+        FakeEntry* e = entries_.back().get();
+        e->symfile_addr = addr_of(symfiles_.back()->data());
+        e->symfile_size = symfiles_.back()->size();
+        e->next = desc_->first;
+        if (e->next) reinterpret_cast<FakeEntry*>(e->next)->prev = addr_of(e);
+        desc_->first = desc_->relevant = addr_of(e);
+        desc_->action = 1;
+        return e;
+    }
+    void unregister(FakeEntry* e) {
+        if (e->prev) reinterpret_cast<FakeEntry*>(e->prev)->next = e->next;
+        else desc_->first = e->next;
+        if (e->next) reinterpret_cast<FakeEntry*>(e->next)->prev = e->prev;
+        desc_->relevant = addr_of(e);
+        desc_->action = 2;
+    }
+    FakeDescriptor& desc() { return *desc_; }
+
+private:
+    std::unique_ptr<FakeDescriptor> desc_;
+    std::vector<std::unique_ptr<FakeEntry>> entries_;
+    std::vector<std::unique_ptr<Bytes>> symfiles_;
+};
+
+// Code addresses are only numbers to the index: nothing is read there.
+constexpr uint64_t kCode = 0x7f00dead0000;
+
+Bytes one_function(const std::string& mod, const std::string& fun, uint64_t base = kCode) {
+    return module_symfile(base, 0x1000, mod,
+                          {{0x0, 0x40, mod + "::codeHeader", {}},
+                           {0x100, 0x200, mod + ":" + fun, {{0x100, 7, mod + ".erl"}, {0x180, 9, mod + ".erl"}}}});
+}
+
+std::string name_at(const bb::JitCodeIndex& idx, uint64_t addr, uint64_t sample_ns) {
+    auto hit = idx.lookup(addr, sample_ns);
+    return hit ? hit->range->name : "<none>";
+}
+
+class JitIndex : public ::testing::Test {
+protected:
+    FakeVm vm;
+    bb::RemoteMemory mem{getpid()};
+};
+
+TEST_F(JitIndex, IndexesModulesAndTheEmulator) {
+    vm.register_symfile(emulator_symfile(0, 0x5555aaaa0000));
+    vm.register_symfile(one_function("lists", "foldl/3"));
+    vm.register_symfile(one_function("maps", "get/2", kCode + 0x1000));
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    auto r = idx.refresh(100);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.added, 3u);
+    EXPECT_EQ(idx.module_count(), 2u);
+    EXPECT_EQ(idx.range_count(), 4u);
+    ASSERT_TRUE(idx.emulator());
+    EXPECT_EQ(idx.emulator()->frame_layout, 0);
+    EXPECT_EQ(idx.emulator()->normal_exit, 0x5555aaaa0000u);
+
+    auto hit = idx.lookup(kCode + 0x190, 150);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->module->name, "lists");
+    EXPECT_EQ(hit->range->name, "lists:foldl/3");
+    EXPECT_EQ(hit->line, 9u);
+    ASSERT_TRUE(hit->file);
+    EXPECT_EQ(*hit->file, "lists.erl");
+    EXPECT_EQ(name_at(idx, kCode + 0x1100, 150), "maps:get/2");
+    EXPECT_EQ(name_at(idx, kCode + 0x80, 150), "<none>");  // between ranges
+    EXPECT_EQ(name_at(idx, kCode - 1, 150), "<none>");
+    EXPECT_EQ(name_at(idx, kCode + 0x2000, 150), "<none>");
+
+    // Nothing changed: nothing added, same generation.
+    uint64_t gen = idx.generation();
+    r = idx.refresh(200);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.added, 0u);
+    EXPECT_EQ(r.retired, 0u);
+    EXPECT_EQ(idx.generation(), gen);
+}
+
+TEST_F(JitIndex, UnlinkedModuleAnswersForEarlierSamples) {
+    FakeEntry* old_entry = vm.register_symfile(one_function("old", "f/0"));
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    ASSERT_TRUE(idx.refresh(100).ok);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "old:f/0");
+    uint64_t gen = idx.generation();
+
+    // Purged, and its code memory reused by a newly loaded module.
+    vm.unregister(old_entry);
+    vm.register_symfile(one_function("new", "g/1"));
+    auto r = idx.refresh(200);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.added, 1u);
+    EXPECT_EQ(r.retired, 1u);
+    EXPECT_GT(idx.generation(), gen);
+    EXPECT_EQ(idx.module_count(), 1u);
+
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 50), "old:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "old:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 200), "old:f/0");  // retired at 200: still live then
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 201), "new:g/1");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "new:g/1");
+
+    // A third generation: each sample goes to the module live at its time.
+    FakeEntry* newest = vm.register_symfile(one_function("newer", "h/2"));
+    vm.unregister(reinterpret_cast<FakeEntry*>(newest->next));
+    ASSERT_TRUE(idx.refresh(300).ok);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "old:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "new:g/1");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 350), "newer:h/2");
+}
+
+TEST_F(JitIndex, NewerModuleOverlappingAListedOneWins) {
+    // OTP 25 leaves purged modules in the list: the newer entry at the same addresses wins.
+    vm.register_symfile(one_function("old", "f/0"));
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    ASSERT_TRUE(idx.refresh(100).ok);
+    vm.register_symfile(one_function("new", "g/1", kCode + 0x800));  // overlaps half of old
+    auto r = idx.refresh(200);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.retired, 1u);
+    EXPECT_EQ(idx.module_count(), 1u);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "old:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x950, 250), "new:g/1");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "<none>");  // old's code is gone by then
+    // Still listed, still retired: a later refresh changes nothing.
+    uint64_t gen = idx.generation();
+    r = idx.refresh(300);
+    EXPECT_EQ(r.added + r.retired, 0u);
+    EXPECT_EQ(idx.generation(), gen);
+
+    // All entries new in one walk: list order decides.
+    bb::JitCodeIndex fresh(mem, vm.descriptor());
+    ASSERT_TRUE(fresh.refresh(400).ok);
+    EXPECT_EQ(fresh.module_count(), 1u);
+    EXPECT_EQ(name_at(fresh, kCode + 0x950, 500), "new:g/1");
+}
+
+TEST_F(JitIndex, TornListKeepsThePreviousState) {
+    vm.register_symfile(one_function("a", "f/0"));
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    ASSERT_TRUE(idx.refresh(100).ok);
+    uint64_t gen = idx.generation();
+
+    FakeEntry* b = vm.register_symfile(one_function("b", "f/0", kCode + 0x10000));
+    uint64_t saved_next = b->next;
+    b->next = addr_of(b);  // a cycle
+    auto r = idx.refresh(200);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("cycle"), std::string::npos) << r.error;
+    EXPECT_EQ(idx.generation(), gen);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "a:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x10150, 250), "<none>");
+
+    b->next = 0x10;  // unreadable
+    r = idx.refresh(200);
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(idx.module_count(), 1u);
+
+    b->next = saved_next;
+    r = idx.refresh(300);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(idx.module_count(), 2u);
+    EXPECT_EQ(name_at(idx, kCode + 0x10150, 350), "b:f/0");
+}
+
+TEST_F(JitIndex, UnreadableDescriptorOrUnknownVersionFails) {
+    bb::JitCodeIndex nowhere(mem, 0x10);
+    EXPECT_FALSE(nowhere.refresh(1).ok);
+    vm.desc().version = 2;
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    auto r = idx.refresh(1);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("version"), std::string::npos) << r.error;
+}
+
+TEST_F(JitIndex, GarbageSymfileIsSkippedNotFatal) {
+    vm.register_symfile(one_function("good", "f/0"));
+    Bytes garbage(100, std::byte{0x5A});
+    vm.register_symfile(garbage);
+    FakeEntry* huge = vm.register_symfile(one_function("huge", "f/0", kCode + 0x10000));
+    huge->symfile_size = uint64_t{1} << 40;  // never read
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    auto r = idx.refresh(100);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.added, 1u);
+    EXPECT_NE(r.error.find("2 JIT symfile(s) skipped"), std::string::npos) << r.error;
+    EXPECT_EQ(idx.module_count(), 1u);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "good:f/0");
+    // Remembered as bad, not parsed again.
+    r = idx.refresh(200);
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+}
+
+TEST_F(JitIndex, EmptyListIsFine) {
+    bb::JitCodeIndex idx(mem, vm.descriptor());
+    auto r = idx.refresh(1);
+    EXPECT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(idx.module_count(), 0u);
+    EXPECT_FALSE(idx.emulator());
+    EXPECT_FALSE(idx.lookup(kCode, 2));
+}
+
+}  // namespace

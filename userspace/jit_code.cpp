@@ -1,0 +1,505 @@
+// The GDB JIT interface as the BEAM fills it (erts/emulator/beam/jit/beam_jit_metadata.cpp,
+// OTP 25): a doubly linked list of jit_code_entry, each pointing at a "symfile" that is not an
+// object file but the VM's own packed struct debug_info. Everything read from the target is
+// untrusted: every count and length is checked against the bytes actually read.
+#include "jit_code.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+
+namespace bb {
+
+namespace {
+
+// struct debug_info: u32 header (0 emulator, 1 module), then an 8-aligned union.
+constexpr uint32_t kKindEmulator = 0, kKindModule = 1;
+// struct module_info at +8: u64 base_address, u32 range_count, u32 code_size, u16 name_length,
+// char name[] at +26. The VM advances by sizeof(debug_info) (32) + name_length, so the first
+// range_info sits at 32 + name_length.
+constexpr size_t kModuleBase = 8, kModuleRangeCount = 16, kModuleCodeSize = 20,
+                 kModuleNameLen = 24, kModuleName = 26, kModuleHeaderSize = 32;
+// struct range_info: u32 start_offset, u32 end_offset, u32 line_count, u16 name_length,
+// char name[] at +14; sizeof is 16, so the next record is at 16 + name_length.
+constexpr size_t kRangeNameLen = 12, kRangeName = 14, kRangeSize = 16;
+// struct line_info: u32 start_offset, u32 line_number, u16 file_length, char file[] at +10;
+// sizeof is 12, so the next record is at 12 + file_length.
+constexpr size_t kLineFileLen = 8, kLineFile = 10, kLineSize = 12;
+// struct emulator_info at +8: int frame_layout, then const void* normal_exit at +16.
+constexpr size_t kEmuFrameLayout = 8, kEmuNormalExit = 16, kEmuSize = 24;
+
+constexpr std::string_view kPrologueSuffix = "-CodeInfoPrologue";
+
+template <class T>
+std::optional<T> load(std::span<const std::byte> b, size_t off) {
+    if (off > b.size() || b.size() - off < sizeof(T)) return std::nullopt;
+    T v;
+    std::memcpy(&v, b.data() + off, sizeof(T));
+    return v;
+}
+
+std::nullopt_t fail(std::string* err, std::string msg) {
+    if (err) *err = std::move(msg);
+    return std::nullopt;
+}
+
+// A name field: `len` bytes at `off` including the VM's NUL terminator, which must be there
+// (a missing one means we are not looking at what the VM wrote).
+bool read_name(std::span<const std::byte> b, size_t off, size_t len, std::string* out,
+               std::string* err, const std::string& what) {
+    std::string problem;
+    if (len == 0) problem = " has length 0";
+    else if (off > b.size() || b.size() - off < len) problem = " runs past the end";
+    else if (static_cast<char>(b[off + len - 1]) != '\0') problem = " is not NUL-terminated";
+    if (!problem.empty()) {
+        fail(err, what + problem + " (offset " + std::to_string(off) + ")");
+        return false;
+    }
+    auto chars = reinterpret_cast<const char*>(b.data() + off);
+    out->assign(chars, strnlen(chars, len));
+    return true;
+}
+
+}  // namespace
+
+std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std::string* err) {
+    auto kind = load<uint32_t>(b, 0);
+    if (!kind || b.size() < kModuleHeaderSize)
+        return fail(err, "module symfile shorter than its header");
+    if (*kind != kKindModule)
+        return fail(err, "not a module symfile (kind " + std::to_string(*kind) + ")");
+
+    JitModule m;
+    m.base = *load<uint64_t>(b, kModuleBase);
+    uint32_t range_count = *load<uint32_t>(b, kModuleRangeCount);
+    m.code_size = *load<uint32_t>(b, kModuleCodeSize);
+    uint16_t name_len = *load<uint16_t>(b, kModuleNameLen);
+    if (m.base + m.code_size < m.base) return fail(err, "module code wraps around");
+    if (!read_name(b, kModuleName, name_len, &m.name, err, "module name")) return std::nullopt;
+
+    size_t pos = kModuleHeaderSize + name_len;
+    if (pos > b.size()) return fail(err, "module name runs past the end");
+    // Each range takes at least kRangeSize + 1 bytes: a count beyond that is garbage, and it is
+    // never used to size anything before this check.
+    if (range_count > (b.size() - pos) / (kRangeSize + 1))
+        return fail(err, "range count " + std::to_string(range_count) + " exceeds the symfile");
+    m.ranges.reserve(range_count);
+
+    for (uint32_t i = 0; i < range_count; i++) {
+        auto start_off = load<uint32_t>(b, pos), end_off = load<uint32_t>(b, pos + 4),
+             line_count = load<uint32_t>(b, pos + 8);
+        auto rname_len = load<uint16_t>(b, pos + kRangeNameLen);
+        if (!rname_len) return fail(err, "range " + std::to_string(i) + " truncated");
+        JitRange r;
+        if (!read_name(b, pos + kRangeName, *rname_len, &r.name, err, "range name"))
+            return std::nullopt;
+        pos += kRangeSize + *rname_len;
+        if (pos > b.size()) return fail(err, "range " + std::to_string(i) + " truncated");
+        // The VM names a function's CodeInfo + prologue separately for perf's disassembly; to a
+        // profile it is part of the function.
+        if (r.name.ends_with(kPrologueSuffix)) r.name.resize(r.name.size() - kPrologueSuffix.size());
+
+        if (*line_count > (b.size() - pos) / (kLineSize + 1))
+            return fail(err, "line count " + std::to_string(*line_count) + " exceeds the symfile");
+        r.lines.reserve(*line_count);
+        for (uint32_t j = 0; j < *line_count; j++) {
+            auto lstart = load<uint32_t>(b, pos), line = load<uint32_t>(b, pos + 4);
+            auto file_len = load<uint16_t>(b, pos + kLineFileLen);
+            if (!file_len) return fail(err, "line record truncated");
+            JitLine l;
+            if (!read_name(b, pos + kLineFile, *file_len, &l.file, err, "line file name"))
+                return std::nullopt;
+            pos += kLineSize + *file_len;
+            if (pos > b.size()) return fail(err, "line record truncated");
+            // Dropped, not rejected: a line outside the module's code cannot describe any address
+            // we will look up, and the rest of the record is still well-formed.
+            if (*lstart > m.code_size) continue;
+            l.start = m.base + *lstart;
+            l.line = *line;
+            r.lines.push_back(std::move(l));
+        }
+        std::stable_sort(r.lines.begin(), r.lines.end(),
+                         [](const JitLine& a, const JitLine& c) { return a.start < c.start; });
+
+        // Inverted, empty and out-of-code ranges are dropped, not rejected: the symfile's
+        // structure checked out, so its other ranges are still worth having. (The VM emits
+        // empty ranges, e.g. a module's codeFooter when nothing follows the last function.)
+        if (*start_off >= *end_off || *end_off > m.code_size) continue;
+        r.start = m.base + *start_off;
+        r.end = m.base + *end_off;
+        m.ranges.push_back(std::move(r));
+    }
+    // The VM computes symfile_size as exactly what it writes: leftovers mean a layout we do not
+    // know (another OTP version) or bytes that are not a symfile.
+    if (pos != b.size())
+        return fail(err, std::to_string(b.size() - pos) + " trailing bytes after the last range");
+
+    // The VM writes ranges in address order; sort anyway, then drop any range that overlaps the
+    // one kept before it, so that lookups can binary-search.
+    std::stable_sort(m.ranges.begin(), m.ranges.end(),
+                     [](const JitRange& a, const JitRange& c) { return a.start < c.start; });
+    std::vector<JitRange> kept;
+    kept.reserve(m.ranges.size());
+    for (auto& r : m.ranges)
+        if (kept.empty() || r.start >= kept.back().end) kept.push_back(std::move(r));
+    m.ranges = std::move(kept);
+    return m;
+}
+
+std::optional<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b, std::string* err) {
+    auto kind = load<uint32_t>(b, 0);
+    if (!kind || b.size() < kEmuSize)
+        return fail(err, "emulator symfile shorter than its header");
+    if (*kind != kKindEmulator)
+        return fail(err, "not an emulator symfile (kind " + std::to_string(*kind) + ")");
+    JitEmulator e;
+    e.frame_layout = *load<int32_t>(b, kEmuFrameLayout);
+    e.normal_exit = *load<uint64_t>(b, kEmuNormalExit);
+    if (e.frame_layout != 0 && e.frame_layout != 1)
+        return fail(err, "unknown frame layout " + std::to_string(e.frame_layout));
+    if (e.normal_exit == 0) return fail(err, "normal-exit address is null");
+    return e;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kMaxEntries = 100'000;        // a real VM has a few hundred to a few thousand
+constexpr uint64_t kMaxSymfileSize = 64 << 20;  // the biggest real ones are well under 1 MiB
+constexpr int kWalkAttempts = 4;
+constexpr size_t kMaxRetiredModules = 1024;    // bounds memory under hot-code-loading churn
+constexpr uint64_t kLive = UINT64_MAX;
+
+// struct jit_descriptor without its mutex. Every register (and unregister, in VMs that do it)
+// rewrites action_flag/relevant_entry/first_entry, so equal snapshots before and after a walk
+// mean the list did not change in between.
+struct Descriptor {
+    uint32_t version, action;
+    uint64_t relevant, first;
+    bool operator==(const Descriptor&) const = default;
+};
+struct Entry {
+    uint64_t next, prev, symfile_addr, symfile_size;
+};
+
+// Identifies an entry across walks without re-reading its symfile. The symfile's first 24 bytes
+// (for a module: kind, base address, range count, code size) are part of it because a purged entry and its symfile may be
+// freed and their memory handed to the next module of the same size at the same addresses.
+struct Key {
+    uint64_t entry = 0, symfile = 0, size = 0;
+    std::array<uint64_t, 3> head{};
+    auto operator<=>(const Key&) const = default;
+};
+
+struct Known {
+    Key key;
+    uint64_t seen_ns = 0;           // first refresh that listed it
+    uint64_t retired_ns = kLive;    // first refresh that found it gone (or shadowed)
+    std::unique_ptr<JitModule> module;  // null for the emulator entry and unparseable ones
+    std::optional<JitEmulator> emulator;
+};
+
+struct Slot {
+    uint64_t end;
+    uint64_t seen_ns;
+    const JitModule* module;
+    const JitRange* range;
+};
+
+const JitRange* find_range(const JitModule& m, uint64_t addr) {
+    auto it = std::upper_bound(m.ranges.begin(), m.ranges.end(), addr,
+                               [](uint64_t a, const JitRange& r) { return a < r.start; });
+    if (it == m.ranges.begin()) return nullptr;
+    --it;
+    return addr < it->end ? &*it : nullptr;
+}
+
+JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr) {
+    JitHit h{&m, &r, 0, nullptr};
+    auto it = std::upper_bound(r.lines.begin(), r.lines.end(), addr,
+                               [](uint64_t a, const JitLine& l) { return a < l.start; });
+    if (it != r.lines.begin()) {
+        --it;
+        h.line = it->line;
+        h.file = &it->file;
+    }
+    return h;
+}
+
+}  // namespace
+
+struct JitCodeIndex::Impl {
+    const RemoteMemory* mem;
+    uint64_t descriptor;
+
+    // Entries of the last consistent walk.
+    std::map<Key, std::unique_ptr<Known>> listed;
+    // Retired entries no longer listed, kept for samples taken before they went away.
+    std::vector<std::unique_ptr<Known>> unlisted;
+
+    // Live ranges sorted by start: starts separately so the binary search touches one array.
+    std::vector<uint64_t> starts;
+    std::vector<Slot> slots;
+    // Every retired module (listed or not) by base, for the fallback search.
+    std::vector<const Known*> retired;
+    uint64_t retired_max_span = 0;
+
+    std::optional<JitEmulator> emulator;
+    size_t live_modules = 0;
+    uint64_t generation = 0;
+
+    struct Walk {
+        Descriptor head;
+        std::vector<Key> keys;
+    };
+    std::optional<Walk> walk(std::string* err) const;
+    void apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns,
+               RefreshResult* res);
+    void rebuild();
+    std::optional<JitHit> lookup_retired(uint64_t addr, uint64_t sample_ns) const;
+};
+
+std::optional<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk(std::string* err) const {
+    Walk w;
+    auto head = mem->read<Descriptor>(descriptor);
+    if (!head) return fail(err, "cannot read __jit_debug_descriptor");
+    if (head->version != 1)
+        return fail(err, "unknown JIT descriptor version " + std::to_string(head->version));
+    w.head = *head;
+    std::unordered_set<uint64_t> visited;
+    for (uint64_t p = head->first; p != 0;) {
+        if (w.keys.size() >= kMaxEntries)
+            return fail(err, "more than " + std::to_string(kMaxEntries) + " JIT entries");
+        if (!visited.insert(p).second) return fail(err, "cycle in the JIT entry list");
+        auto e = mem->read<Entry>(p);
+        if (!e) return fail(err, "cannot read JIT entry");
+        Key k{p, e->symfile_addr, e->symfile_size, {}};
+        if (e->symfile_size >= sizeof(k.head) &&
+            !mem->read(e->symfile_addr, std::as_writable_bytes(std::span(k.head))))
+            return fail(err, "cannot read a JIT symfile header");
+        w.keys.push_back(k);
+        p = e->next;
+    }
+    auto after = mem->read<Descriptor>(descriptor);
+    if (!after || *after != w.head) return fail(err, "JIT entry list changed during the walk");
+    return w;
+}
+
+JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
+    Impl& s = *impl_;
+    RefreshResult res;
+    std::string err;
+    for (int attempt = 0; attempt < kWalkAttempts; attempt++) {
+        // The VM holds its mutex only for a few pointer writes: give it a moment to finish.
+        if (attempt > 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * attempt));
+        auto w = s.walk(&err);
+        if (!w) continue;
+
+        std::map<Key, std::unique_ptr<Known>> fresh;
+        std::string bad;  // first unparseable entry; it is remembered and not parsed again
+        size_t bad_count = 0;
+        bool torn = false;
+        for (const Key& k : w->keys) {
+            if (s.listed.contains(k) || fresh.contains(k)) continue;
+            auto known = std::make_unique<Known>();
+            known->key = k;
+            known->seen_ns = now_ns;
+            std::string perr;
+            if (k.size > kMaxSymfileSize) {
+                perr = "symfile of " + std::to_string(k.size) + " bytes";
+            } else {
+                auto bytes = s.mem->read_bytes(k.symfile, k.size);
+                if (!bytes) {
+                    torn = true;  // freed under us, most likely: walk again
+                    break;
+                }
+                auto kind = load<uint32_t>(*bytes, 0);
+                if (kind == kKindEmulator) {
+                    if ((known->emulator = parse_emulator_symfile(*bytes, &perr))) res.added++;
+                } else if (auto m = parse_module_symfile(*bytes, &perr)) {
+                    known->module = std::make_unique<JitModule>(std::move(*m));
+                    res.added++;
+                }
+            }
+            if (!perr.empty() && bad_count++ == 0) bad = std::move(perr);
+            fresh.emplace(k, std::move(known));
+        }
+        if (torn) {
+            err = "a JIT symfile could not be read";
+            res.added = 0;
+            continue;
+        }
+        // What we parsed must belong to the list we walked.
+        auto head = s.mem->read<Descriptor>(s.descriptor);
+        if (!head || *head != w->head) {
+            err = "JIT entry list changed while reading symfiles";
+            res.added = 0;
+            continue;
+        }
+        if (bad_count)
+            res.error = std::to_string(bad_count) + " JIT symfile(s) skipped, first: " + bad;
+        s.apply(*w, std::move(fresh), now_ns, &res);
+        return res;
+    }
+    return {0, 0, false, err + " (" + std::to_string(kWalkAttempts) + " attempts)"};
+}
+
+void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh,
+                               uint64_t now_ns, RefreshResult* res) {
+    std::map<Key, std::unique_ptr<Known>> next;
+    for (const Key& k : w.keys) {
+        if (next.contains(k)) continue;
+        auto it = listed.find(k);
+        bool is_new = it == listed.end();
+        auto node = is_new ? fresh.extract(k) : listed.extract(it);
+        if (is_new && node.mapped()->emulator) emulator = node.mapped()->emulator;
+        next.insert(std::move(node));
+    }
+    // Whatever is left of the old list has been unlinked: purged code.
+    for (auto& [k, known] : listed) {
+        if (known->retired_ns == kLive) {
+            known->retired_ns = now_ns;
+            res->retired++;
+        }
+        if (known->module) unlisted.push_back(std::move(known));
+    }
+    listed = std::move(next);
+
+    // OTP 25 never unlinks purged modules, so the list can hold an old module whose memory a
+    // newer one now uses. The list is pushed at the head, so the first claim on an address wins.
+    std::map<uint64_t, uint64_t> claimed;  // start -> end
+    for (const Key& k : w.keys) {  // list order: newest first
+        Known& known = *listed.at(k);
+        if (!known.module || known.retired_ns != kLive || known.module->code_size == 0) continue;
+        uint64_t lo = known.module->base, hi = lo + known.module->code_size;
+        auto after = claimed.lower_bound(lo);
+        bool overlaps = (after != claimed.end() && after->first < hi) ||
+                        (after != claimed.begin() && std::prev(after)->second > lo);
+        if (!overlaps) {
+            claimed.emplace(lo, hi);
+        } else {
+            known.retired_ns = now_ns;
+            res->retired++;
+        }
+    }
+
+    // Forget the oldest retired modules beyond the cap.
+    bool pruned = false;
+    std::vector<Known*> all_retired;
+    for (auto& u : unlisted) all_retired.push_back(u.get());
+    for (auto& [k, known] : listed)
+        if (known->module && known->retired_ns != kLive) all_retired.push_back(known.get());
+    if (all_retired.size() > kMaxRetiredModules) {
+        std::sort(all_retired.begin(), all_retired.end(),
+                  [](const Known* a, const Known* b) { return a->retired_ns < b->retired_ns; });
+        for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules; i++)
+            all_retired[i]->module.reset();
+        std::erase_if(unlisted, [](const auto& u) { return !u->module; });
+        pruned = true;
+    }
+
+    if (res->added || res->retired || pruned) {
+        rebuild();
+        generation++;
+    }
+}
+
+void JitCodeIndex::Impl::rebuild() {
+    std::vector<std::pair<uint64_t, Slot>> live;
+    retired.clear();
+    retired_max_span = 0;
+    live_modules = 0;
+    auto add_retired = [&](const Known& k) {
+        retired.push_back(&k);
+        retired_max_span = std::max<uint64_t>(retired_max_span, k.module->code_size);
+    };
+    for (auto& [key, known] : listed) {
+        if (!known->module) continue;
+        if (known->retired_ns != kLive) {
+            add_retired(*known);
+            continue;
+        }
+        live_modules++;
+        for (const JitRange& r : known->module->ranges)
+            live.push_back({r.start, Slot{r.end, known->seen_ns, known->module.get(), &r}});
+    }
+    for (auto& u : unlisted) add_retired(*u);
+    std::sort(retired.begin(), retired.end(),
+              [](const Known* a, const Known* b) { return a->module->base < b->module->base; });
+
+    // Live modules never overlap (see apply()) and their ranges do not either (the parser).
+    std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    starts.clear();
+    slots.clear();
+    starts.reserve(live.size());
+    slots.reserve(live.size());
+    for (auto& [start, slot] : live) {
+        starts.push_back(start);
+        slots.push_back(slot);
+    }
+}
+
+std::optional<JitHit> JitCodeIndex::Impl::lookup_retired(uint64_t addr, uint64_t sample_ns) const {
+    // Several generations of code may have lived at `addr`: the one live at sample_ns is the one
+    // that retired first after it.
+    const Known* best = nullptr;
+    const JitRange* best_range = nullptr;
+    auto it = std::upper_bound(retired.begin(), retired.end(), addr,
+                               [](uint64_t a, const Known* k) { return a < k->module->base; });
+    while (it != retired.begin()) {
+        const Known* k = *--it;
+        const JitModule& m = *k->module;
+        if (m.base + retired_max_span <= addr) break;  // nothing further left reaches addr
+        if (addr >= m.base + m.code_size || sample_ns > k->retired_ns) continue;
+        if (best && k->retired_ns >= best->retired_ns) continue;
+        if (const JitRange* r = find_range(m, addr)) best = k, best_range = r;
+    }
+    if (!best) return std::nullopt;
+    return make_hit(*best->module, *best_range, addr);
+}
+
+std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) const {
+    const Impl& s = *impl_;
+    const Slot* live = nullptr;
+    if (!s.starts.empty() && addr >= s.starts[0]) {
+        // Branchless (cmov) binary search for the last start <= addr: this runs per frame, and
+        // the branches of std::upper_bound mispredict half the time.
+        const uint64_t* base = s.starts.data();
+        for (size_t n = s.starts.size(); n > 1;) {
+            size_t half = n / 2;
+            base = base[half] <= addr ? base + half : base;
+            n -= half;
+        }
+        const Slot& slot = s.slots[base - s.starts.data()];
+        if (addr < slot.end) live = &slot;
+    }
+    // Seen before the sample: whatever used these addresses earlier had retired by then.
+    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, *live->range, addr);
+    if (!s.retired.empty())
+        if (auto r = s.lookup_retired(addr, sample_ns)) return r;
+    // A module loaded between two refreshes is first seen after the samples that ran it.
+    if (live) return make_hit(*live->module, *live->range, addr);
+    return std::nullopt;
+}
+
+JitCodeIndex::JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->mem = &mem;
+    impl_->descriptor = descriptor_addr;
+}
+JitCodeIndex::~JitCodeIndex() = default;
+JitCodeIndex::JitCodeIndex(JitCodeIndex&&) noexcept = default;
+JitCodeIndex& JitCodeIndex::operator=(JitCodeIndex&&) noexcept = default;
+
+const std::optional<JitEmulator>& JitCodeIndex::emulator() const { return impl_->emulator; }
+size_t JitCodeIndex::module_count() const { return impl_->live_modules; }
+size_t JitCodeIndex::range_count() const { return impl_->slots.size(); }
+uint64_t JitCodeIndex::generation() const { return impl_->generation; }
+
+}  // namespace bb

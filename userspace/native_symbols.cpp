@@ -1,0 +1,83 @@
+#include "native_symbols.hpp"
+
+#include <elfutils/libdwfl.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace bb {
+
+namespace {
+
+// libdwfl keeps a pointer to the callbacks, so they must outlive every Dwfl.
+char* debuginfo_path = nullptr;  // libdwfl's default search path
+const Dwfl_Callbacks proc_callbacks = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = nullptr,
+    .debuginfo_path = &debuginfo_path,
+};
+
+struct DwflDeleter {
+    void operator()(Dwfl* d) const { dwfl_end(d); }
+};
+
+std::string basename_of(const char* path) {
+    if (!path) return {};
+    const char* slash = std::strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+}  // namespace
+
+struct NativeSymbols::Impl {
+    pid_t pid;
+    std::unique_ptr<Dwfl, DwflDeleter> dwfl;
+
+    void report() {
+        dwfl_report_begin(dwfl.get());
+        int rc = dwfl_linux_proc_report(dwfl.get(), pid);
+        // Ends the report even on failure: dwfl_report_end drops modules not reported again.
+        if (dwfl_report_end(dwfl.get(), nullptr, nullptr) != 0 || rc != 0) {
+            std::string why = rc > 0 ? std::strerror(rc) : dwfl_errmsg(-1);
+            throw std::runtime_error("cannot read the mappings of process " + std::to_string(pid) +
+                                     ": " + why);
+        }
+    }
+};
+
+NativeSymbols::NativeSymbols(pid_t pid) : impl_(std::make_unique<Impl>()) {
+    impl_->pid = pid;
+    impl_->dwfl.reset(dwfl_begin(&proc_callbacks));
+    if (!impl_->dwfl) throw std::runtime_error(std::string("dwfl_begin: ") + dwfl_errmsg(-1));
+    impl_->report();
+}
+
+NativeSymbols::~NativeSymbols() = default;
+
+void NativeSymbols::refresh() { impl_->report(); }
+
+std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
+    Dwfl_Module* mod = dwfl_addrmodule(impl_->dwfl.get(), addr);
+    if (!mod) return std::nullopt;
+
+    NativeSymbol s;
+    Dwarf_Addr start = 0;
+    // For modules reported from /proc/PID/maps, the module name is the mapped file's path.
+    const char* path = dwfl_module_info(mod, nullptr, &start, nullptr, nullptr, nullptr, nullptr,
+                                        nullptr);
+    s.module = basename_of(path);
+
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    const char* name = dwfl_module_addrinfo(mod, addr, &offset, &sym, nullptr, nullptr, nullptr);
+    if (name) {
+        s.name = name;
+        s.offset = offset;
+    } else {
+        s.offset = addr - start;  // no symbol: relative to where the module is mapped
+    }
+    return s;
+}
+
+}  // namespace bb
