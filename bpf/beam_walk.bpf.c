@@ -21,9 +21,12 @@ const volatile __u32 max_frames = 512;
 const volatile __u32 max_stack_words = 1 << 17;   /* 1 MiB of Erlang stack per walk */
 const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
 const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
+const volatile __u32 measure_walk = 0;            /* keep the handler-time histogram */
 /* struct process / ErtsSchedulerData offsets, from DWARF (userspace/offsets.hpp). */
 const volatile __u32 off_id = 0, off_htop = 0, off_stop = 0, off_heap = 0, off_hend = 0;
 const volatile __u32 off_esd_current_process = 0;
+/* Bytes of struct process the walk needs, from its start: read in one go. */
+const volatile __u32 proc_span = 0;
 const volatile __u32 nr_blame_ranges = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
 
@@ -44,9 +47,12 @@ struct {
 	__uint(max_entries, 16 << 20);    /* resized by user space */
 } records SEC(".maps");
 
+#define PROC_SPAN_MAX 512
+
 struct scratch {
 	struct bb_record rec;
 	__u64 words[BB_STACK_CHUNK_WORDS];
+	__u64 proc[PROC_SPAN_MAX / 8];
 };
 
 struct {
@@ -63,12 +69,38 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-static __always_inline void count(__u32 which)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BB_WALK_HIST_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} walk_ns_hist SEC(".maps");
+
+static __always_inline void count_n(__u32 which, __u64 n)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
 
 	if (c)
-		*c += 1;
+		*c += n;
+}
+
+static __always_inline void count(__u32 which)
+{
+	count_n(which, 1);
+}
+
+static __always_inline void note_walk_time(__u64 start)
+{
+	__u64 ns = bpf_ktime_get_ns() - start;
+	__u32 b = 0;
+
+	for (; b < BB_WALK_HIST_BUCKETS - 1; b++)
+		if (!(ns >> (b + 1)))
+			break;
+	count_n(BB_C_WALK_NS, ns);
+	__u64 *h = bpf_map_lookup_elem(&walk_ns_hist, &b);
+	if (h)
+		*h += 1;
 }
 
 static __always_inline bool in_ranges(__u64 addr, const volatile struct bb_range *r, __u32 nr,
@@ -214,7 +246,7 @@ static __always_inline int emit(struct bb_record *rec)
 	return 0;
 }
 
-static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
+static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
 {
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
@@ -259,11 +291,18 @@ static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
 	}
 
 	if (c_p) {
-		id = read_word(c_p + off_id, &flags);
-		htop = read_word(c_p + off_htop, &flags);
-		stop = read_word(c_p + off_stop, &flags);
-		heap = read_word(c_p + off_heap, &flags);
-		hend = read_word(c_p + off_hend, &flags);
+		/* One read for all fields: each user-memory read costs more than the copy. */
+		__u32 span = proc_span;
+
+		if (span > sizeof(s->proc))
+			span = sizeof(s->proc);
+		if (bpf_probe_read_user(s->proc, span, (void *)c_p))
+			flags |= BB_F_READ_FAULT;
+		id = s->proc[(off_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		htop = s->proc[(off_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		stop = s->proc[(off_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		heap = s->proc[(off_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		hend = s->proc[(off_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
 		/* In JIT code E is rsp, but JIT helpers run on the C stack with E in c_p->stop. */
 		if (jit && sp >= htop && sp < hend) {
 			E = sp;
@@ -289,6 +328,16 @@ static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
 	}
 	rec->flags = flags;
 	return emit(rec);
+}
+
+static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
+{
+	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
+	int ret = walk_and_emit(ip, sp, r13, flags);
+
+	if (measure_walk)
+		note_walk_time(start);
+	return ret;
 }
 
 SEC("perf_event")

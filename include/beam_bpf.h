@@ -90,7 +90,11 @@ enum bb_counter {
 	BB_C_EMITTED,       /* records written to the ring buffer */
 	BB_C_DROPPED,       /* records lost: ring buffer full */
 	BB_C_FILTERED,      /* blame: samples where FUNC was not running */
+	BB_C_WALK_NS,       /* with measure_walk: ns spent in the handler for the target */
 	BB_C_NR,
 };
+
+/* With measure_walk: handler time per sample of the target, log2(ns) buckets. */
+#define BB_WALK_HIST_BUCKETS 24
 
 #endif /* BEAM_BPF_H */

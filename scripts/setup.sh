@@ -15,6 +15,7 @@ packages=(
   clang llvm bpftool libbpf-dev               # BPF object, skeleton, loader
   libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
   libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
+  nlohmann-json3-dev                          # --stats JSON
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
   linux-perf                                  # the incumbent, for scripts/bench.sh
 )

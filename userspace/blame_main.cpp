@@ -147,6 +147,7 @@ int run(int argc, char** argv) {
         agg.write_top(out.stream(), sym.names(), o.top, true, true);
     }
     print_summary(st, c, sym, unit);
+    write_stats(o, st, c, sym);
     return 0;
 }
 

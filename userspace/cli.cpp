@@ -7,6 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
 #include <atomic>
 #include <iostream>
 #include <vector>
@@ -15,9 +18,11 @@ namespace bb {
 
 namespace {
 std::atomic<bool> g_stop{false};
+uint64_t monotonic_ns();
+const uint64_t g_launch_ns = monotonic_ns();  // static init: as close to exec as we get
 void on_signal(int) { g_stop = true; }
 
-uint64_t monotonic_ns() {
+uint64_t monotonic_ns() {  // the clock bpf_ktime_get_ns() reads
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
@@ -44,6 +49,8 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         ->capture_default_str();
     app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
     app.add_option("--process", o.process, "only samples of this Erlang process, e.g. '<0.85.0>'");
+    app.add_option("--stats", o.stats_file,
+                   "write the run's figures (counters, BPF time per sample, start-up, peak RSS) as JSON");
     app.add_option("--offsets", o.offsets_file,
                    "struct offset table for a VM build without a built-in one (made by beam-bpf-offsets)");
 }
@@ -74,6 +81,7 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.frequency_hz = o.frequency;
     c.period_ns = o.period_ns;
     c.max_frames = o.max_depth;
+    c.measure_walk = !o.stats_file.empty();
     return c;
 }
 
@@ -116,7 +124,7 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
         // On 64-bit the pid term's high half is the process-table index; the printed
         // <0.N.S> is all in the low half.
         if (only_pid && (r.erl_pid & 0xffffffffu) != *only_pid) return;
-        st.records++;
+        if (st.records++ == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;
         sym.frames(r, frames);
@@ -152,6 +160,35 @@ void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer
                "{} unreadable processes{}\n",
                s.records, what, s.seconds, c.dropped, s.truncated, sym.unsymbolized(), s.unreadable,
                s.vm_exited ? "; the VM exited during the run, this is what was collected" : "");
+}
+
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym) {
+    if (o.stats_file.empty()) return;
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    nlohmann::json j = {
+        {"records", s.records},
+        {"seconds", s.seconds},
+        {"first_record_s", s.first_record_s},
+        {"seen", c.seen},
+        {"emitted", c.emitted},
+        {"dropped", c.dropped},
+        {"filtered", c.filtered},
+        {"truncated", s.truncated},
+        {"unreadable", s.unreadable},
+        {"unsymbolized_frames", sym.unsymbolized()},
+        {"bpf_walk_ns_total", c.walk_ns},
+        {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},
+        {"bpf_walk_ns_log2_hist", c.walk_hist},
+        {"peak_rss_kib", ru.ru_maxrss},
+        {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
+        {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
+        {"jit_modules", sym.jit().module_count()},
+        {"vm_exited", s.vm_exited},
+    };
+    std::ofstream f(o.stats_file);
+    f << j.dump(2) << "\n";
+    if (!f) throw UserError(fmt::format("cannot write {}", o.stats_file));
 }
 
 int guarded_main(const char* prog, const std::function<int()>& body) {

@@ -30,6 +30,7 @@ struct CommonOptions {
     std::string output;       // empty: stdout
     std::string offsets_file;
     std::string process;      // "<0.85.0>": only this Erlang process
+    std::string stats_file;   // JSON figures of the run, for scripts/bench.sh
 };
 
 void add_common_options(CLI::App& app, CommonOptions& o);
@@ -53,6 +54,7 @@ std::optional<uint64_t> parse_pid_term(const std::string& text);
 
 struct RunStats {
     uint64_t records = 0;     // handled (after --process)
+    double first_record_s = -1;  // from the tool's launch to the first record handled
     uint64_t truncated = 0, unreadable = 0;
     double seconds = 0;
     bool vm_exited = false;
@@ -67,6 +69,9 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
 
 // "beam-bpf: N samples ..., N dropped, N truncated, N unsymbolized ..." on stderr.
 void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what);
+
+// --stats FILE: the run's figures as JSON (nothing when o.stats_file is empty).
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym);
 
 // Runs `body`, turning UserError and other exceptions into one line and exit code 1.
 int guarded_main(const char* prog, const std::function<int()>& body);

@@ -96,6 +96,7 @@ int run(int argc, char** argv) {
             fmt::print(os, "\n");
         }
         print_summary(st, sampler.counters(), sym, "samples");
+    write_stats(o, st, sampler.counters(), sym);
         return 0;
     }
 
@@ -108,6 +109,7 @@ int run(int argc, char** argv) {
     else
         agg.write_top(out.stream(), sym.names(), o.top, false);
     print_summary(st, sampler.counters(), sym, "samples");
+    write_stats(o, st, sampler.counters(), sym);
     return 0;
 }
 

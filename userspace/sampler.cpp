@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -54,6 +55,18 @@ int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
     return vfprintf(stderr, fmt, args);
 }
 
+// Room for 200 ms of the worst case (every sample at full depth on every CPU): the reader
+// drains every 100 ms and is woken at a quarter full. The ring's pages end up resident, so
+// it is not made bigger than that.
+uint32_t ring_bytes_for(const SamplerConfig& cfg) {
+    uint64_t rate = cfg.period_ns ? 1000000000ull / cfg.period_ns : cfg.frequency_hz;
+    uint64_t cpus = std::max(1, libbpf_num_possible_cpus());
+    uint64_t want = rate * cpus * bb_record_size(cfg.max_frames) / 5;
+    uint64_t bytes = 1u << 20;
+    while (bytes < want && bytes < (256u << 20)) bytes <<= 1;
+    return static_cast<uint32_t>(bytes);
+}
+
 }  // namespace
 
 struct Sampler::Impl {
@@ -94,6 +107,11 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     s->rodata->off_heap = o.proc_heap;
     s->rodata->off_hend = o.proc_hend;
     s->rodata->off_esd_current_process = o.esd_current_process;
+    uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend});
+    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend})
+        if (off % 8) throw UserError(fmt::format("offset table {}: unaligned Process field offset {}", o.origin, off));
+    if (span > 512) throw UserError(fmt::format("offset table {}: Process fields beyond 512 bytes", o.origin));
+    s->rodata->proc_span = span;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
         throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",
                                     cfg.blame_ranges.size(), BB_MAX_BLAME_RANGES));
@@ -102,8 +120,10 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         s->rodata->blame_ranges[i].start = cfg.blame_ranges[i].start;
         s->rodata->blame_ranges[i].end = cfg.blame_ranges[i].end;
     }
-    s->rodata->wakeup_bytes = cfg.ring_bytes / 4;
-    bpf_map__set_max_entries(s->maps.records, cfg.ring_bytes);
+    uint32_t ring_bytes = cfg.ring_bytes ? cfg.ring_bytes : ring_bytes_for(cfg);
+    s->rodata->wakeup_bytes = ring_bytes / 4;
+    s->rodata->measure_walk = cfg.measure_walk;
+    bpf_map__set_max_entries(s->maps.records, ring_bytes);
 
     if (int err = beam_walk__load(s))
         throw UserError(fmt::format("cannot load the BPF program into the kernel: {}{}", errno_text(err),
@@ -184,16 +204,23 @@ size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record
     return impl_->handled;
 }
 
-SamplerCounters Sampler::counters() const {
-    int fd = bpf_map__fd(impl_->skel->maps.counters);
+namespace {
+// Sums of a per-CPU array of u64, one per key.
+std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
     int ncpu = libbpf_num_possible_cpus();
-    std::vector<uint64_t> vals(ncpu > 0 ? ncpu : 1);
-    uint64_t sums[BB_C_NR] = {};
-    for (uint32_t k = 0; k < BB_C_NR; k++) {
+    std::vector<uint64_t> vals(ncpu > 0 ? ncpu : 1), sums(keys);
+    for (uint32_t k = 0; k < keys; k++)
         if (bpf_map_lookup_elem(fd, &k, vals.data()) == 0)
             for (auto v : vals) sums[k] += v;
-    }
-    return {sums[BB_C_SEEN], sums[BB_C_EMITTED], sums[BB_C_DROPPED], sums[BB_C_FILTERED]};
+    return sums;
+}
+}  // namespace
+
+SamplerCounters Sampler::counters() const {
+    auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
+    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], c[BB_C_WALK_NS], {}};
+    out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
+    return out;
 }
 
 }  // namespace bb

@@ -17,17 +17,20 @@ struct SamplerConfig {
     uint64_t frequency_hz = 999;  // used when period_ns == 0
     uint64_t period_ns = 0;       // cpu-clock period, overrides frequency_hz
     uint32_t max_frames = 512;
-    uint32_t ring_bytes = 32u << 20;
+    uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
     std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
     struct Probe {
         std::string binary;       // path as the kernel can open it
         uint64_t file_offset = 0;
     };
     std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
+    bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
 };
 
 struct SamplerCounters {
     uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
+    uint64_t walk_ns = 0;                           // with measure_walk
+    std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
 };
 
 class Sampler {

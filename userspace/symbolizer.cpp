@@ -24,6 +24,14 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
 }
 
 void Symbolizer::refresh(uint64_t now_ns) {
+    now_ns_ = now_ns;
+    // Walking the module list costs a read per module (thousands on big systems): once a
+    // second catches purges, and misses catch new code.
+    if (now_ns == 0 || now_ns - last_refresh_ns_ >= 1000000000ull) reread_jit(now_ns);
+}
+
+void Symbolizer::reread_jit(uint64_t now_ns) {
+    last_refresh_ns_ = now_ns;
     jit_.refresh(now_ns);
     if (jit_.generation() != jit_generation_) {
         jit_generation_ = jit_.generation();
@@ -39,6 +47,11 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
     if (auto it = cache.find(addr); it != cache.end()) return it->second;
     // A return address may sit just past its call's function: look up the call itself.
     auto hit = jit_.lookup(return_address ? addr - 1 : addr, t);
+    if (!hit && now_ns_ - last_refresh_ns_ >= 100000000ull) {
+        // Code loaded since the last walk of the module list, most likely.
+        reread_jit(now_ns_);
+        hit = jit_.lookup(return_address ? addr - 1 : addr, t);
+    }
     if (!hit) {
         unsymbolized_++;
         return unknown_jit_;

@@ -37,8 +37,9 @@ class Symbolizer {
 public:
     Symbolizer(const Vm& vm, FrameOptions opt);
 
-    // Re-reads the JIT's module list; samples taken before `now_ns` still resolve to code
-    // purged since. Call before handling records drained after `now_ns`.
+    // Re-reads the JIT's module list when a second has passed since the last time; samples
+    // taken before `now_ns` still resolve to code purged since. Call before handling records
+    // drained after `now_ns`. A lookup that misses refreshes sooner (new code).
     void refresh(uint64_t now_ns);
     // Root-first frame ids of `r` into `out` (cleared). Empty when nothing is left to show.
     void frames(const bb_record& r, std::vector<uint32_t>& out);
@@ -58,7 +59,9 @@ private:
     JitCodeIndex jit_;
     NativeSymbols native_;
     NameTable names_;
+    void reread_jit(uint64_t now_ns);
     uint64_t jit_generation_ = ~0ull;
+    uint64_t last_refresh_ns_ = 0, now_ns_ = 0;
     // Address -> name id. Erlang entries die with the JIT index's generation.
     std::unordered_map<uint64_t, uint32_t> cp_cache_, leaf_cache_, native_cache_;
     uint64_t unsymbolized_ = 0;
