@@ -144,6 +144,7 @@ struct scan {
 	struct scratch *s;
 	__u64 lo, hi;
 	__u32 mode;
+	__u32 limit;    /* frames to collect at most */
 	__u32 n;        /* frames collected */
 	__u32 flags;
 	bool found;     /* blame: a return address into FUNC */
@@ -183,7 +184,7 @@ static long scan_word(__u32 i, struct scan *c)
 	if ((w & 3) == 0 && in_jit_code(w)) {
 		__u32 n = c->n;
 
-		if (n >= max_frames) {
+		if (n >= c->limit) {
 			c->flags |= BB_F_TRUNCATED;
 			return 1;
 		}
@@ -314,7 +315,10 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 r13, __u32 fl
 		/* An internal pid has tag 0011; the stack grows down from hend towards htop. */
 		if (!(flags & BB_F_READ_FAULT) && (id & 0xf) == 0x3 && heap <= htop && htop <= E &&
 		    E <= hend && (E & 7) == 0) {
-			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK };
+			/* max_frames counts Erlang frames, and in JIT code the running function is
+			 * one of them. */
+			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK,
+					  .limit = jit ? max_frames - 1 : max_frames };
 
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;

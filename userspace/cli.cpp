@@ -43,7 +43,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_flag("--only-erlang", o.only_erlang,
                  "show Erlang frames only; samples without an Erlang process are left out");
     app.add_option("--max-depth", o.max_depth,
-                   fmt::format("Erlang frames kept per sample, leaf-most first (at most {}); deeper "
+                   fmt::format("Erlang frames kept per sample, the running function and the leaf-most callers (2 to {}); deeper "
                                "stacks are counted as truncated",
                                BB_MAX_FRAMES))
         ->capture_default_str();
@@ -69,8 +69,8 @@ void validate(const CommonOptions& o) {
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
     if (o.period_ns && o.period_ns < 10000)
         throw UserError(fmt::format("--period {}: at least 10000 ns", o.period_ns));
-    if (o.max_depth == 0 || o.max_depth > BB_MAX_FRAMES)
-        throw UserError(fmt::format("--max-depth {}: must be 1 to {}", o.max_depth, BB_MAX_FRAMES));
+    if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
+        throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
     if (!o.process.empty() && !parse_pid_term(o.process))
         throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));

@@ -58,7 +58,9 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
     }
     std::string name = hit->range->name;
     if (opt_.lines && hit->line && hit->file) name += fmt::format(" ({}:{})", *hit->file, hit->line);
-    uint32_t id = names_.intern(name, true);
+    // The JIT's shared code ("global::i_test_yield_shared") and module headers
+    // ("lists::codeHeader") are JIT code, but not Erlang functions.
+    uint32_t id = names_.intern(name, hit->range->name.find("::") == std::string::npos);
     cache.emplace(addr, id);
     return id;
 }
@@ -91,7 +93,8 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
         out.push_back(erlang_frame(r.frames[i], r.time_ns, true));
     }
     if (r.where == BB_WHERE_JIT) {
-        out.push_back(erlang_frame(r.ip, r.time_ns, false));
+        uint32_t leaf = erlang_frame(r.ip, r.time_ns, false);
+        if (!opt_.only_erlang || names_.is_erlang(leaf)) out.push_back(leaf);
     } else if (!opt_.only_erlang) {
         if (!(r.flags & BB_F_PROC))
             out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);

@@ -1,5 +1,8 @@
 // Integration-test harness: real `erl` VMs running the workloads in tests/workloads, and the
 // real tools run as child processes. Nothing here mocks the VM or the kernel.
+//
+// Every child (VM or tool) gets PR_SET_PDEATHSIG=SIGKILL and is killed by its owner's
+// destructor, so nothing outlives the test binary, even when a test fails half-way.
 #pragma once
 #include <sys/types.h>
 
@@ -16,6 +19,7 @@ using namespace std::chrono_literals;
 // A running Erlang VM. The workload module(s) in tests/workloads are compiled once per test
 // binary (erlc into a temp dir); the VM runs `erl -noshell -pa DIR <extra_args> -eval EXPR`.
 // `erl` execs beam.smp, so os_pid() is the beam.smp pid. The destructor kills the VM.
+// The VM's stderr goes to the same pipe as its stdout, so crash reports show up in errors.
 class ErlVm {
 public:
     explicit ErlVm(const std::string& eval_expr, std::vector<std::string> extra_args = {});
@@ -29,13 +33,21 @@ public:
     std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout = 20s);
     // Writes `line` + "\n" to the VM's stdin (workloads read commands with io:get_line/1).
     void send_line(const std::string& line);
+    // SIGKILL and reap; os_pid() keeps the old value.
     void kill_now();
+    // Everything the VM printed so far, for failure messages.
+    const std::string& output() const { return seen_; }
 
 private:
     pid_t pid_ = -1;
+    bool reaped_ = false;
     int in_fd_ = -1, out_fd_ = -1;
-    std::string buf_;
+    std::string buf_;   // read but not yet consumed by wait_line
+    std::string seen_;  // all output
 };
+
+// The directory holding the compiled workloads (compiled on first use).
+const std::string& workload_beam_dir();
 
 struct ToolResult {
     int exit_code = -1;      // -1: killed by a signal or timed out
@@ -50,18 +62,50 @@ ToolResult run_tool(const std::string& tool, const std::vector<std::string>& arg
                     const std::optional<std::string>& as_user = std::nullopt);
 
 // Starts a tool in the background; finish_tool() sends SIGINT (as Ctrl-C would) unless it has
-// exited already, and collects it.
+// exited already, and collects it. A RunningTool that was never finished is killed by its
+// destructor.
 struct RunningTool {
     pid_t pid = -1;
     int out_fd = -1, err_fd = -1;
+    std::string out, err;  // read so far (wait_stderr drains both pipes)
+    std::chrono::steady_clock::time_point started{};
+
+    RunningTool() = default;
+    RunningTool(RunningTool&& o) noexcept;
+    RunningTool& operator=(RunningTool&& o) noexcept;
+    ~RunningTool();
 };
 RunningTool start_tool(const std::string& tool, const std::vector<std::string>& args);
 // Waits until the tool's stderr shows `marker` (e.g. the "attached" line); false on timeout/exit.
 bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout,
                  std::string* err_so_far);
+// `seconds` counts from start_tool().
 ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::milliseconds timeout = 30s);
 
 // Folded output ("a;b;c 12" lines) as stack -> count. Malformed lines fail the test.
 std::map<std::string, long> parse_folded(const std::string& text);
+
+// Frames of a folded stack, root first.
+std::vector<std::string> split_frames(const std::string& stack);
+
+// From the tool's final stderr summary ("beam-bpf: ... 812 samples, 0 dropped, ..."): the number
+// before `what` ("samples", "dropped", "truncated", "unsymbolized"); nullopt if absent.
+std::optional<long> summary_count(const std::string& err, const std::string& what);
+
+// Any other program (e.g. `sleep 60` as a non-BEAM target), killed by the destructor.
+class ChildProcess {
+public:
+    explicit ChildProcess(const std::vector<std::string>& argv);
+    ~ChildProcess();
+    ChildProcess(const ChildProcess&) = delete;
+    ChildProcess& operator=(const ChildProcess&) = delete;
+    pid_t pid() const { return pid_; }
+
+private:
+    pid_t pid_ = -1;
+};
+
+// The pid of a child that has exited and been reaped: a pid with no process (until reused).
+pid_t dead_pid();
 
 }  // namespace bbt

@@ -1,0 +1,481 @@
+// Children are started with fork/exec (no shell, so arguments reach them verbatim) and talk to
+// the test through pipes read with poll().
+#include "harness.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+#ifndef BB_BIN_DIR
+#error "BB_BIN_DIR must name the build directory holding the tools"
+#endif
+#ifndef BB_WORKLOAD_DIR
+#error "BB_WORKLOAD_DIR must name tests/workloads"
+#endif
+
+namespace bbt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A VM that dies under us must show up as an error from write(), not kill the test binary.
+const bool sigpipe_ignored = [] {
+    signal(SIGPIPE, SIG_IGN);
+    return true;
+}();
+
+[[noreturn]] void fail(const std::string& what) {
+    throw std::runtime_error(what + ": " + strerror(errno));
+}
+
+struct Pipe {
+    int r = -1, w = -1;
+};
+
+Pipe make_pipe() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) fail("pipe2");
+    return {fds[0], fds[1]};
+}
+
+void close_fd(int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+}
+
+struct Creds {
+    uid_t uid;
+    gid_t gid;
+};
+
+struct SpawnSpec {
+    std::vector<std::string> argv;
+    int in = -1, out = -1, err = -1;  // the child's stdin/stdout/stderr; -1: /dev/null
+    std::optional<Creds> creds;
+    std::vector<std::string> env;  // NAME=value, added to (or replacing) ours
+};
+
+// What a child reports through the exec-status pipe when it cannot get as far as exec.
+struct ChildFailure {
+    int stage;  // index into kStages
+    int err;
+};
+const char* const kStages[] = {"set up stdio", "drop privileges", "set PR_SET_PDEATHSIG", "exec"};
+
+// Forks and execs; returns once the child has exec'd (or throws with why it could not).
+// Between fork and exec the child only makes async-signal-safe calls.
+pid_t spawn(const SpawnSpec& spec) {
+    std::vector<char*> argv, envp;
+    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (char** e = environ; *e; ++e) {
+        std::string_view name(*e, strcspn(*e, "="));
+        bool replaced = std::any_of(spec.env.begin(), spec.env.end(), [&](auto& v) {
+            return v.starts_with(name) && v.size() > name.size() && v[name.size()] == '=';
+        });
+        if (!replaced) envp.push_back(*e);
+    }
+    for (const auto& v : spec.env) envp.push_back(const_cast<char*>(v.c_str()));
+    envp.push_back(nullptr);
+
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0) fail("open /dev/null");
+    const int in = spec.in >= 0 ? spec.in : devnull;
+    const int out = spec.out >= 0 ? spec.out : devnull;
+    const int err = spec.err >= 0 ? spec.err : devnull;
+    // Closed by a successful exec (O_CLOEXEC): EOF on it means the exec happened.
+    Pipe status = make_pipe();
+    const pid_t parent = getpid();
+
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        auto die = [&](int stage) {
+            ChildFailure f{stage, errno};
+            (void)!write(status.w, &f, sizeof f);
+            _exit(127);
+        };
+        // dup2 of an fd onto itself would keep O_CLOEXEC, so move them high first.
+        int fds[3] = {fcntl(in, F_DUPFD_CLOEXEC, 10), fcntl(out, F_DUPFD_CLOEXEC, 10),
+                      fcntl(err, F_DUPFD_CLOEXEC, 10)};
+        for (int i = 0; i < 3; ++i)
+            if (fds[i] < 0 || dup2(fds[i], i) < 0) die(0);
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
+        if (spec.creds) {
+            // Leaving uid 0 clears the permitted and effective capability sets.
+            gid_t gid = spec.creds->gid;
+            if (setgroups(1, &gid) != 0 || setgid(gid) != 0 || setuid(spec.creds->uid) != 0)
+                die(1);
+        }
+        // After the uid change, which would reset it. A parent that died before this call
+        // would not deliver the signal, hence the getppid() check.
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die(2);
+        if (getppid() != parent) _exit(127);
+        execvpe(argv[0], argv.data(), envp.data());
+        die(3);
+    }
+    close(devnull);
+    close(status.w);
+    ChildFailure f{};
+    ssize_t n;
+    do n = read(status.r, &f, sizeof f);
+    while (n < 0 && errno == EINTR);
+    close(status.r);
+    if (n == ssize_t(sizeof f)) {
+        waitpid(pid, nullptr, 0);
+        throw std::runtime_error("harness: " + spec.argv[0] + ": cannot " + kStages[f.stage] +
+                                 ": " + strerror(f.err));
+    }
+    return pid;
+}
+
+// Appends what `fd` has to `buf`; false at EOF (or on a read error).
+bool read_into(int fd, std::string& buf) {
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n > 0) {
+            buf.append(chunk, size_t(n));
+            return true;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        return false;
+    }
+}
+
+int remaining_ms(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return int(std::max<long>(0, left.count()));
+}
+
+// Polls the given fds (skipping closed ones, -1) up to `ms`; reads whatever is ready into the
+// matching buffer and closes an fd at EOF.
+void pump(std::initializer_list<std::pair<int*, std::string*>> fds, int ms) {
+    std::vector<pollfd> pfds;
+    for (auto [fd, buf] : fds)
+        if (*fd >= 0) pfds.push_back({*fd, POLLIN, 0});
+    if (pfds.empty()) {
+        if (ms > 0) usleep(useconds_t(ms) * 1000);
+        return;
+    }
+    int r = poll(pfds.data(), pfds.size(), ms);
+    if (r <= 0) return;
+    for (auto [fd, buf] : fds) {
+        if (*fd < 0) continue;
+        auto it = std::find_if(pfds.begin(), pfds.end(), [&](auto& p) { return p.fd == *fd; });
+        if (it != pfds.end() && it->revents && !read_into(*fd, *buf)) close_fd(*fd);
+    }
+}
+
+std::string tool_path(const std::string& tool) { return std::string(BB_BIN_DIR) + "/" + tool; }
+
+std::string joined(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+// Drains the tool's pipes until it has exited and both pipes are closed; SIGKILLs it at
+// `deadline`. The pipes are read while we wait, so a chatty tool never blocks on a full pipe.
+ToolResult collect(RunningTool& t, Clock::time_point deadline) {
+    ToolResult r;
+    int status = 0;
+    bool exited = false, killed = false;
+    for (;;) {
+        if (!exited && waitpid(t.pid, &status, WNOHANG) == t.pid) exited = true;
+        if (exited && t.out_fd < 0 && t.err_fd < 0) break;
+        if (Clock::now() >= deadline) {
+            if (exited) break;  // something else holds the pipes open; we have the status
+            kill(t.pid, SIGKILL);
+            killed = true;
+            waitpid(t.pid, &status, 0);
+            exited = true;
+            deadline = Clock::now() + 2s;  // to read what is still in the pipes
+        }
+        // Short ticks: a tool that closed its pipes early must still be seen exiting.
+        pump({{&t.out_fd, &t.out}, {&t.err_fd, &t.err}}, std::min(20, remaining_ms(deadline)));
+    }
+    close_fd(t.out_fd);
+    close_fd(t.err_fd);
+    t.pid = -1;
+    r.exit_code = (!killed && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+    r.out = std::move(t.out);
+    r.err = std::move(t.err);
+    r.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
+    return r;
+}
+
+RunningTool start(const std::string& tool, const std::vector<std::string>& args,
+                  const std::optional<std::string>& as_user) {
+    SpawnSpec spec;
+    spec.argv.push_back(tool_path(tool));
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    if (as_user) {
+        passwd* pw = getpwnam(as_user->c_str());
+        if (!pw) throw std::runtime_error("no such user: " + *as_user);
+        spec.creds = Creds{pw->pw_uid, pw->pw_gid};
+    }
+    Pipe out = make_pipe(), err = make_pipe();
+    spec.out = out.w;
+    spec.err = err.w;
+    RunningTool t;
+    t.started = Clock::now();
+    try {
+        t.pid = spawn(spec);
+    } catch (...) {
+        close(out.r), close(out.w), close(err.r), close(err.w);
+        throw;
+    }
+    close(out.w);
+    close(err.w);
+    t.out_fd = out.r;
+    t.err_fd = err.r;
+    return t;
+}
+
+}  // namespace
+
+// --- workloads ---------------------------------------------------------------------------
+
+const std::string& workload_beam_dir() {
+    // Compiled once per test binary; the directory goes when the binary exits.
+    struct Dir {
+        std::string path;
+        Dir() {
+            char tmpl[] = "/tmp/bb-workloads-XXXXXX";
+            if (!mkdtemp(tmpl)) fail("mkdtemp");
+            path = tmpl;
+            std::vector<std::string> argv{"erlc", "-o", path};
+            for (const auto& e : std::filesystem::directory_iterator(BB_WORKLOAD_DIR))
+                if (e.path().extension() == ".erl") argv.push_back(e.path());
+            Pipe out = make_pipe();
+            RunningTool t;  // not a tool, but collect() fits: pipes, deadline, exit status
+            t.started = Clock::now();
+            t.pid = spawn({argv, -1, out.w, out.w, std::nullopt, {}});
+            close(out.w);
+            t.err_fd = out.r;
+            ToolResult r = collect(t, Clock::now() + 120s);
+            if (r.exit_code != 0)
+                throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
+        }
+        ~Dir() {
+            std::error_code ec;
+            std::filesystem::remove_all(path, ec);
+        }
+    };
+    static Dir dir;
+    return dir.path;
+}
+
+// --- ErlVm -------------------------------------------------------------------------------
+
+ErlVm::ErlVm(const std::string& eval_expr, std::vector<std::string> extra_args) {
+    SpawnSpec spec;
+    spec.argv = {"erl", "-noshell", "-pa", workload_beam_dir()};
+    spec.argv.insert(spec.argv.end(), extra_args.begin(), extra_args.end());
+    spec.argv.insert(spec.argv.end(), {"-eval", eval_expr});
+    spec.env = {"ERL_CRASH_DUMP_SECONDS=0"};  // no erl_crash.dump in the test's directory
+    Pipe in = make_pipe(), out = make_pipe();
+    spec.in = in.r;
+    spec.out = spec.err = out.w;
+    try {
+        pid_ = spawn(spec);
+    } catch (...) {
+        close(in.r), close(in.w), close(out.r), close(out.w);
+        throw;
+    }
+    close(in.r);
+    close(out.w);
+    in_fd_ = in.w;
+    out_fd_ = out.r;
+}
+
+ErlVm::~ErlVm() {
+    kill_now();
+    close_fd(in_fd_);
+    close_fd(out_fd_);
+}
+
+void ErlVm::kill_now() {
+    if (pid_ > 0 && !reaped_) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        reaped_ = true;
+    }
+}
+
+std::string ErlVm::wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+        for (size_t nl; (nl = buf_.find('\n')) != std::string::npos;) {
+            std::string line = buf_.substr(0, nl);
+            buf_.erase(0, nl + 1);
+            if (line.starts_with(prefix)) return line;
+        }
+        if (out_fd_ < 0)
+            throw std::runtime_error("VM " + std::to_string(pid_) + " exited before printing '" +
+                                     prefix + "'; its output:\n" + seen_);
+        if (Clock::now() >= deadline)
+            throw std::runtime_error("VM " + std::to_string(pid_) + " did not print '" + prefix +
+                                     "' within " + std::to_string(timeout.count()) +
+                                     " ms; its output:\n" + seen_);
+        std::string got;
+        pump({{&out_fd_, &got}}, remaining_ms(deadline));
+        buf_ += got;
+        seen_ += got;
+    }
+}
+
+void ErlVm::send_line(const std::string& line) {
+    std::string data = line + "\n";
+    for (size_t off = 0; off < data.size();) {
+        ssize_t n = write(in_fd_, data.data() + off, data.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail("write to VM " + std::to_string(pid_));
+        off += size_t(n);
+    }
+}
+
+// --- tools -------------------------------------------------------------------------------
+
+RunningTool::RunningTool(RunningTool&& o) noexcept { *this = std::move(o); }
+
+// Kills and reaps a tool nobody collected.
+static void discard(RunningTool& t) {
+    if (t.pid > 0) {
+        kill(t.pid, SIGKILL);
+        waitpid(t.pid, nullptr, 0);
+        t.pid = -1;
+    }
+    close_fd(t.out_fd);
+    close_fd(t.err_fd);
+}
+
+RunningTool& RunningTool::operator=(RunningTool&& o) noexcept {
+    if (this != &o) {
+        discard(*this);
+        pid = std::exchange(o.pid, -1);
+        out_fd = std::exchange(o.out_fd, -1);
+        err_fd = std::exchange(o.err_fd, -1);
+        out = std::move(o.out);
+        err = std::move(o.err);
+        started = o.started;
+    }
+    return *this;
+}
+
+RunningTool::~RunningTool() { discard(*this); }
+
+ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args,
+                    std::chrono::milliseconds timeout, const std::optional<std::string>& as_user) {
+    RunningTool t = start(tool, args, as_user);
+    return collect(t, t.started + timeout);
+}
+
+RunningTool start_tool(const std::string& tool, const std::vector<std::string>& args) {
+    return start(tool, args, std::nullopt);
+}
+
+bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout,
+                 std::string* err_so_far) {
+    const auto deadline = Clock::now() + timeout;
+    bool found;
+    while (!(found = t.err.find(marker) != std::string::npos) && t.err_fd >= 0 &&
+           Clock::now() < deadline)
+        pump({{&t.out_fd, &t.out}, {&t.err_fd, &t.err}}, remaining_ms(deadline));
+    if (err_so_far) *err_so_far = t.err;
+    return found;
+}
+
+ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::milliseconds timeout) {
+    if (t.pid <= 0) throw std::logic_error("finish_tool: tool not running");
+    if (send_sigint) kill(t.pid, SIGINT);  // harmless if it has exited but is not yet reaped
+    return collect(t, Clock::now() + timeout);
+}
+
+// --- output parsing ----------------------------------------------------------------------
+
+std::map<std::string, long> parse_folded(const std::string& text) {
+    std::map<std::string, long> stacks;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        size_t sp = line.rfind(' ');
+        bool ok = sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
+                  std::all_of(line.begin() + long(sp) + 1, line.end(),
+                              [](unsigned char c) { return std::isdigit(c); });
+        if (!ok) {
+            ADD_FAILURE() << "malformed folded line: '" << line << "'";
+            continue;
+        }
+        stacks[line.substr(0, sp)] += std::stol(line.substr(sp + 1));
+    }
+    return stacks;
+}
+
+std::vector<std::string> split_frames(const std::string& stack) {
+    std::vector<std::string> frames;
+    size_t start = 0;
+    for (;;) {
+        size_t semi = stack.find(';', start);
+        frames.push_back(stack.substr(start, semi - start));
+        if (semi == std::string::npos) return frames;
+        start = semi + 1;
+    }
+}
+
+std::optional<long> summary_count(const std::string& err, const std::string& what) {
+    const std::regex re("(\\d+) " + what + "\\b");
+    std::istringstream in(err);
+    std::optional<long> found;
+    for (std::string line; std::getline(in, line);) {
+        std::smatch m;
+        if (line.starts_with("beam-bpf: ") && std::regex_search(line, m, re))
+            found = std::stol(m[1]);  // the last summary wins
+    }
+    return found;
+}
+
+// --- other processes ---------------------------------------------------------------------
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+    pid_ = spawn({argv, -1, -1, STDERR_FILENO, std::nullopt, {}});
+}
+
+ChildProcess::~ChildProcess() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+}
+
+pid_t dead_pid() {
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) _exit(0);
+    waitpid(pid, nullptr, 0);
+    return pid;
+}
+
+}  // namespace bbt

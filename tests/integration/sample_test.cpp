@@ -1,0 +1,464 @@
+// beam-bpf-sample against real VMs running the workloads in tests/workloads/bb_work.erl. The
+// workloads' shapes are known by construction (see the comments there), so each test compares
+// the tool's output with that shape. These tests load BPF: they need root and never skip.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace {
+
+using namespace bbt;
+using Clock = std::chrono::steady_clock;
+
+const std::string kTool = "beam-bpf-sample";
+const std::string kErrorPrefix = "beam-bpf-sample: error: ";
+
+std::string pid_arg(const ErlVm& vm) { return std::to_string(vm.os_pid()); }
+
+std::string workload(const std::string& name) { return "bb_work:main(" + name + ")"; }
+std::string workload(const std::string& name, long arg) {
+    return "bb_work:main(" + name + ", " + std::to_string(arg) + ")";
+}
+
+// For assertion messages: how the tool ended and what it said.
+std::string describe(const ToolResult& r) {
+    std::ostringstream s;
+    s << "exit code " << r.exit_code << " after " << r.seconds << " s\n--- stderr:\n"
+      << r.err << "--- stdout (first 2000 chars):\n"
+      << r.out.substr(0, 2000);
+    return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) lines.push_back(l);
+    return lines;
+}
+
+long total(const std::map<std::string, long>& stacks) {
+    long n = 0;
+    for (const auto& [stack, count] : stacks) n += count;
+    return n;
+}
+
+double pct(long part, long whole) { return whole ? 100.0 * double(part) / double(whole) : 0; }
+
+bool any_frame_contains(const std::map<std::string, long>& stacks, const std::string& needle) {
+    return std::any_of(stacks.begin(), stacks.end(),
+                       [&](const auto& s) { return s.first.find(needle) != std::string::npos; });
+}
+
+// "a ... z (N frames)" for a stack, and the most common such shapes among stacks that fail
+// `ok`: readable failure messages for stacks hundreds of frames deep.
+std::string shape(const std::vector<std::string>& f) {
+    return f.front() + (f.size() > 2 ? " ... " : " ") + (f.size() > 1 ? f.back() : "") + " (" +
+           std::to_string(f.size()) + " frames)";
+}
+
+template <class Pred>
+std::string odd_shapes(const std::map<std::string, long>& stacks, Pred ok) {
+    std::map<std::string, long> by_shape;
+    for (const auto& [stack, count] : stacks)
+        if (auto f = split_frames(stack); !ok(f)) by_shape[shape(f)] += count;
+    std::vector<std::pair<long, std::string>> v;
+    for (auto& [sh, n] : by_shape) v.push_back({n, sh});
+    std::sort(v.rbegin(), v.rend());
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i)
+        s += "  " + std::to_string(v[i].first) + " samples: " + v[i].second + "\n";
+    return s.empty() ? "  (none)\n" : s;
+}
+
+void expect_only_erlang(const std::map<std::string, long>& stacks) {
+    static const std::regex mfa(R"(^[^:;\s]+:[^;\s]+/\d+$)");
+    long bad = 0;
+    auto all_erlang = [&](const std::vector<std::string>& f) {
+        return std::all_of(f.begin(), f.end(),
+                           [&](const std::string& fr) { return std::regex_match(fr, mfa); });
+    };
+    for (const auto& [stack, count] : stacks)
+        if (!all_erlang(split_frames(stack))) bad += count;
+    EXPECT_EQ(bad, 0) << "non-Erlang frames in --only-erlang output:\n"
+                      << odd_shapes(stacks, all_erlang);
+}
+
+// The `beam-bpf: ...` summary must carry all four counters.
+void expect_summary(const ToolResult& r) {
+    for (const char* what : {"samples", "dropped", "truncated", "unsymbolized"})
+        EXPECT_TRUE(summary_count(r.err, what)) << "summary lacks '" << what << "'\n"
+                                                << describe(r);
+}
+
+// Error contract: non-zero exit, exactly one stderr line, with the prefix and one of `needles`.
+void expect_error(const ToolResult& r, const std::vector<std::string>& needles) {
+    EXPECT_GT(r.exit_code, 0) << describe(r);  // -1 would mean a signal or our timeout
+    auto lines = lines_of(r.err);
+    ASSERT_EQ(lines.size(), 1u) << describe(r);
+    EXPECT_TRUE(lines[0].starts_with(kErrorPrefix)) << describe(r);
+    EXPECT_TRUE(std::any_of(needles.begin(), needles.end(),
+                            [&](auto& n) { return lines[0].find(n) != std::string::npos; }))
+        << "error line names none of the expected causes: " << lines[0];
+    std::cout << "error line: " << lines[0] << "\n";
+}
+
+class SampleTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
+                                    "root-owned VMs: run them as root (they do not skip)";
+    }
+};
+
+// --- split532 ----------------------------------------------------------------------------
+
+const std::string kLeaves[3] = {"bb_work:f5/2", "bb_work:f3/2", "bb_work:f2/2"};
+const double kExpectedShare[3] = {50, 30, 20};
+const std::string kChain = "bb_work:root/0;bb_work:chain1/0;bb_work:chain2/0;";
+
+// --only-erlang, so a sample that landed in C code under fN (a reschedule, say) still counts
+// for fN and must still show exactly the Erlang chain: no native frames to account for.
+TEST_F(SampleTest, Split532Shares) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    std::cout << vm.output();  // the calibrated iteration counts
+
+    ToolResult r = run_tool(kTool, {"-d", "8", "--folded", "--only-erlang", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    expect_summary(r);
+    auto stacks = parse_folded(r.out);
+
+    long in_leaf[3] = {}, exact = 0, all = 0;
+    for (const auto& [stack, count] : stacks) {
+        auto frames = split_frames(stack);
+        for (int i = 0; i < 3; ++i) {
+            if (std::find(frames.begin(), frames.end(), kLeaves[i]) == frames.end()) continue;
+            in_leaf[i] += count;
+            all += count;
+            if (stack == kChain + kLeaves[i]) exact += count;
+        }
+    }
+    std::cout << std::fixed << std::setprecision(2) << "split532: " << all << " of "
+              << total(stacks) << " samples in f5/f3/f2: f5 " << pct(in_leaf[0], all)
+              << "%, f3 " << pct(in_leaf[1], all) << "%, f2 " << pct(in_leaf[2], all)
+              << "%; exact chain in " << pct(exact, all) << "%\n";
+
+    // 8 s at 999 Hz is ~8000 samples; far fewer would make the 2-point bound meaningless.
+    ASSERT_GE(all, 4000) << describe(r);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_NEAR(pct(in_leaf[i], all), kExpectedShare[i], 2.0) << kLeaves[i];
+    EXPECT_GE(pct(exact, all), 99.0) << "stacks other than " << kChain << "fN:\n" << r.out;
+    EXPECT_EQ(summary_count(r.err, "truncated").value_or(-1), 0) << describe(r);
+}
+
+// --only-erlang means module:function/arity frames only: no native or JIT-helper names, even
+// for the few samples that land in the VM's own code between Erlang instructions.
+TEST_F(SampleTest, OnlyErlangFrames) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "4", "--folded", "--only-erlang", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto stacks = parse_folded(r.out);
+    ASSERT_GE(total(stacks), 1000) << describe(r);
+    expect_only_erlang(stacks);
+}
+
+struct TopRow {
+    double self, total;
+    std::string function;
+};
+
+// Default output: a header line, then `SELF% TOTAL% FUNCTION` rows.
+std::vector<TopRow> parse_top(const std::string& out) {
+    auto lines = lines_of(out);
+    std::vector<TopRow> rows;
+    EXPECT_FALSE(lines.empty()) << "no output";
+    if (lines.empty()) return rows;
+    EXPECT_TRUE(lines[0].find("SELF%") != std::string::npos &&
+                lines[0].find("TOTAL%") != std::string::npos &&
+                lines[0].find("FUNCTION") != std::string::npos)
+        << "header: " << lines[0];
+    for (size_t i = 1; i < lines.size(); ++i) {
+        std::istringstream in(lines[i]);
+        TopRow row;
+        if (!(in >> row.self >> row.total >> row.function)) {
+            ADD_FAILURE() << "malformed row: '" << lines[i] << "'";
+            continue;
+        }
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+TEST_F(SampleTest, DefaultTopOutput) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "4", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    expect_summary(r);
+    std::cout << r.out;
+    auto rows = parse_top(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    EXPECT_EQ(rows[0].function, "bb_work:f5/2") << describe(r);
+    EXPECT_NEAR(rows[0].self, 50, 3) << describe(r);
+    for (const auto& row : rows) {
+        EXPECT_LE(row.self, row.total + 0.05) << row.function;
+        EXPECT_LE(row.total, 100.05) << row.function;
+    }
+    for (int i = 1; i < 3; ++i) {
+        auto it = std::find_if(rows.begin(), rows.end(),
+                               [&](auto& row) { return row.function == kLeaves[i]; });
+        ASSERT_NE(it, rows.end()) << kLeaves[i] << " missing\n" << r.out;
+        EXPECT_NEAR(it->self, kExpectedShare[i], 3) << kLeaves[i];
+    }
+}
+
+// Ctrl-C ends an open-ended run and still prints the profile.
+TEST_F(SampleTest, SigintStopsAndPrints) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    RunningTool t = start_tool(kTool, {pid_arg(vm)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    std::this_thread::sleep_for(3s);
+    ToolResult r = finish_tool(t, true, 15s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    expect_summary(r);
+    auto rows = parse_top(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    EXPECT_EQ(rows[0].function, "bb_work:f5/2") << describe(r);
+}
+
+// --- deep recursion ----------------------------------------------------------------------
+
+const std::string kDeepRoot = "bb_work:deep_root/3", kDeepRec = "bb_work:deep_rec/3",
+                  kDeepLeaf = "bb_work:deep_leaf/2";
+
+TEST_F(SampleTest, DeepRecursion) {
+    const long depth = 100;
+    ErlVm vm(workload("deep", depth));
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "3", "--folded", "--only-erlang", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    expect_summary(r);
+    auto stacks = parse_folded(r.out);
+
+    std::vector<std::string> expected{kDeepRoot};
+    expected.insert(expected.end(), depth, kDeepRec);
+    expected.push_back(kDeepLeaf);
+    long exact = 0;
+    std::map<long, long> by_rec_frames;  // deep_rec frames on the stack -> samples
+    for (const auto& [stack, count] : stacks) {
+        auto frames = split_frames(stack);
+        if (frames == expected) exact += count;
+        by_rec_frames[std::count(frames.begin(), frames.end(), kDeepRec)] += count;
+    }
+    const long n = total(stacks);
+    std::cout << "deep " << depth << ": " << n << " samples, " << pct(exact, n)
+              << "% exactly root + " << depth << " deep_rec + leaf; deep_rec frames:";
+    for (auto [frames, count] : by_rec_frames) std::cout << " " << frames << "x" << count;
+    std::cout << "\n";
+
+    ASSERT_GE(n, 1000) << describe(r);
+    EXPECT_GE(pct(exact, n), 90.0) << "other stacks:\n"
+                                   << odd_shapes(stacks, [&](auto& f) { return f == expected; });
+    // A walker that read stale words below the stack would invent frames.
+    EXPECT_LE(by_rec_frames.rbegin()->first, depth);
+    EXPECT_EQ(summary_count(r.err, "truncated").value_or(-1), 0) << describe(r);
+}
+
+// Deeper than --max-depth: samples are kept, cut to the leaf-most frames, and counted as
+// truncated. A marker frame in place of the lost root is accepted (the spec does not say).
+TEST_F(SampleTest, DeepRecursionTruncated) {
+    const long max_depth = 512;
+    ErlVm vm(workload("deep", 100000));
+    vm.wait_line("ready", 60s);
+    ToolResult r = run_tool(kTool,
+                            {"-d", "4", "--folded", "--only-erlang", "--max-depth",
+                             std::to_string(max_depth), pid_arg(vm)},
+                            60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    expect_summary(r);
+    auto stacks = parse_folded(r.out);
+
+    std::vector<std::string> expected(max_depth - 1, kDeepRec);
+    expected.push_back(kDeepLeaf);
+    long cut = 0, with_root = 0;
+    std::set<std::string> markers;
+    for (const auto& [stack, count] : stacks) {
+        auto frames = split_frames(stack);
+        if (!frames.empty() && !frames[0].starts_with("bb_work:")) {
+            markers.insert(frames[0]);
+            frames.erase(frames.begin());
+        }
+        if (frames == expected) cut += count;
+        if (std::count(frames.begin(), frames.end(), kDeepRoot)) with_root += count;
+    }
+    const long n = total(stacks);
+    const long truncated = summary_count(r.err, "truncated").value_or(-1);
+    std::cout << "deep 100000, --max-depth " << max_depth << ": " << n << " samples in output, "
+              << truncated << " truncated per summary, " << pct(cut, n)
+              << "% exactly the leaf-most " << max_depth << " frames";
+    for (const auto& m : markers) std::cout << ", root marker '" << m << "'";
+    std::cout << "\n";
+
+    ASSERT_GE(n, 1000) << "samples dropped instead of truncated?\n" << describe(r);
+    EXPECT_GE(pct(cut, n), 90.0) << "expected " << shape(expected) << "; other stacks:\n"
+                                 << odd_shapes(stacks, [&](auto& f) { return f == expected; });
+    EXPECT_EQ(with_root, 0) << "the root is 100000 frames down; it cannot be in a 512-frame stack";
+    EXPECT_GE(truncated, n * 9 / 10) << describe(r);
+    EXPECT_LE(markers.size(), 1u);
+}
+
+// --- pstack ------------------------------------------------------------------------------
+
+struct SchedulerBlock {
+    int number = 0;
+    long tid = 0;
+    std::string what;  // `<0.85.0>` or `idle`
+    std::vector<std::string> frames;  // leaf first
+};
+
+std::vector<SchedulerBlock> parse_pstack(const std::string& out) {
+    static const std::regex head(R"(^scheduler (\d+) \(tid (\d+)\): (\S+)\s*$)");
+    std::vector<SchedulerBlock> blocks;
+    for (const auto& line : lines_of(out)) {
+        std::smatch m;
+        if (std::regex_match(line, m, head)) {
+            blocks.push_back({std::stoi(m[1]), std::stol(m[2]), m[3], {}});
+        } else if (!blocks.empty() && (line[0] == ' ' || line[0] == '\t')) {
+            blocks.back().frames.push_back(line.substr(line.find_first_not_of(" \t")));
+        } else {
+            ADD_FAILURE() << "unexpected --pstack line: '" << line << "'";
+        }
+    }
+    return blocks;
+}
+
+std::string thread_name(pid_t pid, long tid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
+    std::string name;
+    std::getline(in, name);
+    return name;
+}
+
+TEST_F(SampleTest, Pstack) {
+    ErlVm vm(workload("busy2"), {"+S", "2"});
+    std::istringstream ready(vm.wait_line("ready"));
+    std::string word, pid_a, pid_b;
+    ready >> word >> pid_a >> pid_b;
+    ASSERT_TRUE(pid_a.starts_with("<") && pid_b.starts_with("<")) << vm.output();
+    std::this_thread::sleep_for(1s);  // let the second scheduler steal one of the two
+
+    ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
+    std::cout << "--pstack took " << r.seconds << " s:\n" << r.out;
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_LT(r.seconds, 5.0);
+
+    auto blocks = parse_pstack(r.out);
+    std::map<std::string, const SchedulerBlock*> busy;  // Erlang pid -> its block
+    std::set<int> numbers;
+    for (const auto& b : blocks) {
+        EXPECT_TRUE(numbers.insert(b.number).second) << "scheduler " << b.number << " twice";
+        if (b.what != "idle") busy[b.what] = &b;
+        if (b.number <= 2) {  // normal schedulers; the tool may also list dirty ones
+            EXPECT_EQ(thread_name(vm.os_pid(), b.tid), std::to_string(b.number) + "_scheduler")
+                << "tid " << b.tid << " of scheduler " << b.number;
+        }
+    }
+    ASSERT_EQ(busy.size(), 2u) << r.out;
+    ASSERT_TRUE(busy.count(pid_a) && busy.count(pid_b)) << "expected " << pid_a << " and "
+                                                          << pid_b << "\n" << r.out;
+    for (auto [pid, leaf, caller] : {std::tuple{pid_a, "bb_work:spin_a/2", "bb_work:caller_a/1"},
+                                     std::tuple{pid_b, "bb_work:spin_b/2", "bb_work:caller_b/1"}}) {
+        const auto& f = busy[pid]->frames;
+        auto at_leaf = std::find(f.begin(), f.end(), leaf);
+        auto at_caller = std::find(f.begin(), f.end(), caller);
+        EXPECT_TRUE(at_leaf != f.end() && at_caller != f.end() && at_leaf < at_caller)
+            << pid << " should show " << leaf << " above " << caller << "\n" << r.out;
+    }
+}
+
+// --- isolation ---------------------------------------------------------------------------
+
+TEST_F(SampleTest, NoSamplesFromOtherProcesses) {
+    ErlVm split(workload("split532"));
+    ErlVm busy(workload("busy2"), {"+S", "2"});
+    split.wait_line("ready");
+    busy.wait_line("ready");
+
+    ToolResult rs = run_tool(kTool, {"-d", "3", "--folded", pid_arg(split)}, 60s);
+    ASSERT_EQ(rs.exit_code, 0) << describe(rs);
+    ToolResult rb = run_tool(kTool, {"-d", "3", "--folded", pid_arg(busy)}, 60s);
+    ASSERT_EQ(rb.exit_code, 0) << describe(rb);
+    auto ss = parse_folded(rs.out), sb = parse_folded(rb.out);
+    std::cout << "split532 VM: " << total(ss) << " samples; busy2 VM: " << total(sb)
+              << " samples\n";
+
+    EXPECT_TRUE(any_frame_contains(ss, "bb_work:f5/2")) << describe(rs);
+    EXPECT_TRUE(any_frame_contains(sb, "bb_work:spin_a/2")) << describe(rb);
+    EXPECT_TRUE(any_frame_contains(sb, "bb_work:spin_b/2")) << describe(rb);
+    for (const char* other : {"spin_a", "spin_b", "caller_a", "caller_b"})
+        EXPECT_FALSE(any_frame_contains(ss, other)) << other << " in the split532 VM's profile";
+    for (const char* other : {"f5/", "f3/", "f2/", "chain1", "chain2", "bb_work:root"})
+        EXPECT_FALSE(any_frame_contains(sb, other)) << other << " in the busy2 VM's profile";
+}
+
+// --- errors ------------------------------------------------------------------------------
+
+TEST_F(SampleTest, ErrorDeadPid) {
+    ToolResult r = run_tool(kTool, {"-d", "3", std::to_string(dead_pid())}, 30s);
+    expect_error(r, {"no such process"});
+}
+
+TEST_F(SampleTest, ErrorNotABeam) {
+    ChildProcess sleeper({"sleep", "60"});
+    ToolResult r = run_tool(kTool, {"-d", "3", std::to_string(sleeper.pid())}, 30s);
+    expect_error(r, {"not a BEAM VM"});
+}
+
+TEST_F(SampleTest, ErrorUnprivileged) {
+    ErlVm vm(workload("idle"));
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "3", pid_arg(vm)}, 30s, "nobody");
+    expect_error(r, {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "run as root"});
+}
+
+// The VM dies under the tool: it stops by itself, prints what it had, and says why.
+TEST_F(SampleTest, VmKilledMidRun) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    RunningTool t = start_tool(kTool, {"-d", "30", pid_arg(vm)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    std::this_thread::sleep_for(2s);
+    const auto killed_at = Clock::now();
+    vm.kill_now();
+    ToolResult r = finish_tool(t, false, 15s);
+    const double after_kill = std::chrono::duration<double>(Clock::now() - killed_at).count();
+    std::cout << "tool exited " << after_kill << " s after the VM was killed, code "
+              << r.exit_code << "\n" << r.err;
+
+    ASSERT_NE(r.exit_code, -1) << "still running 15 s after the VM died\n" << describe(r);
+    EXPECT_LT(after_kill, 5.0);
+    EXPECT_NE(r.out.find("bb_work:f5/2"), std::string::npos)
+        << "the samples collected before the VM died were not printed\n" << describe(r);
+    EXPECT_GT(summary_count(r.err, "samples").value_or(0), 0) << describe(r);
+    EXPECT_TRUE(std::regex_search(r.err, std::regex("exit", std::regex::icase)))
+        << "stderr does not say the VM exited\n" << describe(r);
+}
+
+}  // namespace

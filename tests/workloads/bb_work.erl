@@ -1,0 +1,192 @@
+%% Workloads for beam-bpf's integration tests. Each runs as
+%%   erl -noshell -pa DIR -eval 'bb_work:main(Name)'      (or bb_work:main(Name, Arg))
+%% prints one `ready ...` line on stdout once its shape is in place (with the pids of the
+%% worker processes), then reads commands from stdin: `quit` (or end of input) halts the VM.
+%%
+%% The shapes are chosen so the expected profile is known by construction; keep them that way
+%% (check with `erlc -S bb_work.erl` after any change: the chains must stay non-tail calls and
+%% the leaf loops must stay separate, allocation-free functions).
+-module(bb_work).
+-export([main/1, main/2]).
+%% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
+-export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0]).
+
+%% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
+%% value it never takes (-1) that the compiler cannot see, because it comes from spawn's
+%% arguments. With a literal instead, the compiler proves the loop never returns and turns the
+%% caller's body call into a tail call, which removes the frames the tests look for.
+-define(NEVER, -1).
+
+%% split532 calibration: a round (f5 + f3 + f2) takes 10 units of UNIT_NS; each fN is timed
+%% CAL_RUNS times over CAL_ITERS iterations.
+-define(UNIT_NS, 1000000).
+-define(CAL_ITERS, 200000).
+-define(CAL_RUNS, 101).
+
+main(Name) -> main(Name, undefined).
+
+main(Name, Arg) ->
+    Info = start(Name, Arg),
+    io:format("ready~s~n", [[[$\s | fmt(P)] || P <- Info]]),
+    command_loop().
+
+fmt(Pid) when is_pid(Pid) -> pid_to_list(Pid);
+fmt(Term) -> io_lib:format("~p", [Term]).
+
+command_loop() ->
+    case io:get_line('') of
+        "quit" ++ _ -> erlang:halt(0);
+        eof -> erlang:halt(0);         % the test that owned our stdin is gone
+        {error, _} -> erlang:halt(0);
+        _ -> command_loop()
+    end.
+
+%% --- split532 ---------------------------------------------------------------------------
+%% One process loops root() -> chain1() -> chain2() -> f5, f3, f2, so every sample in a leaf
+%% has the Erlang stack root;chain1;chain2;fN. chain1/chain2 use the callee's result
+%% afterwards, so their calls are real (non-tail) calls that leave a frame on the stack. The
+%% leaves run the same loop body, allocate nothing and call no BIF (no GC or C code to skew
+%% the split), and their iteration counts give them 5, 3 and 2 units of CPU time per round.
+%% The counts are calibrated at start: identical JIT loops run at different speeds (up to 15%
+%% apart on this machine) depending on where their code lands relative to cache lines, so
+%% equal iteration counts would not give equal time.
+start(split532, _) ->
+    Parent = self(),
+    Pid = spawn(fun() ->
+                        Counts = calibrate(),
+                        put(bb_split_counts, Counts),
+                        Parent ! {self(), Counts},
+                        root()   % tail call: root/0 is the bottom frame
+                end),
+    receive {Pid, {N5, N3, N2}} ->
+            io:format("split532 iterations f5=~p f3=~p f2=~p~n", [N5, N3, N2])
+    end,
+    [Pid];
+
+%% --- deep -------------------------------------------------------------------------------
+%% One process body-recurses N levels (deep_rec/2, non-tail), then spins forever in
+%% deep_leaf/2: every sample shows deep_root/3, exactly N deep_rec/3 frames, deep_leaf/2.
+%% N = 100000 is deeper than any --max-depth, for the truncation tests.
+start(deep, N) when is_integer(N), N >= 0 ->
+    Pid = spawn(?MODULE, deep_root, [N, self(), ?NEVER]),
+    receive {Pid, at_bottom} -> [Pid] end;
+
+%% --- busy2 ------------------------------------------------------------------------------
+%% Two processes spin forever in different functions under different callers
+%% (caller_a/1 -> spin_a/2, caller_b/1 -> spin_b/2): with +S 2 both normal schedulers are
+%% busy, each with one known process, for --pstack. Prints `ready <a pid> <b pid>`.
+start(busy2, _) ->
+    [spawn(?MODULE, caller_a, [?NEVER]), spawn(?MODULE, caller_b, [?NEVER])];
+
+%% --- alloc_arith ------------------------------------------------------------------------
+%% One process builds and drops lists (many minor GCs: time in erts_garbage_collect), the
+%% other does allocation-free arithmetic (no GC at all): for beam-bpf-blame. Prints
+%% `ready <alloc pid> <arith pid>`.
+start(alloc_arith, _) ->
+    [spawn(?MODULE, alloc_loop, []), spawn(?MODULE, arith_loop, [])];
+
+%% --- idle -------------------------------------------------------------------------------
+%% Nothing runs: a VM to attach to (errors, privileges) without load.
+start(idle, _) ->
+    [].
+
+%% split532 ---------------------------------------------------------------------------------
+root() ->
+    _ = chain1(),
+    root().
+
+chain1() ->
+    R = chain2(),
+    R band 16#ffff.
+
+chain2() ->
+    {N5, N3, N2} = get(bb_split_counts),
+    A = f5(N5, 0),
+    B = f3(N3, 0),
+    C = f2(N2, 0),
+    A bxor B bxor C.
+
+%% Identical bodies on purpose; the compiler neither merges nor inlines them (no inline
+%% option here), `erlc -S` shows three separate functions.
+f5(0, Acc) -> Acc;
+f5(N, Acc) -> f5(N - 1, Acc bxor N).
+
+f3(0, Acc) -> Acc;
+f3(N, Acc) -> f3(N - 1, Acc bxor N).
+
+f2(0, Acc) -> Acc;
+f2(N, Acc) -> f2(N - 1, Acc bxor N).
+
+%% Iteration counts for 5, 3 and 2 units, from the median time per iteration of each leaf
+%% (runs interleaved, so a slow spell of the machine hits all three alike). The first round
+%% only warms up the CPU (clock ramp-up would otherwise make the early runs slow).
+calibrate() ->
+    _ = [timed(f5) || _ <- lists:seq(1, 100)],
+    Runs = [{timed(f5), timed(f3), timed(f2)} || _ <- lists:seq(1, ?CAL_RUNS)],
+    {iters(5, median([T || {T, _, _} <- Runs])),
+     iters(3, median([T || {_, T, _} <- Runs])),
+     iters(2, median([T || {_, _, T} <- Runs]))}.
+
+%% Leaves picked by atom, not passed as funs: with `timed(fun f5/2)`, `timed(fun f3/2)`...
+%% OTP 25.2's compiler typed timed/1's argument as `fun f5/2` only and the run list came out
+%% empty.
+timed(Leaf) ->
+    T0 = erlang:monotonic_time(nanosecond),
+    _ = run_leaf(Leaf, ?CAL_ITERS),
+    erlang:monotonic_time(nanosecond) - T0.
+
+run_leaf(f5, N) -> f5(N, 0);
+run_leaf(f3, N) -> f3(N, 0);
+run_leaf(f2, N) -> f2(N, 0).
+
+median(L) -> lists:nth(length(L) div 2 + 1, lists:sort(L)).
+
+iters(Units, Ns) -> round(Units * ?UNIT_NS * ?CAL_ITERS / Ns).
+
+%% deep ---------------------------------------------------------------------------------------
+deep_root(N, Parent, Never) ->
+    R = deep_rec(N, Parent, Never),
+    exit({returned, R}).
+
+deep_rec(0, Parent, Never) ->
+    Parent ! {self(), at_bottom},
+    deep_leaf(0, Never);
+deep_rec(N, Parent, Never) ->
+    R = deep_rec(N - 1, Parent, Never),
+    R + 1.
+
+deep_leaf(Never, Never) -> 0;
+deep_leaf(Acc, Never) -> deep_leaf((Acc + 1) band 16#ffffff, Never).
+
+%% busy2 -------------------------------------------------------------------------------------
+caller_a(Never) ->
+    R = spin_a(0, Never),
+    exit({returned, R}).
+
+caller_b(Never) ->
+    R = spin_b(0, Never),
+    exit({returned, R}).
+
+spin_a(Never, Never) -> 0;
+spin_a(Acc, Never) -> spin_a((Acc + 3) band 16#ffffff, Never).
+
+spin_b(Never, Never) -> 0;
+spin_b(Acc, Never) -> spin_b((Acc + 5) band 16#ffffff, Never).
+
+%% alloc_arith ---------------------------------------------------------------------------
+alloc_loop() ->
+    L = build(1000, []),
+    _ = length(L),
+    alloc_loop().
+
+build(0, Acc) -> Acc;
+build(N, Acc) -> build(N - 1, [N | Acc]).
+
+arith_loop() ->
+    _ = arith(1000000, 0),
+    arith_loop().
+
+%% Only operators the JIT emits inline for small integers (`*` and `div` would call shared
+%% helper code), so samples land in arith/2 itself.
+arith(0, Acc) -> Acc;
+arith(N, Acc) -> arith(N - 1, ((Acc bxor N) + (Acc bsr 3)) band 16#ffffff).
