@@ -22,6 +22,7 @@ const volatile __u32 max_stack_words = 1 << 17;   /* 1 MiB of Erlang stack per w
 const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
 const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
 const volatile __u32 measure_walk = 0;            /* keep the handler-time histogram */
+const volatile __u32 frame_layout = 0;            /* the JIT's: 0 return address only, 1 FP + RA */
 /* struct process / ErtsSchedulerData offsets, from DWARF (userspace/offsets.hpp). */
 const volatile __u32 off_id = 0, off_htop = 0, off_stop = 0, off_heap = 0, off_hend = 0;
 const volatile __u32 off_esd_current_process = 0;
@@ -194,6 +195,43 @@ static long scan_word(__u32 i, struct scan *c)
 	return 0;
 }
 
+/*
+ * With frame pointers (+JPperf true), every Erlang frame the JIT has set up is
+ * [saved rbp][return address], linked from rbp. Each link must point further up the
+ * same stack, so a corrupt chain ends the walk instead of leading it elsewhere.
+ */
+struct fp_walk {
+	struct scan *c;
+	__u64 fp;
+};
+
+static long fp_step(__u32 i, struct fp_walk *w)
+{
+	struct scan *c = w->c;
+	__u64 frame[2];
+
+	if (w->fp < c->lo || w->fp + 16 > c->hi || (w->fp & 7))
+		return 1;
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp)) {
+		c->flags |= BB_F_READ_FAULT;
+		return 1;
+	}
+	if ((frame[1] & 3) == 0 && in_jit_code(frame[1])) {
+		__u32 n = c->n;
+
+		if (n >= c->limit) {
+			c->flags |= BB_F_TRUNCATED;
+			return 1;
+		}
+		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = frame[1];
+		c->n = n + 1;
+	}
+	if (frame[0] <= w->fp)
+		return 1;
+	w->fp = frame[0];
+	return 0;
+}
+
 static __always_inline __u32 scan_words(struct scan *c, __u32 budget)
 {
 	__u64 words = (c->hi - c->lo) / 8;
@@ -247,7 +285,7 @@ static __always_inline int emit(struct bb_record *rec)
 	return 0;
 }
 
-static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
+static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags)
 {
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
@@ -323,7 +361,23 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 r13, __u32 fl
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = id;
-			scan_words(&c, max_stack_words);
+			if (frame_layout == 1 && (flags & BB_F_E_FROM_RSP) && bp >= E && bp < hend) {
+				/* Below rbp: the running function's own slots, and the return address of
+				 * a call whose frame is not set up yet. Above: the chain. */
+				struct fp_walk w = { .c = &c, .fp = bp };
+
+				c.hi = bp;
+				scan_words(&c, max_stack_words);
+				c.hi = hend;
+				c.flags &= ~(__u32)(BB_F_SCAN_LIMIT | BB_F_TRUNCATED);
+				if (c.n < c.limit)
+					bpf_loop(max_stack_words, fp_step, &w, 0);
+				else
+					c.flags |= BB_F_TRUNCATED;
+				flags |= BB_F_FP_WALK;
+			} else {
+				scan_words(&c, max_stack_words);
+			}
 			flags |= c.flags;
 			rec->nframes = c.n;
 		} else {
@@ -334,10 +388,10 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 r13, __u32 fl
 	return emit(rec);
 }
 
-static __always_inline int sample(__u64 ip, __u64 sp, __u64 r13, __u32 flags)
+static __always_inline int sample(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ip, sp, r13, flags);
+	int ret = walk_and_emit(ip, sp, bp, r13, flags);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -354,13 +408,13 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.r13, 0);
+		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	return sample(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, r13),
-		      BB_F_KERNEL);
+	return sample(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
+		      BPF_CORE_READ(regs, r13), BB_F_KERNEL);
 }
 
 /* beam-bpf-blame --count: one record per call of the probed native function. */
@@ -369,5 +423,5 @@ int on_call(struct pt_regs *ctx)
 {
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
-	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->r13, BB_F_UPROBE);
+	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE);
 }

@@ -120,6 +120,7 @@ int run(int argc, char** argv) {
         }
     }
     Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
+    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     Sampler sampler(vm, cfg);
     fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {}\n", vm.exe(),
                vm.pid(), vm.elf().build_id(), vm.offsets().origin,

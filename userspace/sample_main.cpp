@@ -49,6 +49,7 @@ int run(int argc, char** argv) {
     Vm vm = Vm::attach(o.pid, o.offsets_file);
     Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
     SamplerConfig cfg = sampler_config(o);
+    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     Sampler sampler(vm, cfg);
     auto scheds = vm.sched_threads();
     fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {} JIT modules, "

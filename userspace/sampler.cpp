@@ -123,6 +123,7 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     uint32_t ring_bytes = cfg.ring_bytes ? cfg.ring_bytes : ring_bytes_for(cfg);
     s->rodata->wakeup_bytes = ring_bytes / 4;
     s->rodata->measure_walk = cfg.measure_walk;
+    s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
 
     if (int err = beam_walk__load(s))

@@ -25,6 +25,7 @@ struct SamplerConfig {
     };
     std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
     bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
+    int frame_layout = 0;                // the JIT's (JitEmulator): 1 = frame pointers to follow
 };
 
 struct SamplerCounters {

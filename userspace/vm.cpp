@@ -195,10 +195,17 @@ std::vector<Vm::MappedFile> Vm::mapped_files() const {
 }
 
 std::vector<bb_range> Vm::jit_code_ranges() const {
+    // The JIT maps its code twice from a memfd (writable and executable views), except with
+    // perf support or where that fails: then it uses anonymous rwx memory. Nothing else in a
+    // BEAM maps anonymous executable memory.
     std::vector<bb_range> r;
     for (const auto& m : read_maps(pid_)) {
-        if (m.perms.size() >= 3 && m.perms[0] == 'r' && m.perms[2] == 'x' &&
-            m.path.rfind("/memfd:vmem", 0) == 0 && r.size() < BB_MAX_CODE_RANGES)
+        bool exec = m.perms.size() >= 3 && m.perms[2] == 'x';
+        bool jit = m.path.rfind("/memfd:vmem", 0) == 0 || m.path.empty();
+        if (!exec || !jit) continue;
+        if (!r.empty() && r.back().end == m.start)
+            r.back().end = m.end;  // adjacent chunks: one range
+        else if (r.size() < BB_MAX_CODE_RANGES)
             r.push_back({m.start, m.end});
     }
     return r;

@@ -43,7 +43,8 @@ public:
     uint64_t symbol_address(const std::string& name) const;
 
     bool alive() const;
-    // Executable mappings of JIT code (/memfd:vmem, r-x), at most BB_MAX_CODE_RANGES.
+    // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
+    // adjacent, at most BB_MAX_CODE_RANGES.
     std::vector<bb_range> jit_code_ranges() const;
     // Scheduler threads, from thread names; esdp from the scheduler data arrays.
     std::vector<SchedThread> sched_threads() const;

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "harness.hpp"
 
 namespace {
@@ -162,6 +164,39 @@ TEST_F(SampleTest, Split532Shares) {
         EXPECT_NEAR(pct(in_leaf[i], all), kExpectedShare[i], 2.0) << kLeaves[i];
     EXPECT_GE(pct(exact, all), 99.0) << "stacks other than " << kChain << "fN:\n" << r.out;
     EXPECT_EQ(summary_count(r.err, "truncated").value_or(-1), 0) << describe(r);
+}
+
+// A VM started with frame pointers (+JPperf true) maps its JIT code differently (anonymous
+// rwx memory, no memfd) and links its Erlang frames through rbp: the walker must follow that
+// chain, and the stacks must be as exact as on a stock VM.
+TEST_F(SampleTest, FramePointerVmExactChains) {
+    ErlVm vm(workload("split532"), {"+JPperf", "true"});
+    vm.wait_line("ready");
+    std::string stats = ::testing::TempDir() + "bb_fp_stats.json";
+    ToolResult r = run_tool(kTool, {"-d", "5", "--folded", "--only-erlang", "--stats", stats, pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto stacks = parse_folded(r.out);
+    long in_leaf[3] = {}, exact = 0, all = 0;
+    for (const auto& [stack, count] : stacks)
+        for (int i = 0; i < 3; ++i)
+            if (stack.size() >= kLeaves[i].size() &&
+                stack.compare(stack.size() - kLeaves[i].size(), kLeaves[i].size(), kLeaves[i]) == 0) {
+                in_leaf[i] += count;
+                all += count;
+                exact += stack == kChain + kLeaves[i] ? count : 0;
+            }
+    std::ifstream in(stats);
+    auto j = nlohmann::json::parse(in);
+    long records = j.at("records"), fp_walked = j.at("fp_walked");
+    std::cout << std::fixed << std::setprecision(2) << "+JPperf true: f5 " << pct(in_leaf[0], all) << "%, f3 "
+              << pct(in_leaf[1], all) << "%, f2 " << pct(in_leaf[2], all) << "%; exact chain in "
+              << pct(exact, all) << "%; " << fp_walked << " of " << records
+              << " stacks read through the frame-pointer chain\n";
+    ASSERT_GE(all, 2000) << describe(r);
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(pct(in_leaf[i], all), kExpectedShare[i], 3.0) << kLeaves[i];
+    EXPECT_GE(pct(exact, all), 99.0) << r.out;
+    // Samples in C code (reschedules) read c_p->stop and scan instead; they are few.
+    EXPECT_GE(pct(fp_walked, records), 80.0) << describe(r);
 }
 
 // --only-erlang means module:function/arity frames only: no native or JIT-helper names, even
