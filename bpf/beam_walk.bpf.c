@@ -251,13 +251,16 @@ static __always_inline __u32 scan_words(struct scan *c, __u32 budget)
  * would not, and is where this goes next.
  */
 static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, bool jit,
-					 const struct bb_sched *sch)
+					 const struct bb_sched *sch, __u64 c_p)
 {
 	struct scan c = { .s = s, .lo = sp, .mode = SCAN_NATIVE_FOR_BLAME };
 
 	if (in_blame_func(ip))
 		return BB_F_BLAME_LEAF;
-	if (jit)   /* JIT code runs on the Erlang stack: no native callers to look at */
+	/* JIT code runs on the Erlang stack: no native callers to look at. And a scheduler
+	 * with no process cannot be in a function called for one: what the scan would find
+	 * there is a stale return address of an earlier call. */
+	if (jit || !c_p)
 		return 0;
 	c.hi = sp + (__u64)blame_scan_words * 8;
 	if (sch && sch->runtime_top > sp && sch->runtime_top < c.hi)
@@ -320,7 +323,7 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 	}
 
 	if (nr_blame_ranges) {
-		__u32 m = blame_match(s, ip, sp, jit, sch);
+		__u32 m = blame_match(s, ip, sp, jit, sch, c_p);
 
 		if (!m) {
 			count(BB_C_FILTERED);

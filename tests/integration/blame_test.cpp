@@ -1,0 +1,295 @@
+// beam-bpf-blame against real VMs: the alloc_arith workload in tests/workloads/bb_work.erl (one
+// process allocating, one doing allocation-free arithmetic) and the exact-count workload in
+// tests/workloads/bb_gc.erl, whose oracle is the VM's own garbage_collection trace. These tests
+// load BPF: they need root and never skip.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace {
+
+using namespace bbt;
+
+const std::string kTool = "beam-bpf-blame";
+const std::string kErrorPrefix = "beam-bpf-blame: error: ";
+const std::string kGc = "erts_garbage_collect";
+
+std::string pid_arg(const ErlVm& vm) { return std::to_string(vm.os_pid()); }
+
+// For assertion messages: how the tool ended and what it said.
+std::string describe(const ToolResult& r) {
+    std::ostringstream s;
+    s << "exit code " << r.exit_code << " after " << r.seconds << " s\n--- stderr:\n"
+      << r.err << "--- stdout (first 2000 chars):\n"
+      << r.out.substr(0, 2000);
+    return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) lines.push_back(l);
+    return lines;
+}
+
+std::vector<std::string> words_of(const std::string& line) {
+    std::vector<std::string> words;
+    std::istringstream in(line);
+    for (std::string w; in >> w;) words.push_back(w);
+    return words;
+}
+
+// The symbols of the `beam-bpf-blame: watching A, B, C (FILE)` line; fails if there is none.
+std::vector<std::string> watched(const ToolResult& r) {
+    static const std::regex re(R"(^beam-bpf-blame: watching (.+) \(([^()]+)\)$)");
+    for (const auto& line : lines_of(r.err)) {
+        std::smatch m;
+        if (!std::regex_match(line, m, re)) continue;
+        std::vector<std::string> names;
+        std::string list = m[1];
+        for (size_t start = 0;;) {
+            size_t comma = list.find(", ", start);
+            names.push_back(list.substr(start, comma - start));
+            if (comma == std::string::npos) break;
+            start = comma + 2;
+        }
+        return names;
+    }
+    ADD_FAILURE() << "no 'beam-bpf-blame: watching ...' line\n" << describe(r);
+    return {};
+}
+
+struct TopRow {
+    double self, total;
+    std::string function;
+};
+
+// Table output: a `N samples of FUNCS; ...` line, the `SELF% TOTAL% FUNCTION` header, rows.
+std::vector<TopRow> parse_table(const std::string& out) {
+    auto lines = lines_of(out);
+    auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+        return l.find("SELF%") != std::string::npos && l.find("TOTAL%") != std::string::npos &&
+               l.find("FUNCTION") != std::string::npos;
+    });
+    std::vector<TopRow> rows;
+    if (header == lines.end()) {
+        ADD_FAILURE() << "no table header in:\n" << out;
+        return rows;
+    }
+    for (auto it = header + 1; it != lines.end(); ++it) {
+        std::istringstream in(*it);
+        TopRow row;
+        if (!(in >> row.self >> row.total >> row.function)) {
+            ADD_FAILURE() << "malformed row: '" << *it << "'";
+            continue;
+        }
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+// Error contract: non-zero exit, exactly one stderr line, with the prefix and `needle`.
+void expect_error(const ToolResult& r, const std::string& needle) {
+    EXPECT_GT(r.exit_code, 0) << describe(r);  // -1 would mean a signal or our timeout
+    auto lines = lines_of(r.err);
+    ASSERT_EQ(lines.size(), 1u) << describe(r);
+    EXPECT_TRUE(lines[0].starts_with(kErrorPrefix)) << describe(r);
+    EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: "
+                                                        << lines[0];
+    std::cout << "error line: " << lines[0] << "\n";
+}
+
+class BlameTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
+                                    "root-owned VMs: run them as root (they do not skip)";
+    }
+};
+
+// --- alloc_arith -------------------------------------------------------------------------
+
+const std::string kAllocFns[] = {"bb_work:alloc_loop/0", "bb_work:build/2"};
+const std::string kArithFns[] = {"bb_work:arith_loop/0", "bb_work:arith/2"};
+
+// Who triggers GC: the allocating process's functions, never the arithmetic one's, although
+// both run all the time (checked with beam-bpf-sample, so "absent" is not "never ran").
+TEST_F(BlameTest, BlameRanksAllocatorFirst) {
+    ErlVm vm("bb_work:main(alloc_arith)");
+    vm.wait_line("ready");
+
+    ToolResult r = run_tool(kTool, {"-d", "5", kGc, pid_arg(vm)}, 60s);
+    std::cout << r.out;
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const long samples = summary_count(r.err, "samples").value_or(-1);
+    std::cout << "erts_garbage_collect* in " << samples << " samples\n";
+    ASSERT_GE(samples, 50) << "too few GC samples for a ranking\n" << describe(r);
+
+    auto rows = parse_table(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    auto top = std::max_element(rows.begin(), rows.end(),
+                                [](auto& a, auto& b) { return a.total < b.total; });
+    EXPECT_EQ(rows[0].function, top->function) << "rows not ordered by TOTAL%\n" << r.out;
+    EXPECT_TRUE(std::count(std::begin(kAllocFns), std::end(kAllocFns), rows[0].function))
+        << "top row is not an allocating function\n" << r.out;
+    EXPECT_GE(rows[0].total, 50.0) << r.out;
+    for (const auto& fn : kArithFns) {
+        EXPECT_EQ(r.out.find(fn), std::string::npos) << fn << " blamed for GC\n" << r.out;
+        EXPECT_EQ(r.err.find(fn), std::string::npos) << fn << " in stderr\n" << r.err;
+    }
+
+    ToolResult f = run_tool(kTool, {"-d", "3", "--folded", kGc, pid_arg(vm)}, 60s);
+    ASSERT_EQ(f.exit_code, 0) << describe(f);
+    auto stacks = parse_folded(f.out);
+    long in_alloc = 0, all = 0;
+    for (const auto& [stack, count] : stacks) {
+        all += count;
+        auto frames = split_frames(stack);
+        if (std::find(frames.begin(), frames.end(), kAllocFns[0]) != frames.end())
+            in_alloc += count;
+        for (const auto& fn : kArithFns)
+            EXPECT_EQ(std::count(frames.begin(), frames.end(), fn), 0)
+                << fn << " in folded stack: " << stack << " " << count;
+    }
+    std::cout << "--folded: " << all << " samples, " << in_alloc << " under " << kAllocFns[0]
+              << "\n";
+    EXPECT_GE(in_alloc, all / 2) << f.out;
+
+    // The arithmetic process did run meanwhile: its absence above is the tool's doing.
+    ToolResult s = run_tool("beam-bpf-sample", {"-d", "2", "--folded", pid_arg(vm)}, 60s);
+    ASSERT_EQ(s.exit_code, 0) << describe(s);
+    long arith = 0, sampled = 0;
+    for (const auto& [stack, count] : parse_folded(s.out)) {
+        sampled += count;
+        if (stack.find(kArithFns[1]) != std::string::npos) arith += count;
+    }
+    std::cout << "beam-bpf-sample: " << arith << " of " << sampled << " samples in "
+              << kArithFns[1] << "\n";
+    EXPECT_GE(arith, sampled / 5) << describe(s);
+}
+
+// --- matching ----------------------------------------------------------------------------
+
+TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
+    ErlVm vm("bb_work:main(idle)");
+    vm.wait_line("ready");
+
+    ToolResult r = run_tool(kTool, {"-d", "1", kGc, pid_arg(vm)}, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto names = watched(r);
+    std::cout << "prefix " << kGc << " matched:";
+    for (const auto& n : names) std::cout << " " << n;
+    std::cout << "\n";
+    for (const auto& want : {kGc, kGc + "_nobump"})
+        EXPECT_TRUE(std::count(names.begin(), names.end(), want)) << want << " not matched\n"
+                                                                  << describe(r);
+    for (const auto& n : names) EXPECT_TRUE(n.starts_with(kGc)) << n << " is no prefix match";
+
+    ToolResult e = run_tool(kTool, {"-d", "1", "--exact", kGc, pid_arg(vm)}, 30s);
+    ASSERT_EQ(e.exit_code, 0) << describe(e);
+    EXPECT_EQ(watched(e), std::vector<std::string>{kGc}) << describe(e);
+}
+
+// --- exact count against the VM's GC trace -----------------------------------------------
+
+TEST_F(BlameTest, CountMatchesVmGcTrace) {
+    ErlVm vm("bb_gc:main()");
+    auto ready = words_of(vm.wait_line("ready"));
+    ASSERT_EQ(ready.size(), 2u) << vm.output();
+    const std::string worker = ready[1];
+
+    RunningTool t = start_tool(kTool, {"--count", "--process", worker, kGc, pid_arg(vm)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    vm.send_line("go");
+    // gc_count N minor Mi major Ma minor_then_major A
+    auto w = words_of(vm.wait_line("gc_count", 30s));
+    ToolResult r = finish_tool(t, true, 15s);
+    ASSERT_EQ(w.size(), 8u) << vm.output();
+    const long trace_n = std::stol(w[1]), fallback = std::stol(w[7]);
+    const long calls = summary_count(r.err, "calls").value_or(-1);
+    std::cout << "VM garbage_collection trace for " << worker << ": " << trace_n
+              << " collections (minor " << w[3] << ", major " << w[5]
+              << ", minor-then-major " << fallback << "); beam-bpf-blame --count: " << calls
+              << " calls\n"
+              << r.out;
+
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_GT(trace_n, 100) << vm.output();
+    // A minor collection that falls back to a major one is two trace starts from one call
+    // (see bb_gc.erl); the workload is shaped so that it does not happen in the window.
+    EXPECT_EQ(fallback, 0) << "workload precondition broken: " << vm.output();
+    EXPECT_EQ(calls, trace_n) << describe(r);
+    // Every call comes from the worker's list building.
+    auto rows = parse_table(r.out);
+    auto build = std::find_if(rows.begin(), rows.end(),
+                              [](auto& row) { return row.function == "bb_gc:build/2"; });
+    ASSERT_NE(build, rows.end()) << describe(r);
+    EXPECT_NEAR(build->total, 100.0, 0.05) << describe(r);
+}
+
+// --- zero --------------------------------------------------------------------------------
+
+// erts_garbage_collect_literals runs only when code with literals is purged: never in this
+// VM, although it collects garbage all the time (the other erts_garbage_collect* do run).
+TEST_F(BlameTest, NeverCalledFunctionReportsZero) {
+    const std::string fn = kGc + "_literals";
+    ErlVm vm("bb_work:main(alloc_arith)");
+    vm.wait_line("ready");
+    for (bool count : {false, true}) {
+        std::vector<std::string> args{"-d", "2", "--exact", fn, pid_arg(vm)};
+        if (count) args.insert(args.begin(), "--count");
+        const std::string unit = count ? "calls" : "samples";
+        ToolResult r = run_tool(kTool, args, 30s);
+        std::cout << r.err;
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        EXPECT_EQ(watched(r), std::vector<std::string>{fn}) << describe(r);
+        EXPECT_EQ(summary_count(r.err, unit).value_or(-1), 0) << describe(r);
+        EXPECT_TRUE(std::regex_search(
+            r.err, std::regex("beam-bpf-blame: 0 " + unit + ": " + fn + " did not run")))
+            << "stderr does not say it did not run\n" << describe(r);
+        EXPECT_EQ(r.out.find("bb_work:"), std::string::npos) << describe(r);
+    }
+}
+
+// --- errors ------------------------------------------------------------------------------
+
+TEST_F(BlameTest, UnknownFunctionErrors) {
+    ErlVm vm("bb_work:main(idle)");
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"erts_garbage_colect", pid_arg(vm)}, 30s);
+    expect_error(r, "erts_garbage_colect");
+    // The suggestions: after "closest:", comma-separated; the real name must be among them.
+    const std::string line = lines_of(r.err).empty() ? "" : lines_of(r.err)[0];
+    const size_t at = line.find("closest:");
+    ASSERT_NE(at, std::string::npos) << line;
+    std::vector<std::string> closest;
+    for (auto& w : words_of(line.substr(at + 8))) {
+        if (w.ends_with(",")) w.pop_back();
+        closest.push_back(w);
+    }
+    EXPECT_TRUE(std::count(closest.begin(), closest.end(), kGc)) << line;
+    EXPECT_LT(r.seconds, 10.0) << describe(r);
+}
+
+TEST_F(BlameTest, BlameErrorDeadPid) {
+    ToolResult r = run_tool(kTool, {"-d", "1", kGc, std::to_string(dead_pid())}, 30s);
+    expect_error(r, "no such process");
+}
+
+TEST_F(BlameTest, BlameErrorNotABeam) {
+    ChildProcess sleeper({"sleep", "60"});
+    ToolResult r = run_tool(kTool, {"-d", "1", kGc, std::to_string(sleeper.pid())}, 30s);
+    expect_error(r, "not a BEAM VM");
+}
+
+}  // namespace
