@@ -57,9 +57,9 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
 
 std::optional<uint64_t> parse_pid_term(const std::string& text) {
     unsigned node = 0, num = 0, ser = 0;
-    char end = 0;
-    if (sscanf(text.c_str(), "<%u.%u.%u%c", &node, &num, &ser, &end) != 4 || end != '>' || node != 0 ||
-        num > 0x7fff || ser > 0x1fff)
+    int used = -1;
+    if (sscanf(text.c_str(), "<%u.%u.%u>%n", &node, &num, &ser, &used) != 3 || used != int(text.size()) ||
+        node != 0 || num > 0x7fff || ser > 0x1fff)
         return std::nullopt;
     return (uint64_t(ser) << 15 | num) << 4 | 0x3;
 }
