@@ -41,22 +41,13 @@ std::vector<Aggregator::Row> Aggregator::rows(const NameTable& names) const {
     return rows;
 }
 
-std::vector<Aggregator::Row> Aggregator::top(const NameTable& names, size_t n) const {
+std::vector<Aggregator::Row> Aggregator::ranked(const NameTable& names, size_t n, bool by_total) const {
     auto r = rows(names);
+    auto key = [by_total](const Row& x) {
+        return by_total ? std::pair(x.total, x.self) : std::pair(x.self, x.total);
+    };
     std::sort(r.begin(), r.end(), [&](const Row& a, const Row& b) {
-        if (a.self != b.self) return a.self > b.self;
-        if (a.total != b.total) return a.total > b.total;
-        return names.name(a.id) < names.name(b.id);
-    });
-    if (n && r.size() > n) r.resize(n);
-    return r;
-}
-
-std::vector<Aggregator::Row> Aggregator::top_by_total(const NameTable& names, size_t n) const {
-    auto r = rows(names);
-    std::sort(r.begin(), r.end(), [&](const Row& a, const Row& b) {
-        if (a.total != b.total) return a.total > b.total;
-        if (a.self != b.self) return a.self > b.self;
+        if (key(a) != key(b)) return key(a) > key(b);
         return names.name(a.id) < names.name(b.id);
     });
     if (n && r.size() > n) r.resize(n);
@@ -81,7 +72,7 @@ void Aggregator::write_folded(std::ostream& out, const NameTable& names) const {
 void Aggregator::write_top(std::ostream& out, const NameTable& names, size_t n, bool by_total,
                            bool erlang_only) const {
     double all = total_ ? static_cast<double>(total_) : 1.0;
-    auto rows = by_total ? top_by_total(names, 0) : top(names, 0);
+    auto rows = ranked(names, 0, by_total);
     if (erlang_only) std::erase_if(rows, [&](const Row& r) { return !names.is_erlang(r.id); });
     if (n && rows.size() > n) rows.resize(n);
     fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");

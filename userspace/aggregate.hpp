@@ -23,10 +23,9 @@ public:
         uint64_t self = 0;   // samples with this frame as the leaf
         uint64_t total = 0;  // samples with this frame anywhere on the stack, once per sample
     };
-    // Sorted by self, then total, then name; at most `n` rows (0: all).
-    std::vector<Row> top(const NameTable& names, size_t n) const;
-    // Sorted by total ("which code is on the stack"), for beam-bpf-blame.
-    std::vector<Row> top_by_total(const NameTable& names, size_t n) const;
+    // Sorted by self then total (by_total: the other way round, "which code is on the stack"
+    // for beam-bpf-blame), then name; at most `n` rows (0: all).
+    std::vector<Row> ranked(const NameTable& names, size_t n, bool by_total = false) const;
 
     // "root;...;leaf count" lines, sorted by stack text so runs diff cleanly.
     void write_folded(std::ostream& out, const NameTable& names) const;

@@ -99,10 +99,8 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    validate(o);
-    Output out(o.output);
-    check_privileges();
-    Vm vm = Vm::attach(o.pid, o.offsets_file);
+    Session s(o);
+    auto& [out, vm, sym, sampler_slot] = s;
     auto found = resolve(vm, func, exact);
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
@@ -119,13 +117,9 @@ int run(int argc, char** argv) {
             cfg.blame_ranges.push_back({m.start, m.start + m.sym.size});
         }
     }
-    Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
-    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
-    Sampler sampler(vm, cfg);
-    fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {}\n", vm.exe(),
-               vm.pid(), vm.elf().build_id(), vm.offsets().origin,
-               count_calls ? fmt::format("{} entry probes", found.size())
-                           : fmt::format("sampling at {} Hz per CPU", o.frequency));
+    s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size())
+                             : fmt::format("sampling at {} Hz per CPU", o.frequency));
+    Sampler& sampler = *sampler_slot;
 
     Aggregator agg;
     auto st = run_loop(vm, sampler, sym, o, [&](const bb_record&, std::span<const uint32_t> frames) {

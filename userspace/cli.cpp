@@ -108,6 +108,29 @@ Output::Output(const std::string& path) : std_(&std::cout) {
     if (!*file_) throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
 }
 
+namespace {
+const CommonOptions& checked(const CommonOptions& o) {
+    validate(o);
+    return o;
+}
+}  // namespace
+
+// Member order is the order of the checks: bad options, then an unwritable -o, then
+// privileges, then the VM.
+Session::Session(const CommonOptions& o)
+    : out((checked(o), o.output)),
+      vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
+      sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang}) {}
+
+void Session::start(SamplerConfig cfg, const std::string& what) {
+    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
+    sampler.emplace(vm, cfg);
+    fmt::print(stderr,
+               "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {} JIT modules{}, {}\n",
+               vm.exe(), vm.pid(), vm.elf().build_id(), vm.offsets().origin, sym.jit().module_count(),
+               cfg.frame_layout == 1 ? " (frame pointers)" : "", what);
+}
+
 RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
                   const std::function<bool()>& done) {

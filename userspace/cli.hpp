@@ -52,6 +52,23 @@ private:
 
 std::optional<uint64_t> parse_pid_term(const std::string& text);
 
+// What both tools do before they differ: check the options and privileges, open the output,
+// attach to the VM and read its symbols; then start() loads and attaches the BPF side.
+// Built in place: the symbolizer and sampler keep references to the Vm.
+class Session {
+public:
+    explicit Session(const CommonOptions& o);
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+    // `what` ends the "beam-bpf: attached ..." line (how it samples).
+    void start(SamplerConfig cfg, const std::string& what);
+
+    Output out;
+    Vm vm;
+    Symbolizer sym;
+    std::optional<Sampler> sampler;
+};
+
 struct RunStats {
     uint64_t records = 0;     // handled (after --process)
     double first_record_s = -1;  // from the tool's launch to the first record handled

@@ -43,20 +43,13 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    validate(o);
-    Output out(o.output);
-    check_privileges();
-    Vm vm = Vm::attach(o.pid, o.offsets_file);
-    Symbolizer sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang});
-    SamplerConfig cfg = sampler_config(o);
-    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
-    Sampler sampler(vm, cfg);
-    auto scheds = vm.sched_threads();
-    fmt::print(stderr, "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {} JIT modules, "
-                       "{} scheduler threads, {}\n",
-               vm.exe(), vm.pid(), vm.elf().build_id(), vm.offsets().origin, sym.jit().module_count(),
-               scheds.size(), o.period_ns ? fmt::format("every {} ns", o.period_ns)
-                                         : fmt::format("{} Hz per CPU", o.frequency));
+    Session s(o);
+    auto scheds = s.vm.sched_threads();
+    s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(),
+                                           o.period_ns ? fmt::format("every {} ns of CPU", o.period_ns)
+                                                       : fmt::format("{} Hz per CPU", o.frequency)));
+    auto& [out, vm, sym, sampler_slot] = s;
+    Sampler& sampler = *sampler_slot;
 
     if (pstack) {
         // One stack of each running scheduler. A sample in JIT code is preferred: in C code

@@ -24,23 +24,6 @@ const std::string kGc = "erts_garbage_collect";
 
 std::string pid_arg(const ErlVm& vm) { return std::to_string(vm.os_pid()); }
 
-// For assertion messages: how the tool ended and what it said.
-std::string describe(const ToolResult& r) {
-    std::ostringstream s;
-    s << "exit code " << r.exit_code << " after " << r.seconds << " s\n--- stderr:\n"
-      << r.err << "--- stdout (first 2000 chars):\n"
-      << r.out.substr(0, 2000);
-    return s.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string l; std::getline(in, l);)
-        if (!l.empty()) lines.push_back(l);
-    return lines;
-}
-
 std::vector<std::string> words_of(const std::string& line) {
     std::vector<std::string> words;
     std::istringstream in(line);

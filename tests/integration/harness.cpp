@@ -478,4 +478,21 @@ pid_t dead_pid() {
     return pid;
 }
 
+// For assertion messages: how the tool ended and what it said.
+std::string describe(const ToolResult& r) {
+    std::ostringstream s;
+    s << "exit code " << r.exit_code << " after " << r.seconds << " s\n--- stderr:\n"
+      << r.err << "--- stdout (first 2000 chars):\n"
+      << r.out.substr(0, 2000);
+    return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) lines.push_back(l);
+    return lines;
+}
+
 }  // namespace bbt

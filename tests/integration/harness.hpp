@@ -82,6 +82,11 @@ bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::millise
 // `seconds` counts from start_tool().
 ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::milliseconds timeout = 30s);
 
+// For assertion messages: how the tool ended and what it said.
+std::string describe(const ToolResult& r);
+// The non-empty lines of `text`.
+std::vector<std::string> lines_of(const std::string& text);
+
 // Folded output ("a;b;c 12" lines) as stack -> count. Malformed lines fail the test.
 std::map<std::string, long> parse_folded(const std::string& text);
 

@@ -34,23 +34,6 @@ std::string workload(const std::string& name, long arg) {
     return "bb_work:main(" + name + ", " + std::to_string(arg) + ")";
 }
 
-// For assertion messages: how the tool ended and what it said.
-std::string describe(const ToolResult& r) {
-    std::ostringstream s;
-    s << "exit code " << r.exit_code << " after " << r.seconds << " s\n--- stderr:\n"
-      << r.err << "--- stdout (first 2000 chars):\n"
-      << r.out.substr(0, 2000);
-    return s.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string l; std::getline(in, l);)
-        if (!l.empty()) lines.push_back(l);
-    return lines;
-}
-
 long total(const std::map<std::string, long>& stacks) {
     long n = 0;
     for (const auto& [stack, count] : stacks) n += count;

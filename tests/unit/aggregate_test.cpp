@@ -28,7 +28,7 @@ TEST(Aggregate, SelfAndTotal) {
     a.add(std::vector<uint32_t>{f.root, f.native}, 1);
     EXPECT_EQ(a.total(), 10u);
     EXPECT_EQ(a.unique_stacks(), 3u);
-    auto rows = a.top(f.names, 0);
+    auto rows = a.ranked(f.names, 0);
     ASSERT_EQ(rows.size(), 4u);
     EXPECT_EQ(rows[0].id, f.leaf);
     EXPECT_EQ(rows[0].self, 6u);
@@ -40,15 +40,15 @@ TEST(Aggregate, SelfAndTotal) {
     EXPECT_EQ(rows[3].id, f.root);
     EXPECT_EQ(rows[3].self, 0u);
     EXPECT_EQ(rows[3].total, 10u);
-    EXPECT_EQ(a.top(f.names, 2).size(), 2u);
-    EXPECT_EQ(a.top_by_total(f.names, 1).front().id, f.root);
+    EXPECT_EQ(a.ranked(f.names, 2).size(), 2u);
+    EXPECT_EQ(a.ranked(f.names, 1, true).front().id, f.root);
 }
 
 TEST(Aggregate, RecursionCountsOncePerSample) {
     Fixture f;
     Aggregator a;
     a.add(std::vector<uint32_t>{f.root, f.mid, f.mid, f.mid, f.leaf}, 4);
-    auto rows = a.top_by_total(f.names, 0);
+    auto rows = a.ranked(f.names, 0, true);
     for (const auto& r : rows) EXPECT_LE(r.total, 4u) << f.names.name(r.id);
 }
 
