@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <iomanip>
 #include <iostream>
 #include <regex>
@@ -456,6 +458,71 @@ TEST_F(SampleTest, ErrorUnprivileged) {
 }
 
 // The VM dies under the tool: it stops by itself, prints what it had, and says why.
+// A VM build with no offset table: a copy of the distribution beam.smp whose build-id differs
+// in one byte, run through the real erlexec. The tool must refuse it, naming the build-id and
+// how to make a table; with that table given (--offsets), it must profile the VM.
+TEST_F(SampleTest, ErrorUnsupportedBuildThenOffsetsFile) {
+    namespace fs = std::filesystem;
+    fs::path bin;
+    for (const auto& e : fs::directory_iterator("/usr/lib/erlang"))
+        if (e.path().filename().string().rfind("erts-", 0) == 0) bin = e.path() / "bin";
+    ASSERT_FALSE(bin.empty()) << "no /usr/lib/erlang/erts-*/bin";
+    fs::path dir = fs::path(::testing::TempDir()) / ("bb_unsupported_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(bin))
+        if (e.path().filename() != "beam.smp") fs::create_symlink(e.path(), dir / e.path().filename());
+    std::string image;
+    {
+        std::ifstream in(bin / "beam.smp", std::ios::binary);
+        image.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    // The GNU build-id note: namesz 4, descsz 20, type 3, "GNU\0", then the 20 bytes of id.
+    const std::string note("\x04\0\0\0\x14\0\0\0\x03\0\0\0GNU\0", 16);
+    size_t at = image.find(note);
+    ASSERT_NE(at, std::string::npos);
+    image[at + 16 + 19] ^= 0x5a;
+    std::string id;
+    for (int i = 0; i < 20; i++) {
+        char hex[3];
+        snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(image[at + 16 + i]));
+        id += hex;
+    }
+    {
+        std::ofstream out(dir / "beam.smp", std::ios::binary);
+        out << image;
+    }
+    fs::permissions(dir / "beam.smp", fs::perms::owner_all);
+
+    ChildProcess vm({"env", "ROOTDIR=/usr/lib/erlang", "BINDIR=" + dir.string(), "EMU=beam", "PROGNAME=erl",
+                     (bin / "erlexec").string(), "-noshell", "-eval", "timer:sleep(infinity)"});
+    for (int i = 0; i < 100; i++) {  // until erlexec has become beam.smp and the VM is up
+        std::error_code ec;
+        if (fs::read_symlink("/proc/" + std::to_string(vm.pid()) + "/exe", ec) == dir / "beam.smp") break;
+        std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(1500ms);
+
+    ToolResult r = run_tool(kTool, {"-d", "1", std::to_string(vm.pid())}, 30s);
+    expect_error(r, {"unsupported VM build", id, "scripts/make-offsets.sh"});
+
+    // The table for the real build, relabelled for this one.
+    std::string table;
+    {
+        std::ifstream in(std::string(BB_SOURCE_DIR) + "/userspace/offsets/94bcd90b66fca38e41e627fa3a2ec089b2e498be.txt");
+        table.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    size_t b = table.find("build_id ");
+    ASSERT_NE(b, std::string::npos);
+    table.replace(b + 9, 40, id);
+    fs::path file = dir / "offsets.txt";
+    std::ofstream(file) << table;
+    ToolResult ok = run_tool(kTool, {"-d", "2", "--offsets", file.string(), std::to_string(vm.pid())}, 30s);
+    EXPECT_EQ(ok.exit_code, 0) << describe(ok);
+    EXPECT_NE(ok.err.find("offsets from table " + file.string()), std::string::npos) << describe(ok);
+    fs::remove_all(dir);
+}
+
 TEST_F(SampleTest, VmKilledMidRun) {
     ErlVm vm(workload("split532"));
     vm.wait_line("ready");
