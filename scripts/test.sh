@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
+# first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
+echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tail -n 1)"
 cd build
 ctest --output-on-failure --timeout 600 "$@"

@@ -56,7 +56,7 @@ void expect_refused(const std::string& path) {
 }
 
 TEST(ElfFile, StrippedDistributionVm) {
-    if (!fs::exists(kStrippedVm)) GTEST_SKIP() << kStrippedVm << " is not installed";
+    ASSERT_TRUE(fs::exists(kStrippedVm)) << kStrippedVm << " is not installed (scripts/setup.sh installs erlang-base)";
     ElfFile elf(kStrippedVm);
     EXPECT_EQ(elf.path(), kStrippedVm);
     EXPECT_EQ(elf.build_id(), "94bcd90b66fca38e41e627fa3a2ec089b2e498be");
