@@ -74,6 +74,7 @@ std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
     if (name) {
         s.name = name;
         s.offset = offset;
+        s.size = sym.st_size;
     } else {
         s.offset = addr - start;  // no symbol: relative to where the module is mapped
     }

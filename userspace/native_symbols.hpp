@@ -13,6 +13,7 @@ struct NativeSymbol {
     std::string name;    // "erts_garbage_collect_nobump"; empty when the module has no symbol there
     std::string module;  // basename: "beam.smp", "libc.so.6"
     uint64_t offset = 0; // addr - symbol start
+    uint64_t size = 0;   // symbol size (0: unknown)
 };
 
 class NativeSymbols {

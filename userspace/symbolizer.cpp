@@ -67,6 +67,13 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
 
 std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
     if (auto it = native_cache_.find(ip); it != native_cache_.end()) return it->second;
+    if (auto r = native_ranges_.upper_bound(ip); r != native_ranges_.begin()) {
+        --r;
+        if (ip < r->second.first) {
+            native_cache_.emplace(ip, r->second.second);
+            return r->second.second;
+        }
+    }
     auto sym = native_.lookup(ip);
     if (!sym) {
         // Maybe a NIF library loaded since we last looked.
@@ -82,6 +89,7 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
         return std::nullopt;
     uint32_t id = names_.intern(name);
     native_cache_.emplace(ip, id);
+    if (sym && !sym->name.empty() && sym->size) native_ranges_[ip - sym->offset] = {ip - sym->offset + sym->size, id};
     return id;
 }
 

@@ -2,6 +2,7 @@
 // own symbols, the leaf from JIT or native symbols, "[kernel]" for system-call time.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -65,6 +66,7 @@ private:
     // Address -> name id. Erlang entries die with the JIT index's generation.
     std::unordered_map<uint64_t, uint32_t> cp_cache_, leaf_cache_, native_cache_;
     uint64_t unsymbolized_ = 0;
+    std::map<uint64_t, std::pair<uint64_t, uint32_t>> native_ranges_;  // start -> (end, id)
     uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
 };
 

@@ -151,6 +151,27 @@ TEST_F(SampleTest, Split532Shares) {
     EXPECT_EQ(summary_count(r.err, "truncated").value_or(-1), 0) << describe(r);
 }
 
+// Kernels before 6.9 (Debian 12's 6.1 among them) reject may_goto and get the walker whose
+// scan calls back once per word: it must give the same stacks as the fast one.
+TEST_F(SampleTest, CompatWalkerSameStacks) {
+    ErlVm vm(workload("deep", 100));
+    vm.wait_line("ready");
+    setenv("BB_BPF_COMPAT", "1", 1);
+    ToolResult r = run_tool(kTool, {"-d", "3", "--folded", "--only-erlang", pid_arg(vm)}, 60s);
+    unsetenv("BB_BPF_COMPAT");
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    long all = 0, hundred = 0;
+    for (const auto& [stack, count] : parse_folded(r.out)) {
+        long n = 0;
+        for (const auto& f : split_frames(stack)) n += f.rfind("bb_work:deep_rec/", 0) == 0;
+        all += count;
+        hundred += n == 100 ? count : 0;
+    }
+    std::cout << "compat walker: " << hundred << " of " << all << " samples carry exactly 100 deep_rec frames\n";
+    ASSERT_GE(all, 1000) << describe(r);
+    EXPECT_GE(pct(hundred, all), 95.0) << r.out.substr(0, 4000);
+}
+
 // A VM started with frame pointers (+JPperf true) maps its JIT code differently (anonymous
 // rwx memory, no memfd) and links its Erlang frames through rbp: the walker must follow that
 // chain, and the stacks must be as exact as on a stock VM.
