@@ -74,10 +74,14 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
             return r->second.second;
         }
     }
+    if (native_misses_.count(ip)) return std::nullopt;
     auto sym = native_.lookup(ip);
-    if (!sym) {
-        // Maybe a NIF library loaded since we last looked.
+    if (!sym && now_ns_ - last_native_refresh_ns_ >= 1000000000ull) {
+        // Maybe a NIF library loaded since we last looked. Re-reading every mapping is
+        // costly: at most once a second, and misses are remembered until then.
+        last_native_refresh_ns_ = now_ns_;
         native_.refresh();
+        native_misses_.clear();
         sym = native_.lookup(ip);
     }
     std::string name;
@@ -85,8 +89,10 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
         name = sym->name;
     else if (sym)
         name = fmt::format("[{}]", sym->module);
-    else
+    else {
+        native_misses_.insert(ip);
         return std::nullopt;
+    }
     uint32_t id = names_.intern(name);
     native_cache_.emplace(ip, id);
     if (sym && !sym->name.empty() && sym->size) native_ranges_[ip - sym->offset] = {ip - sym->offset + sym->size, id};
