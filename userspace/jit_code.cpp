@@ -65,14 +65,26 @@ bool read_name(std::span<const std::byte> b, size_t off, size_t len, std::string
     return true;
 }
 
+// Both symfile kinds open with a u32 kind and a fixed-size header.
+bool check_header(std::span<const std::byte> b, uint32_t want, size_t header_size, const char* what,
+                  std::string* err) {
+    auto kind = load<uint32_t>(b, 0);
+    if (!kind || b.size() < header_size) {
+        fail(err, std::string(what) + " symfile shorter than its header");
+        return false;
+    }
+    if (*kind != want) {
+        fail(err, std::string("not ") + (what[0] == 'e' ? "an " : "a ") + what + " symfile (kind " +
+                      std::to_string(*kind) + ")");
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std::string* err) {
-    auto kind = load<uint32_t>(b, 0);
-    if (!kind || b.size() < kModuleHeaderSize)
-        return fail(err, "module symfile shorter than its header");
-    if (*kind != kKindModule)
-        return fail(err, "not a module symfile (kind " + std::to_string(*kind) + ")");
+    if (!check_header(b, kKindModule, kModuleHeaderSize, "module", err)) return std::nullopt;
 
     JitModule m;
     m.base = *load<uint64_t>(b, kModuleBase);
@@ -152,11 +164,7 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
 }
 
 std::optional<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b, std::string* err) {
-    auto kind = load<uint32_t>(b, 0);
-    if (!kind || b.size() < kEmuSize)
-        return fail(err, "emulator symfile shorter than its header");
-    if (*kind != kKindEmulator)
-        return fail(err, "not an emulator symfile (kind " + std::to_string(*kind) + ")");
+    if (!check_header(b, kKindEmulator, kEmuSize, "emulator", err)) return std::nullopt;
     JitEmulator e;
     e.frame_layout = *load<int32_t>(b, kEmuFrameLayout);
     e.normal_exit = *load<uint64_t>(b, kEmuNormalExit);

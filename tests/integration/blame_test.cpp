@@ -91,13 +91,7 @@ void expect_error(const ToolResult& r, const std::string& needle) {
     std::cout << "error line: " << lines[0] << "\n";
 }
 
-class BlameTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
-                                    "root-owned VMs: run them as root (they do not skip)";
-    }
-};
+class BlameTest : public RootTest {};
 
 // --- alloc_arith -------------------------------------------------------------------------
 

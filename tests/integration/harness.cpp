@@ -495,4 +495,9 @@ std::vector<std::string> lines_of(const std::string& text) {
     return lines;
 }
 
+void RootTest::SetUp() {
+    ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
+                                "root-owned VMs: run them as root (they do not skip)";
+}
+
 }  // namespace bbt

@@ -4,6 +4,7 @@
 // Every child (VM or tool) gets PR_SET_PDEATHSIG=SIGKILL and is killed by its owner's
 // destructor, so nothing outlives the test binary, even when a test fails half-way.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -81,6 +82,13 @@ bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::millise
                  std::string* err_so_far);
 // `seconds` counts from start_tool().
 ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::milliseconds timeout = 30s);
+
+// Base of the integration test fixtures: they load BPF and attach to root-owned VMs, so a
+// run without root fails (never skips).
+class RootTest : public ::testing::Test {
+protected:
+    void SetUp() override;
+};
 
 // For assertion messages: how the tool ended and what it said.
 std::string describe(const ToolResult& r);

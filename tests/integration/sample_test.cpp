@@ -102,13 +102,7 @@ void expect_error(const ToolResult& r, const std::vector<std::string>& needles) 
     std::cout << "error line: " << lines[0] << "\n";
 }
 
-class SampleTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
-                                    "root-owned VMs: run them as root (they do not skip)";
-    }
-};
+class SampleTest : public RootTest {};
 
 // --- split532 ----------------------------------------------------------------------------
 
