@@ -30,9 +30,9 @@ const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
 const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
 const volatile __u32 measure_walk = 0;            /* keep the handler-time histogram */
 const volatile __u32 frame_layout = 0;            /* the JIT's: 0 return address only, 1 FP + RA */
-/* struct process / ErtsSchedulerData offsets, from DWARF (userspace/offsets.hpp). */
-const volatile __u32 off_id = 0, off_htop = 0, off_stop = 0, off_heap = 0, off_hend = 0;
-const volatile __u32 off_esd_current_process = 0;
+/* The VM build's struct offsets: the release's table, DWARF, or found in the live VM
+ * (userspace/offsets.cpp), checked against the live VM before load. */
+const volatile struct bb_vm_layout vm = {};
 /* Bytes of struct process the walk needs, from its start: read in one go. */
 const volatile __u32 proc_span = 0;
 const volatile __u32 nr_blame_ranges = 0;
@@ -382,7 +382,7 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		c_p = r13;   /* the JIT keeps c_p in r13 in Erlang code and its helpers */
 	} else if (sch) {
 		rec->where = BB_WHERE_SCHED_C;
-		c_p = read_word(sch->esdp + off_esd_current_process, &flags);
+		c_p = read_word(sch->esdp + vm.esd_current_process, &flags);
 	} else {
 		rec->where = BB_WHERE_OTHER;
 	}
@@ -405,11 +405,11 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 			span = sizeof(s->proc);
 		if (bpf_probe_read_user(s->proc, span, (void *)c_p))
 			flags |= BB_F_READ_FAULT;
-		id = s->proc[(off_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
-		htop = s->proc[(off_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
-		stop = s->proc[(off_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
-		heap = s->proc[(off_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
-		hend = s->proc[(off_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		id = s->proc[(vm.proc_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		htop = s->proc[(vm.proc_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		stop = s->proc[(vm.proc_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		heap = s->proc[(vm.proc_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		hend = s->proc[(vm.proc_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
 		/* In JIT code E is rsp, but JIT helpers run on the C stack with E in c_p->stop. */
 		if (jit && sp >= htop && sp < hend) {
 			E = sp;

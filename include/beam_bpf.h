@@ -11,6 +11,8 @@
 #include <linux/types.h>
 #endif
 
+#include "bb_vm_fields.h"
+
 /* Ceiling of --max-depth. A record reserves room for this many frames; the
  * ring buffer carries only the frames a sample has (see bb_record_size). */
 #define BB_MAX_FRAMES 1024
@@ -69,6 +71,13 @@ struct bb_record {
 };
 
 #define bb_record_size(n) (__builtin_offsetof(struct bb_record, frames) + sizeof(__u64) * (n))
+
+/* The VM build's struct offsets (bb_vm_fields.h), handed to the walker as one struct. */
+struct bb_vm_layout {
+#define BB_LAYOUT_FIELD(field, type, member) __u32 field;
+	BB_VM_FIELDS(BB_LAYOUT_FIELD)
+#undef BB_LAYOUT_FIELD
+};
 
 /* Value of the tid -> scheduler map that user space fills from thread names. */
 struct bb_sched {

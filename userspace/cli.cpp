@@ -55,15 +55,6 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "struct offset table for a VM build without a built-in one (made by beam-bpf-offsets)");
 }
 
-std::optional<uint64_t> parse_pid_term(const std::string& text) {
-    unsigned node = 0, num = 0, ser = 0;
-    int used = -1;
-    if (sscanf(text.c_str(), "<%u.%u.%u>%n", &node, &num, &ser, &used) != 3 || used != int(text.size()) ||
-        node != 0 || num > 0x7fff || ser > 0x1fff)
-        return std::nullopt;
-    return (uint64_t(ser) << 15 | num) << 4 | 0x3;
-}
-
 void validate(const CommonOptions& o) {
     if (o.period_ns == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
@@ -72,7 +63,7 @@ void validate(const CommonOptions& o) {
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
-    if (!o.process.empty() && !parse_pid_term(o.process))
+    if (!o.process.empty() && !PidLayout{60, 28}.parse(o.process))
         throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
 }
 
@@ -126,9 +117,10 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     sampler.emplace(vm, cfg);
     fmt::print(stderr,
-               "beam-bpf: attached to {} (pid {}, build-id {}), offsets from {}, {} JIT modules{}, {}\n",
-               vm.exe(), vm.pid(), vm.elf().build_id(), vm.offsets().origin, sym.jit().module_count(),
-               cfg.frame_layout == 1 ? " (frame pointers)" : "", what);
+               "beam-bpf: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}\n",
+               vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
+               sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", what);
+    if (!vm.caveat().empty()) fmt::print(stderr, "beam-bpf: warning: {}\n", vm.caveat());
 }
 
 RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
@@ -140,13 +132,15 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
     sigaction(SIGTERM, &sa, nullptr);
 
     RunStats st;
-    std::optional<uint64_t> only_pid = o.process.empty() ? std::nullopt : parse_pid_term(o.process);
+    const PidLayout& pids = vm.release().pids;
+    std::optional<uint64_t> only_pid;
+    if (!o.process.empty() && !(only_pid = pids.parse(o.process)))
+        throw UserError(fmt::format("--process {}: not a pid of OTP {} (numbers below 2^{}, serials below 2^{})",
+                                    o.process, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
     std::vector<uint32_t> frames;
     uint64_t start = monotonic_ns(), last_vm_check = start;
     auto handle = [&](const bb_record& r) {
-        // On 64-bit the pid term's high half is the process-table index; the printed
-        // <0.N.S> is all in the low half.
-        if (only_pid && (r.erl_pid & 0xffffffffu) != *only_pid) return;
+        if (only_pid && (r.erl_pid & pids.mask()) != *only_pid) return;
         if (st.records++ == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;

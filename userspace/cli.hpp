@@ -50,8 +50,6 @@ private:
     std::ostream* std_;
 };
 
-std::optional<uint64_t> parse_pid_term(const std::string& text);
-
 // What both tools do before they differ: check the options and privileges, open the output,
 // attach to the VM and read its symbols; then start() loads and attaches the BPF side.
 // Built in place: the symbolizer and sampler keep references to the Vm.

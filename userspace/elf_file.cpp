@@ -72,6 +72,7 @@ ElfFile::ElfFile(const std::string& path) : path_(path) {
     if (elf_kind(elf.get()) != ELF_K_ELF) fail(path, "not an ELF file");
     GElf_Ehdr ehdr;
     if (!gelf_getehdr(elf.get(), &ehdr)) fail(path, elf_errmsg(-1));
+    machine_ = ehdr.e_machine;
 
     size_t shstrndx = 0;
     bool have_names = elf_getshdrstrndx(elf.get(), &shstrndx) == 0;
@@ -161,6 +162,18 @@ std::optional<ElfSymbol> ElfFile::find(const std::string& name) const {
                                [](const ElfSymbol& s, const std::string& n) { return s.name < n; });
     if (it == symbols_.end() || it->name != name) return std::nullopt;
     return *it;
+}
+
+std::string ElfFile::machine_name() const {
+    switch (machine_) {
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "arm64";
+    case EM_386: return "x86 (32-bit)";
+    case EM_ARM: return "arm (32-bit)";
+    case EM_RISCV: return "riscv";
+    case EM_PPC64: return "ppc64";
+    default: return "ELF machine " + std::to_string(machine_);
+    }
 }
 
 }  // namespace bb

@@ -30,6 +30,9 @@ public:
     // Virtual address of the first PT_LOAD segment with file offset 0 (the load bias is
     // mapping start minus this).
     uint64_t first_load_vaddr() const { return first_load_vaddr_; }
+    // e_machine (EM_X86_64, EM_AARCH64, ...) and its name for messages.
+    unsigned machine() const { return machine_; }
+    std::string machine_name() const;
 
 private:
     std::string path_;
@@ -37,6 +40,7 @@ private:
     bool has_debug_info_ = false;
     std::vector<ElfSymbol> symbols_;
     uint64_t first_load_vaddr_ = 0;
+    unsigned machine_ = 0;
 };
 
 }  // namespace bb

@@ -3,16 +3,34 @@
 #include <elfutils/libdwfl.h>
 
 #include <cstring>
+#include <string>
 #include <stdexcept>
 
 namespace bb {
 
 namespace {
 
+// The pid whose modules are being reported or looked up: libdwfl's callbacks get no context of
+// ours. One NativeSymbols works at a time on a thread (report() and lookup() set it).
+thread_local pid_t current_pid = 0;
+
+// Mapped paths are the target's: a VM in a container has its files in its own mount
+// namespace, where the same path may name another file than here (or none). The kernel
+// resolves /proc/PID/root/PATH in the target's namespace, and to the same file for a VM on
+// the host.
+int find_elf_in_target(Dwfl_Module* mod, void** userdata, const char* module_name, Dwarf_Addr base,
+                       char** file_name, Elf** elfp) {
+    if (current_pid > 0 && module_name && module_name[0] == '/' && !std::strstr(module_name, " (deleted)")) {
+        std::string in_target = "/proc/" + std::to_string(current_pid) + "/root" + module_name;
+        return dwfl_linux_proc_find_elf(mod, userdata, in_target.c_str(), base, file_name, elfp);
+    }
+    return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
+}
+
 // libdwfl keeps a pointer to the callbacks, so they must outlive every Dwfl.
 char* debuginfo_path = nullptr;  // libdwfl's default search path
 const Dwfl_Callbacks proc_callbacks = {
-    .find_elf = dwfl_linux_proc_find_elf,
+    .find_elf = find_elf_in_target,
     .find_debuginfo = dwfl_standard_find_debuginfo,
     .section_address = nullptr,
     .debuginfo_path = &debuginfo_path,
@@ -35,6 +53,7 @@ struct NativeSymbols::Impl {
     std::unique_ptr<Dwfl, DwflDeleter> dwfl;
 
     void report() {
+        current_pid = pid;
         dwfl_report_begin(dwfl.get());
         int rc = dwfl_linux_proc_report(dwfl.get(), pid);
         // Ends the report even on failure: dwfl_report_end drops modules not reported again.
@@ -58,6 +77,7 @@ NativeSymbols::~NativeSymbols() = default;
 void NativeSymbols::refresh() { impl_->report(); }
 
 std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
+    current_pid = impl_->pid;
     Dwfl_Module* mod = dwfl_addrmodule(impl_->dwfl.get(), addr);
     if (!mod) return std::nullopt;
 

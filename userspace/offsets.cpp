@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cerrno>
@@ -19,9 +20,9 @@
 #include "elf_file.hpp"
 
 namespace bb::detail {
-// Defined in the generated offsets_builtin.cpp (scripts/embed_offsets.cmake): the text of every
-// userspace/offsets/*.txt.
-std::span<const std::string_view> builtin_tables();
+// Defined in the generated offsets_builtin.cpp (scripts/embed_offsets.cmake): the file name and
+// text of every userspace/offsets/*.txt.
+std::span<const std::pair<std::string_view, std::string_view>> builtin_tables();
 }  // namespace bb::detail
 
 namespace bb {
@@ -32,33 +33,41 @@ namespace {
 struct Field {
     const char* key;
     uint32_t VmOffsets::*member;
+    const char* type;    // "struct process" or a typedef name, as DWARF names it
+    const char* path;    // dotted member path, "" for the type's size
 };
 
-// Table order. Keys are the VmOffsets member names, so a table reads like the struct.
-constexpr std::array<Field, 17> fields{{
-    {"proc_id", &VmOffsets::proc_id},
-    {"proc_htop", &VmOffsets::proc_htop},
-    {"proc_stop", &VmOffsets::proc_stop},
-    {"proc_frame_pointer", &VmOffsets::proc_frame_pointer},
-    {"proc_heap", &VmOffsets::proc_heap},
-    {"proc_hend", &VmOffsets::proc_hend},
-    {"proc_i", &VmOffsets::proc_i},
-    {"proc_current", &VmOffsets::proc_current},
-    {"proc_size", &VmOffsets::proc_size},
-    {"esd_registers", &VmOffsets::esd_registers},
-    {"esd_no", &VmOffsets::esd_no},
-    {"esd_type", &VmOffsets::esd_type},
-    {"esd_current_process", &VmOffsets::esd_current_process},
-    {"aligned_esd_size", &VmOffsets::aligned_esd_size},
-    {"regs_runtime_stack", &VmOffsets::regs_runtime_stack},
-    {"ptab_tab", &VmOffsets::ptab_tab},
-    {"ptab_max", &VmOffsets::ptab_max},
-}};
+// Table order is the field list's. Keys are the member names, so a table reads like the struct.
+constexpr Field fields[] = {
+#define BB_FIELD_ENTRY(field, type, member) {#field, &VmOffsets::field, type, member},
+    BB_VM_FIELDS(BB_FIELD_ENTRY)
+#undef BB_FIELD_ENTRY
+};
 
 bool is_build_id(std::string_view s) {
     if (s.empty() || s.size() % 2 != 0) return false;
     for (char c : s)
         if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)))
+            return false;
+    return true;
+}
+
+// "25", "27": a whole number, as ERLANG_OTP_RELEASE is.
+bool is_release(std::string_view s) {
+    if (s.empty() || s.size() > 3) return false;
+    for (char c : s)
+        if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    return true;
+}
+
+// "-", or comma-separated words of [a-z0-9-] (the VM's own tags: "lock-counting,dtrace").
+bool is_feature_list(std::string_view s) {
+    if (s == "-") return true;
+    if (s.empty() || s.front() == ',' || s.back() == ',' || s.find(",,") != std::string_view::npos)
+        return false;
+    for (char c : s)
+        if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+              c == '-' || c == ','))
             return false;
     return true;
 }
@@ -239,33 +248,50 @@ std::optional<uint64_t> path_offset(Dwarf_Die agg, std::string_view path) {
     }
 }
 
-// A type the VM's struct layout is read from, and the members we need of it.
+// A type the VM's struct layout is read from, and the fields read from it.
 struct Wanted {
     int tag;                  // DW_TAG_structure_type or DW_TAG_typedef
-    const char* name;
-    const char* what;         // for messages
-    std::vector<std::pair<const char*, uint32_t VmOffsets::*>> members;
-    uint32_t VmOffsets::*size = nullptr;
+    std::string name;
+    const char* what;         // for messages: the type as the field list spells it
+    std::vector<const Field*> fields;
     bool found = false;
 };
+
+// One Wanted per type of the field list, in first-use order.
+std::vector<Wanted> wanted_types() {
+    std::vector<Wanted> out;
+    for (const Field& f : fields) {
+        auto it = std::find_if(out.begin(), out.end(), [&](const Wanted& w) { return w.what == std::string_view(f.type); });
+        if (it == out.end()) {
+            std::string_view t = f.type;
+            bool is_struct = t.starts_with("struct ");
+            out.push_back({is_struct ? DW_TAG_structure_type : DW_TAG_typedef,
+                           std::string(is_struct ? t.substr(7) : t), f.type, {}});
+            it = out.end() - 1;
+        }
+        it->fields.push_back(&f);
+    }
+    return out;
+}
 
 // Fills in `w` from the definition `die` if it is a complete one; false if it is not.
 bool take(Wanted& w, Dwarf_Die* die, VmOffsets& o, std::vector<std::string>& missing) {
     Dwarf_Die agg;
     if (!underlying(die, &agg) || !is_aggregate(&agg) || is_declaration(&agg)) return false;
-    for (auto& [path, field] : w.members) {
-        auto off = path_offset(agg, path);
+    for (const Field* f : w.fields) {
+        if (*f->path == 0) {
+            Dwarf_Word size = dwarf_bytesize(&agg);
+            if (size == Dwarf_Word(-1) || size == 0 || size > UINT32_MAX)
+                missing.push_back(std::string("size of ") + w.what);
+            else
+                o.*f->member = uint32_t(size);
+            continue;
+        }
+        auto off = path_offset(agg, f->path);
         if (!off || *off > UINT32_MAX)
-            missing.push_back(std::string(w.what) + " member " + path);
+            missing.push_back(std::string(w.what) + " member " + f->path);
         else
-            o.*field = uint32_t(*off);
-    }
-    if (w.size) {
-        Dwarf_Word size = dwarf_bytesize(&agg);
-        if (size == Dwarf_Word(-1) || size == 0 || size > UINT32_MAX)
-            missing.push_back(std::string("size of ") + w.what);
-        else
-            o.*w.size = uint32_t(size);
+            o.*f->member = uint32_t(*off);
     }
     return true;
 }
@@ -289,23 +315,7 @@ void for_each_top_level(Dwarf_Die* unit, F&& visit, std::set<Dwarf_Off>& seen_im
 }
 
 std::optional<VmOffsets> read_offsets(Dwarf* dw, std::string* err) {
-    using O = VmOffsets;
-    std::vector<Wanted> wanted = {
-        {DW_TAG_structure_type, "process", "struct process",
-         {{"common.id", &O::proc_id}, {"htop", &O::proc_htop}, {"stop", &O::proc_stop},
-          {"frame_pointer", &O::proc_frame_pointer}, {"heap", &O::proc_heap},
-          {"hend", &O::proc_hend}, {"i", &O::proc_i}, {"current", &O::proc_current}},
-         &O::proc_size},
-        {DW_TAG_typedef, "ErtsSchedulerData", "ErtsSchedulerData",
-         {{"registers", &O::esd_registers}, {"no", &O::esd_no}, {"type", &O::esd_type},
-          {"current_process", &O::esd_current_process}}},
-        {DW_TAG_typedef, "ErtsAlignedSchedulerData", "ErtsAlignedSchedulerData", {},
-         &O::aligned_esd_size},
-        {DW_TAG_typedef, "ErtsSchedulerRegisters", "ErtsSchedulerRegisters",
-         {{"aux_regs.d.runtime_stack", &O::regs_runtime_stack}}},
-        {DW_TAG_typedef, "ErtsPTab", "ErtsPTab",
-         {{"r.o.tab", &O::ptab_tab}, {"r.o.max", &O::ptab_max}}},
-    };
+    std::vector<Wanted> wanted = wanted_types();
     VmOffsets o;
     std::vector<std::string> missing;
     size_t left = wanted.size();
@@ -319,7 +329,7 @@ std::optional<VmOffsets> read_offsets(Dwarf* dw, std::string* err) {
         const char* name = dwarf_diename(die);
         if (!name) return true;
         for (Wanted& w : wanted)
-            if (!w.found && w.tag == tag && std::strcmp(w.name, name) == 0 &&
+            if (!w.found && w.tag == tag && w.name == name &&
                 take(w, die, o, missing)) {
                 w.found = true;
                 left--;
@@ -385,10 +395,24 @@ std::optional<VmOffsets> offsets_from_dwarf(const std::string& elf_path, std::st
     return o;
 }
 
+bb_vm_layout VmOffsets::layout() const {
+    bb_vm_layout l{};
+#define BB_LAYOUT_COPY(field, type, member) l.field = field;
+    BB_VM_FIELDS(BB_LAYOUT_COPY)
+#undef BB_LAYOUT_COPY
+    return l;
+}
+
+bool VmOffsets::layout_equal(const bb_vm_layout& a, const bb_vm_layout& b) {
+    return std::memcmp(&a, &b, sizeof a) == 0;  // all __u32: no padding
+}
+
 std::string format_table(const VmOffsets& o) {
     std::string s;
     if (!o.origin.empty()) s += "# from " + o.origin + "\n";
-    s += "build_id " + o.build_id + "\n";
+    s += "otp_release " + o.otp_release + "\n";
+    s += "features " + (o.features.empty() ? std::string("-") : o.features) + "\n";
+    if (!o.build_id.empty()) s += "build_id " + o.build_id + "\n";
     for (const Field& f : fields) s += std::string(f.key) + " " + std::to_string(o.*f.member) + "\n";
     return s;
 }
@@ -413,8 +437,18 @@ std::optional<VmOffsets> parse_table(std::string_view text, std::string* err) {
         if (w.empty() || w[0].front() == '#') continue;
         if (w.size() != 2) return fail("expected \"key value\"");
         auto [key, value] = std::pair(w[0], w[1]);
-        if (seen.empty() && key != "build_id") return fail("the first key must be build_id");
+        if (seen.empty() && key != "otp_release") return fail("the first key must be otp_release");
         if (!seen.insert(key).second) return fail("duplicate key " + std::string(key));
+        if (key == "otp_release") {
+            if (!is_release(value)) return fail("bad otp_release " + std::string(value));
+            o.otp_release = value;
+            continue;
+        }
+        if (key == "features") {
+            if (!is_feature_list(value)) return fail("bad features " + std::string(value));
+            o.features = value == "-" ? std::string() : std::string(value);
+            continue;
+        }
         if (key == "build_id") {
             if (!is_build_id(value)) return fail("bad build_id " + std::string(value));
             o.build_id = value;
@@ -430,10 +464,11 @@ std::optional<VmOffsets> parse_table(std::string_view text, std::string* err) {
             return fail("bad number for " + std::string(key) + ": " + std::string(value));
         o.*f->member = v;
     }
-    if (!seen.count("build_id")) {
-        *err = "missing key build_id";
-        return std::nullopt;
-    }
+    for (const char* key : {"otp_release", "features"})
+        if (!seen.count(key)) {
+            *err = std::string("missing key ") + key;
+            return std::nullopt;
+        }
     for (const Field& f : fields)
         if (!seen.count(f.key)) {
             *err = std::string("missing key ") + f.key;
@@ -442,18 +477,33 @@ std::optional<VmOffsets> parse_table(std::string_view text, std::string* err) {
     return o;
 }
 
-std::optional<VmOffsets> builtin_offsets(std::string_view build_id) {
-    const std::string id = lower(build_id);
-    for (std::string_view text : detail::builtin_tables()) {
-        std::string err;
-        auto o = parse_table(text, &err);
-        // The build checks every shipped table through the unit tests; a bad one is skipped here
-        // rather than taking the tools down.
-        if (o && o->build_id == id) {
-            o->origin = "built-in table for build-id " + id;
-            return o;
+const std::vector<VmOffsets>& builtin_tables() {
+    static const std::vector<VmOffsets> tables = [] {
+        std::vector<VmOffsets> out;
+        for (const auto& [name, text] : detail::builtin_tables()) {
+            std::string err;
+            // The unit tests check every shipped table; a bad one is left out here rather than
+            // taking the tools down.
+            if (auto o = parse_table(text, &err)) {
+                o->origin = "built-in table " + std::string(name);
+                out.push_back(std::move(*o));
+            }
         }
+        return out;
+    }();
+    return tables;
+}
+
+std::optional<VmOffsets> builtin_offsets(std::string_view otp_release, std::string_view features,
+                                         std::string_view build_id) {
+    const std::string id = lower(build_id);
+    const VmOffsets* by_release = nullptr;
+    for (const VmOffsets& t : builtin_tables()) {
+        if (t.otp_release != otp_release || t.features != features) continue;
+        if (!id.empty() && t.build_id == id) return t;
+        if (!by_release) by_release = &t;
     }
+    if (by_release) return *by_release;
     return std::nullopt;
 }
 

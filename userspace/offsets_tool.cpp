@@ -1,13 +1,16 @@
-// beam-bpf-offsets: writes the offsets table (userspace/offsets/<build-id>.txt) for a VM build,
-// read from the DWARF of a -g build of the same source and configure flags.
+// beam-bpf-offsets: writes the offsets table (userspace/offsets/*.txt) for an OTP release and its
+// layout-changing build features, read from the DWARF of a -g build of that release.
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <span>
 
 #include "offsets.hpp"
+#include "release.hpp"
 
 namespace {
 
@@ -30,15 +33,15 @@ int main(int argc, char** argv) {
         "Reads the struct offsets beam-bpf needs from the DWARF of a beam.smp and prints them as an\n"
         "offsets table (the format of userspace/offsets/*.txt).\n"
         "\n"
-        "The distribution's beam.smp is stripped, so its table is made from a -g build of the same\n"
-        "source with the same configure flags (scripts/build-debug-vm.sh). That build has its own\n"
-        "build-id, but the table must be keyed by the build-id of the stripped binary it describes:\n"
-        "pass that with --build-id. Without --build-id the input file's own build-id is written,\n"
-        "which is only right when profiling that very file. scripts/make-offsets.sh does all this.",
+        "A table is for an OTP release and its layout-changing build features (lock counting,\n"
+        "dynamic trace, ...), both read from the binary's own system version string: it serves every\n"
+        "build of that release with those features, stripped or not. --build-id also names one\n"
+        "stripped binary the table was made for (it is then preferred for that build).\n"
+        "scripts/make-offsets.sh runs this on the -g builds of each tested release.",
         "beam-bpf-offsets"};
     std::string build_id, output, beam;
     app.add_option("--build-id", build_id,
-                   "Build-id (hex) of the stripped binary the table is for; default: the input's own");
+                   "Build-id (hex) of the stripped binary the table was made for; default: none");
     app.add_option("-o,--output", output, "Write the table to FILE instead of stdout")
         ->option_text("FILE");
     app.add_option("BEAM_SMP_WITH_DWARF", beam, "A beam.smp with DWARF (or its separate debug file)")
@@ -55,11 +58,14 @@ int main(int argc, char** argv) {
     std::string err;
     auto offsets = bb::offsets_from_dwarf(beam, &err);
     if (!offsets) return fail(err);
-    if (!build_id.empty()) {
-        for (char& c : build_id) c = char(std::tolower(static_cast<unsigned char>(c)));
-        offsets->build_id = build_id;
-    }
-    if (offsets->build_id.empty()) return fail(beam + " has no build-id; pass --build-id");
+    std::ifstream in(beam, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto build = bb::read_vm_build(std::span(bytes.data(), bytes.size()));
+    if (!build) return fail(beam + " has no Erlang/OTP system version string: not a beam.smp");
+    offsets->otp_release = std::to_string(build->otp_release);
+    offsets->features = build->features;
+    for (char& c : build_id) c = char(std::tolower(static_cast<unsigned char>(c)));
+    offsets->build_id = build_id;
     const std::string table = bb::format_table(*offsets);
 
     if (output.empty()) {

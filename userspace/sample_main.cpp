@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
             }
             const auto& [r, frames] = it->second;
             fmt::print(os, "{} {} (tid {}): {}\n", sched_kind(r.sched_type), r.sched_no, r.tid,
-                       Vm::format_pid(r.erl_pid));
+                       s.vm.format_pid(r.erl_pid));
             for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.names().name(*f));
             fmt::print(os, "\n");
         }

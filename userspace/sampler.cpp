@@ -107,16 +107,10 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
 
     s->rodata->target_tgid = static_cast<uint32_t>(vm.pid());
     s->rodata->max_frames = cfg.max_frames;
-    s->rodata->off_id = o.proc_id;
-    s->rodata->off_htop = o.proc_htop;
-    s->rodata->off_stop = o.proc_stop;
-    s->rodata->off_heap = o.proc_heap;
-    s->rodata->off_hend = o.proc_hend;
-    s->rodata->off_esd_current_process = o.esd_current_process;
+    s->rodata->vm = o.layout();
+    // Vm::attach checked that each Process field is a whole word inside Process.
     uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend});
-    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend})
-        if (off % 8) throw UserError(fmt::format("offset table {}: unaligned Process field offset {}", o.origin, off));
-    if (span > 512) throw UserError(fmt::format("offset table {}: Process fields beyond 512 bytes", o.origin));
+    if (span > 512) throw UserError(fmt::format("offsets ({}): Process fields beyond 512 bytes", o.origin));
     s->rodata->proc_span = span;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
         throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",

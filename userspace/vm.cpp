@@ -4,7 +4,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <elf.h>
+
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
@@ -46,24 +50,7 @@ std::vector<Mapping> read_maps(pid_t pid) {
     return maps;
 }
 
-// "12_scheduler" -> 12 when the name after the digits is a prefix of `suffix`: the kernel
-// truncates thread names to 15 characters ("10_dirty_io_sch").
-int sched_number(const std::string& name, std::string_view suffix) {
-    int n = 0;
-    auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), n);
-    if (ec != std::errc() || n <= 0) return 0;
-    std::string_view rest(p, name.data() + name.size() - p);
-    if (rest.size() < 4 || suffix.substr(0, rest.size()) != rest) return 0;
-    return n;
-}
-
 }  // namespace
-
-std::string Vm::format_pid(uint64_t t) {
-    // Internal pid: 28 bits of data above the 4-bit tag 0011; 15 bits of number, then serial.
-    uint64_t data = (t >> 4) & ((1u << 28) - 1);
-    return fmt::format("<0.{}.{}>", data & 0x7fff, data >> 15);
-}
 
 Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
     if (pid <= 0) throw UserError(fmt::format("invalid pid {}", pid));
@@ -85,16 +72,14 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
         throw UserError(fmt::format("process {} ({}) is not a BEAM VM: its executable is {}", pid, comm,
                                     vm.exe_));
 
+    // Through /proc/PID/exe, not the path: a VM in a container has its files in another mount
+    // namespace, and the path may name nothing (or something else) here.
     try {
         vm.elf_.emplace(fmt::format("/proc/{}/exe", pid));
     } catch (const std::exception& e) {
         throw UserError(fmt::format("cannot read the executable of process {}: {}", pid, e.what()));
     }
-    if (!vm.elf_->find("__jit_debug_descriptor") || !vm.elf_->find("erts_aligned_scheduler_data"))
-        throw UserError(fmt::format(
-            "process {} runs {}, which is not a BEAM JIT build (no __jit_debug_descriptor); "
-            "beam-bpf needs the x86-64 JIT of OTP 25",
-            pid, vm.exe_));
+    vm.identify();
 
     for (const auto& m : read_maps(pid)) {
         if (m.offset == 0 && (m.path == vm.exe_ || m.path == vm.exe_ + " (deleted)")) {
@@ -105,35 +90,94 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
     if (vm.load_bias_ == 0)
         throw UserError(fmt::format("cannot find where {} is mapped in process {}", vm.exe_, pid));
 
-    const std::string& build_id = vm.elf_->build_id();
+    vm.choose_offsets(offsets_file);
+    return vm;
+}
+
+// The release, flavor and architecture, from the binary itself; everything release-specific
+// follows from release_.
+void Vm::identify() {
+    const std::string id = elf_->build_id().empty() ? "none" : elf_->build_id();
+    std::string bytes = read_file(fmt::format("/proc/{}/exe", pid_));
+    auto b = read_vm_build(std::span(bytes.data(), bytes.size()));
+    if (!b)
+        throw UserError(fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
+                                    "string: not a BEAM VM beam-bpf can read",
+                                    pid_, exe_, id));
+    build_ = *b;
+    if (elf_->machine() != EM_X86_64 || !build_.bits64)
+        throw UserError(fmt::format("process {} runs {} for {}: beam-bpf supports x86-64 only", pid_,
+                                    build_.describe(), elf_->machine_name()));
+    release_ = find_release(build_.otp_release);
+    if (!release_)
+        throw UserError(fmt::format("process {} runs {} (build-id {}): beam-bpf supports OTP 25 to 29 "
+                                    "(tested: 25 and 27)",
+                                    pid_, build_.describe(), id));
+    if (build_.flavor != "jit" || !build_.native_stack || !elf_->find("__jit_debug_descriptor"))
+        throw UserError(fmt::format("process {} runs {}: beam-bpf walks the stacks of the x86-64 JIT "
+                                    "(flavor jit), not the {} flavor; start the VM without -emu_flavor emu",
+                                    pid_, build_.describe(), build_.flavor));
+    if (release_->support == Support::Described)
+        caveat_ = fmt::format("OTP {} is described from its sources but untested; the offsets passed the "
+                              "live checks",
+                              release_->major);
+}
+
+void Vm::choose_offsets(const std::string& offsets_file) {
+    const std::string& build_id = elf_->build_id();
+    const std::string what = fmt::format("{} (build-id {})", build_.describe(), build_id.empty() ? "none" : build_id);
     std::string err;
     std::optional<VmOffsets> off;
+    bool may_correct = false;  // only values that were not read for this very build
     if (!offsets_file.empty()) {
         off = parse_table(read_file(offsets_file), &err);
         if (!off) throw UserError(fmt::format("offset table {}: {}", offsets_file, err));
-        if (off->build_id != build_id)
-            throw UserError(fmt::format("offset table {} is for build-id {}, but process {} runs build-id {}",
-                                        offsets_file, off->build_id, pid, build_id));
+        if (!off->build_id.empty() && off->build_id != build_id)
+            throw UserError(fmt::format("offset table {} is for build-id {}, but process {} runs {}", offsets_file,
+                                        off->build_id, pid_, what));
+        if (off->build_id.empty() && (off->otp_release != std::to_string(build_.otp_release) ||
+                                      off->features != build_.features))
+            throw UserError(fmt::format("offset table {} is for OTP {} ({}), but process {} runs {}", offsets_file,
+                                        off->otp_release, off->features.empty() ? "no features" : off->features,
+                                        pid_, what));
         off->origin = "table " + offsets_file;
-    } else if (vm.elf_->has_debug_info()) {
-        off = offsets_from_dwarf(fmt::format("/proc/{}/exe", pid), &err);
-        if (!off) throw UserError(fmt::format("DWARF of {}: {}", vm.exe_, err));
-        off->origin = "DWARF of " + vm.exe_;
-    } else if ((off = offsets_from_dwarf(fmt::format("/proc/{}/exe", pid), &err))) {
-        off->origin = "separate debug info of " + vm.exe_;  // /usr/lib/debug/.build-id
+    } else if ((off = offsets_from_dwarf(fmt::format("/proc/{}/exe", pid_), &err))) {
+        // Its own DWARF, or a separate debug file (/usr/lib/debug/.build-id).
+        off->origin = elf_->has_debug_info() ? "DWARF of " + exe_ : "separate debug info of " + exe_;
+    } else if (elf_->has_debug_info()) {
+        throw UserError(fmt::format("DWARF of {}: {}", exe_, err));
+    } else if ((off = builtin_offsets(std::to_string(build_.otp_release), build_.features, build_id))) {
+        may_correct = off->build_id != build_id;
     } else {
-        off = builtin_offsets(build_id);
+        // No table for this release and build features: start from the release's nearest
+        // table and let the live VM correct and then check it.
+        off = builtin_offsets(std::to_string(release_->layout_from), "", "");
         if (!off)
-            throw UserError(fmt::format(
-                "unsupported VM build: no offset table for {} (build-id {}); make one with "
-                "scripts/make-offsets.sh (or pass --offsets FILE from beam-bpf-offsets)",
-                vm.exe_, build_id.empty() ? "none" : build_id));
-        off->origin = "built-in table for build-id " + build_id;
+            throw UserError(fmt::format("process {} runs {}: no offset table for it; make one with "
+                                        "scripts/make-offsets.sh from a -g build, or pass --offsets FILE",
+                                        pid_, what));
+        off->origin += fmt::format(" (OTP {}, corrected in the live VM)", release_->layout_from);
+        may_correct = true;
+        if (caveat_.empty())
+            caveat_ = fmt::format("no offset table for {}: the layout of OTP {} was corrected and checked "
+                                  "in the live VM",
+                                  build_.features.empty() ? "this build" : build_.features, release_->layout_from);
     }
     off->build_id = build_id;
-    vm.offsets_ = *off;
-    vm.check_offsets_live();
-    return vm;
+    off->otp_release = std::to_string(build_.otp_release);
+    off->features = build_.features;
+
+    std::string why = layout_mismatch(*off);
+    if (!why.empty() && may_correct && correct_layout(*off)) {
+        why = layout_mismatch(*off);
+        if (why.empty()) off->origin += ", corrected in the live VM";
+    }
+    if (!why.empty())
+        throw UserError(fmt::format("offsets ({}) do not match process {} ({}): {}; refusing to report garbage. "
+                                    "Make a table with scripts/make-offsets.sh from a -g build of this VM's "
+                                    "source and configure flags, or pass --offsets FILE",
+                                    off->origin, pid_, what, why));
+    offsets_ = *off;
 }
 
 uint64_t Vm::symbol_address(const std::string& name) const {
@@ -144,24 +188,28 @@ uint64_t Vm::symbol_address(const std::string& name) const {
 
 bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
 
-// The offsets must describe the live VM before any sample is trusted: check the first
-// processes of the process table (slot 0 is always init, <0.0.0>).
-void Vm::check_offsets_live() const {
-    const VmOffsets& o = offsets_;
-    auto fail = [&](const std::string& why) {
-        throw UserError(fmt::format("offsets ({}) do not match process {}: {}; refusing to report garbage",
-                                    o.origin, pid_, why));
-    };
+namespace {
+constexpr uint64_t kInitPid = 0x3;  // <0.0.0>: pid data 0 under the tag 0011, in every release
+}
+
+std::string Vm::layout_mismatch(const VmOffsets& o) const {
     uint64_t ptab = symbol_address("erts_proc");
     auto tab = mem_.read<uint64_t>(ptab + o.ptab_tab);
     auto max = mem_.read<uint32_t>(ptab + o.ptab_max);
-    if (!tab || !max) fail("cannot read the process table");
-    if (*max == 0 || *max > (1u << 27)) fail(fmt::format("process table size {} is implausible", *max));
+    if (!tab || !max) return "cannot read the process table";
+    if (*max < 16 || *max > (1u << 27)) return fmt::format("process table size {} is implausible", *max);
+    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend})
+        if (off % 8 || off + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
+
+    // Slot 0 is init, <0.0.0>, for the life of the VM.
+    auto init = mem_.read<uint64_t>(*tab);
+    auto init_id = init ? mem_.read<uint64_t>(*init + o.proc_id) : std::nullopt;
+    if (!init_id || *init_id != kInitPid) return "slot 0 of the process table is not <0.0.0>";
 
     int checked = 0, good = 0;
-    for (uint32_t ix = 0; ix < std::min<uint32_t>(*max, 256) && checked < 16; ix++) {
+    for (uint32_t ix = 0; ix < std::min<uint32_t>(*max, 4096) && checked < 64; ix++) {
         auto p = mem_.read<uint64_t>(*tab + 8ull * ix);
-        if (!p) fail("cannot read the process table");
+        if (!p) return "cannot read the process table";
         if (*p == 0 || (*p & 7) != 0) continue;
         auto id = mem_.read<uint64_t>(*p + o.proc_id);
         auto htop = mem_.read<uint64_t>(*p + o.proc_htop);
@@ -169,18 +217,65 @@ void Vm::check_offsets_live() const {
         auto heap = mem_.read<uint64_t>(*p + o.proc_heap);
         auto hend = mem_.read<uint64_t>(*p + o.proc_hend);
         checked++;
-        if (id && htop && stop && heap && hend && (*id & 0xf) == 0x3 && *heap <= *htop &&
-            *htop <= *stop && *stop <= *hend)
+        if (id && htop && stop && heap && hend && (*id & 0xf) == 0x3 && *heap < *hend && *heap <= *htop &&
+            *htop <= *stop && *stop <= *hend && (*hend - *heap) < (1ull << 40))
             good++;
     }
-    if (checked == 0) fail("no process found in the process table");
-    if (good * 2 <= checked)
-        fail(fmt::format("{} of {} processes failed heap <= htop <= stop <= hend and the pid tag check",
-                         checked - good, checked));
+    // A process in GC is caught mid-move now and then; a wrong offset fails nearly all.
+    if (good * 4 < checked * 3)
+        return fmt::format("{} of {} processes failed heap <= htop <= stop <= hend and the pid tag check",
+                           checked - good, checked);
 
-    // Scheduler data must say who it is: its number and type at the offsets we have.
-    auto scheds = sched_threads();
-    if (scheds.empty()) fail("no scheduler threads found (thread names N_scheduler)");
+    auto scheds = sched_threads(o);
+    int normal = 0;
+    for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
+    if (normal == 0)
+        return fmt::format("no scheduler thread's data names itself (threads {}N)", release_->normal.prefix.empty()
+                                                                                  ? "N_scheduler"
+                                                                                  : std::string(release_->normal.prefix));
+    return "";
+}
+
+bool Vm::correct_layout(VmOffsets& o) const {
+    bool changed = false;
+    // The process table: lock counting and other options grow the lock in its first,
+    // cache-line padded part, which moves the read-only part (r.o.tab, then r.o.max at a fixed
+    // distance). Find the word that points at a table whose slot 0 is <0.0.0>.
+    auto sym = elf_->find("erts_proc");
+    uint64_t ptab = symbol_address("erts_proc");
+    uint64_t size = sym && sym->size ? std::min<uint64_t>(sym->size, 4096) : 1024;
+    int64_t delta = int64_t(o.ptab_max) - int64_t(o.ptab_tab);
+    if (auto bytes = mem_.read_bytes(ptab, size)) {
+        for (uint64_t off = 0; off + 8 <= size; off += 8) {
+            uint64_t tab;
+            std::memcpy(&tab, bytes->data() + off, 8);
+            if (!tab || (tab & 7)) continue;
+            auto init = mem_.read<uint64_t>(tab);
+            auto id = init && *init && !(*init & 7) ? mem_.read<uint64_t>(*init + o.proc_id) : std::nullopt;
+            if (id && *id == kInitPid) {
+                changed |= o.ptab_tab != off;
+                o.ptab_tab = uint32_t(off);
+                o.ptab_max = uint32_t(int64_t(off) + delta);
+                break;
+            }
+        }
+    }
+    // The scheduler data stride: the element that names itself scheduler 2 (with one
+    // scheduler, the stride is never used for normal schedulers).
+    uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
+    auto named = [&](uint64_t stride) {
+        auto no = mem_.read<uint64_t>(arr + stride + o.esd_no);
+        auto type = mem_.read<uint32_t>(arr + stride + o.esd_type);
+        return no && type && *no == 2 && *type == BB_SCHED_NORMAL;
+    };
+    if (arr && !named(o.aligned_esd_size))
+        for (uint64_t stride = 64; stride <= (1u << 20); stride += 64)
+            if (named(stride)) {
+                o.aligned_esd_size = uint32_t(stride);
+                changed = true;
+                break;
+            }
+    return changed;
 }
 
 std::vector<Vm::MappedFile> Vm::mapped_files() const {
@@ -211,16 +306,18 @@ std::vector<bb_range> Vm::jit_code_ranges() const {
     return r;
 }
 
-std::vector<SchedThread> Vm::sched_threads() const {
+std::vector<SchedThread> Vm::sched_threads() const { return sched_threads(offsets_); }
+
+std::vector<SchedThread> Vm::sched_threads(const VmOffsets& o) const {
     struct Kind {
-        std::string_view suffix;
+        const ThreadNaming* naming;
         const char* array;
         uint8_t type;
     };
-    static constexpr std::array kinds{
-        Kind{"_scheduler", "erts_aligned_scheduler_data", BB_SCHED_NORMAL},
-        Kind{"_dirty_cpu_scheduler", "erts_aligned_dirty_cpu_scheduler_data", BB_SCHED_DIRTY_CPU},
-        Kind{"_dirty_io_scheduler", "erts_aligned_dirty_io_scheduler_data", BB_SCHED_DIRTY_IO},
+    const std::array kinds{
+        Kind{&release_->normal, "erts_aligned_scheduler_data", BB_SCHED_NORMAL},
+        Kind{&release_->dirty_cpu, "erts_aligned_dirty_cpu_scheduler_data", BB_SCHED_DIRTY_CPU},
+        Kind{&release_->dirty_io, "erts_aligned_dirty_io_scheduler_data", BB_SCHED_DIRTY_IO},
     };
     std::array<uint64_t, kinds.size()> arrays{};
     for (size_t k = 0; k < kinds.size(); k++)
@@ -233,21 +330,21 @@ std::vector<SchedThread> Vm::sched_threads() const {
         t.name = read_file(e.path() / "comm");
         while (!t.name.empty() && t.name.back() == '\n') t.name.pop_back();
         for (size_t k = 0; k < kinds.size(); k++) {
-            int no = sched_number(t.name, kinds[k].suffix);
+            int no = kinds[k].naming->number(t.name);
             if (!no || !arrays[k]) continue;
-            uint64_t esdp = arrays[k] + uint64_t(no - 1) * offsets_.aligned_esd_size;
+            uint64_t esdp = arrays[k] + uint64_t(no - 1) * o.aligned_esd_size;
             // Trust the slot only if it names itself as this scheduler (dirty schedulers keep
             // no = 0 and their number in dirty_no).
             uint64_t want_no = kinds[k].type == BB_SCHED_NORMAL ? uint64_t(no) : 0;
-            auto esd_no = mem_.read<uint64_t>(esdp + offsets_.esd_no);
-            auto esd_type = mem_.read<uint32_t>(esdp + offsets_.esd_type);
+            auto esd_no = mem_.read<uint64_t>(esdp + o.esd_no);
+            auto esd_type = mem_.read<uint32_t>(esdp + o.esd_type);
             if (!esd_no || !esd_type || *esd_no != want_no || *esd_type != kinds[k].type) continue;
             t.tid = std::stoi(e.path().filename().string());
             t.sched.esdp = esdp;
             t.sched.type = kinds[k].type;
             t.sched.no = static_cast<uint16_t>(no);
-            uint64_t regs = mem_.read<uint64_t>(esdp + offsets_.esd_registers).value_or(0);
-            t.sched.runtime_top = regs ? regs + offsets_.regs_runtime_stack : 0;
+            uint64_t regs = mem_.read<uint64_t>(esdp + o.esd_registers).value_or(0);
+            t.sched.runtime_top = regs ? regs + o.regs_runtime_stack : 0;
             out.push_back(t);
         }
     }

@@ -11,6 +11,7 @@
 #include "beam_bpf.h"
 #include "elf_file.hpp"
 #include "offsets.hpp"
+#include "release.hpp"
 #include "remote_memory.hpp"
 
 namespace bb {
@@ -28,15 +29,20 @@ struct SchedThread {
 
 class Vm {
 public:
-    // Checks that `pid` is a live beam.smp we can read, finds its offsets (own DWARF, else the
-    // table for its build-id, else UserError naming the build-id and scripts/make-offsets.sh),
-    // and checks them against the live VM. `offsets_file` overrides the lookup.
+    // Checks that `pid` is a live beam.smp of a supported release and flavor, finds its struct
+    // offsets (--offsets FILE, its own DWARF, the shipped table for its release and build
+    // features, else the nearest release's table corrected in the live VM) and checks them
+    // against the live VM. UserError, one line, when no route works.
     static Vm attach(pid_t pid, const std::string& offsets_file = {});
 
     pid_t pid() const { return pid_; }
     const std::string& exe() const { return exe_; }
     const ElfFile& elf() const { return *elf_; }
     const VmOffsets& offsets() const { return offsets_; }
+    const VmBuild& build() const { return build_; }
+    const OtpRelease& release() const { return *release_; }
+    // A warning for the attach line ("" when none): an untested release, or offsets found live.
+    const std::string& caveat() const { return caveat_; }
     const RemoteMemory& mem() const { return mem_; }
     uint64_t load_bias() const { return load_bias_; }
     // Runtime address of a beam.smp symbol; UserError if absent.
@@ -55,12 +61,20 @@ public:
         uint64_t start = 0;
     };
     std::vector<MappedFile> mapped_files() const;
-    // "<0.85.0>" for an internal pid term (its low 32 bits; the high half is the table index).
-    static std::string format_pid(uint64_t pid_term);
+    // "<0.85.0>" for an internal pid term, as this release prints it.
+    std::string format_pid(uint64_t pid_term) const { return release_->pids.format(pid_term); }
 
 private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
-    void check_offsets_live() const;
+    void identify();
+    void choose_offsets(const std::string& offsets_file);
+    // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
+    // hend of many processes, scheduler data that names itself), else why not.
+    std::string layout_mismatch(const VmOffsets& o) const;
+    // Corrects, from the live VM, what build options move: where the process table's read-only
+    // part sits in erts_proc, and the stride of the scheduler data arrays. True if it changed o.
+    bool correct_layout(VmOffsets& o) const;
+    std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
 
     pid_t pid_;
     RemoteMemory mem_;
@@ -68,6 +82,9 @@ private:
     std::optional<ElfFile> elf_;
     uint64_t load_bias_ = 0;
     VmOffsets offsets_;
+    VmBuild build_;
+    const OtpRelease* release_ = nullptr;
+    std::string caveat_;
 };
 
 }  // namespace bb

@@ -19,7 +19,6 @@ namespace {
 using namespace bbt;
 
 const std::string kTool = "beam-bpf-blame";
-const std::string kErrorPrefix = "beam-bpf-blame: error: ";
 const std::string kGc = "erts_garbage_collect";
 
 std::string pid_arg(const ErlVm& vm) { return std::to_string(vm.os_pid()); }
@@ -82,16 +81,14 @@ std::vector<TopRow> parse_table(const std::string& out) {
 
 // Error contract: non-zero exit, exactly one stderr line, with the prefix and `needle`.
 void expect_error(const ToolResult& r, const std::string& needle) {
-    EXPECT_GT(r.exit_code, 0) << describe(r);  // -1 would mean a signal or our timeout
-    auto lines = lines_of(r.err);
-    ASSERT_EQ(lines.size(), 1u) << describe(r);
-    EXPECT_TRUE(lines[0].starts_with(kErrorPrefix)) << describe(r);
-    EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: "
-                                                        << lines[0];
-    std::cout << "error line: " << lines[0] << "\n";
+    std::string line = expect_one_line_error(r, kTool);
+    EXPECT_NE(line.find(needle), std::string::npos) << "expected '" << needle << "' in: " << line;
 }
 
 class BlameTest : public RootTest {};
+// Run on every test VM (harness.hpp: OTP 25 and 27 builds, with and without frame pointers).
+class BlameVmTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, BlameVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
 
 // --- alloc_arith -------------------------------------------------------------------------
 
@@ -100,8 +97,8 @@ const std::string kArithFns[] = {"bb_work:arith_loop/0", "bb_work:arith/2"};
 
 // Who triggers GC: the allocating process's functions, never the arithmetic one's, although
 // both run all the time (checked with beam-bpf-sample, so "absent" is not "never ran").
-TEST_F(BlameTest, BlameRanksAllocatorFirst) {
-    ErlVm vm("bb_work:main(alloc_arith)");
+TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
+    ErlVm vm(this->vm(), "bb_work:main(alloc_arith)");
     vm.wait_line("ready");
 
     ToolResult r = run_tool(kTool, {"-d", "5", kGc, pid_arg(vm)}, 60s);
@@ -178,8 +175,8 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
 
 // --- exact count against the VM's GC trace -----------------------------------------------
 
-TEST_F(BlameTest, CountMatchesVmGcTrace) {
-    ErlVm vm("bb_gc:main()");
+TEST_P(BlameVmTest, CountMatchesVmGcTrace) {
+    ErlVm vm(this->vm(), "bb_gc:main()");
     auto ready = words_of(vm.wait_line("ready"));
     ASSERT_EQ(ready.size(), 2u) << vm.output();
     const std::string worker = ready[1];

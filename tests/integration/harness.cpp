@@ -17,7 +17,10 @@
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <regex>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -259,15 +262,47 @@ RunningTool start(const std::string& tool, const std::vector<std::string>& args,
 
 // --- workloads ---------------------------------------------------------------------------
 
-const std::string& workload_beam_dir() {
-    // Compiled once per test binary; the directory goes when the binary exits.
+const std::vector<TestVm>& test_vms() {
+    static const std::vector<TestVm> vms = [] {
+        const char* env = getenv("BB_OTP27_PREFIX");
+        const std::string otp27 = std::string(env && *env ? env : "/var/tmp/beam-bpf-otp27/prefix") + "/bin";
+        std::vector<TestVm> base{
+            {"otp25", "/usr/bin", {}, 25, false, {}, {}},
+            {"otp27", otp27, {}, 27, false, {}, {}},
+            {"otp27_lcnt", otp27, {"-emu_type", "lcnt"}, 27, false, {}, {}},
+        };
+        std::vector<TestVm> all;
+        for (auto fp : {false, true})
+            for (TestVm v : base) {
+                if (fp) {
+                    v.name += "_fp";
+                    v.args.insert(v.args.end(), {"+JPperf", "true"});
+                    v.frame_pointers = true;
+                }
+                all.push_back(v);
+            }
+        return all;
+    }();
+    return vms;
+}
+
+const TestVm& debian_vm() { return test_vms().front(); }
+
+std::string test_vm_name(const ::testing::TestParamInfo<TestVm>& info) { return info.param.name; }
+
+const std::string& workload_beam_dir(const TestVm& vm) {
+    // Compiled once per erlc and test binary; the directories go when the binary exits.
     struct Dir {
         std::string path;
-        Dir() {
+        explicit Dir(const std::string& bin_dir) {
+            const std::string erlc = bin_dir + "/erlc";
+            if (access(erlc.c_str(), X_OK) != 0)
+                throw std::runtime_error("no " + erlc + ": build the OTP 27 test VMs with scripts/build-test-vms.sh "
+                                         "(scripts/test.sh does)");
             char tmpl[] = "/tmp/bb-workloads-XXXXXX";
             if (!mkdtemp(tmpl)) fail("mkdtemp");
             path = tmpl;
-            std::vector<std::string> argv{"erlc", "-o", path};
+            std::vector<std::string> argv{erlc, "-o", path};
             for (const auto& e : std::filesystem::directory_iterator(BB_WORKLOAD_DIR))
                 if (e.path().extension() == ".erl") argv.push_back(e.path());
             Pipe out = make_pipe();
@@ -285,18 +320,23 @@ const std::string& workload_beam_dir() {
             std::filesystem::remove_all(path, ec);
         }
     };
-    static Dir dir;
-    return dir.path;
+    static std::map<std::string, std::unique_ptr<Dir>> dirs;
+    auto& d = dirs[vm.bin_dir];
+    if (!d) d = std::make_unique<Dir>(vm.bin_dir);
+    return d->path;
 }
 
 // --- ErlVm -------------------------------------------------------------------------------
 
-ErlVm::ErlVm(const std::string& eval_expr, std::vector<std::string> extra_args) {
+ErlVm::ErlVm(const TestVm& vm, const std::string& eval_expr, std::vector<std::string> extra_args) {
     SpawnSpec spec;
-    spec.argv = {"erl", "-noshell", "-pa", workload_beam_dir()};
+    spec.argv = vm.launcher.empty() ? std::vector<std::string>{vm.bin_dir + "/erl"} : vm.launcher;
+    spec.argv.insert(spec.argv.end(), {"-noshell", "-pa", workload_beam_dir(vm)});
+    spec.argv.insert(spec.argv.end(), vm.args.begin(), vm.args.end());
     spec.argv.insert(spec.argv.end(), extra_args.begin(), extra_args.end());
     spec.argv.insert(spec.argv.end(), {"-eval", eval_expr});
-    spec.env = {"ERL_CRASH_DUMP_SECONDS=0"};  // no erl_crash.dump in the test's directory
+    spec.env = vm.env;
+    spec.env.push_back("ERL_CRASH_DUMP_SECONDS=0");  // no erl_crash.dump in the test's directory
     Pipe in = make_pipe(), out = make_pipe();
     spec.in = in.r;
     spec.out = spec.err = out.w;
@@ -487,6 +527,16 @@ std::string describe(const ToolResult& r) {
     return s.str();
 }
 
+std::string expect_one_line_error(const ToolResult& r, const std::string& tool) {
+    EXPECT_GT(r.exit_code, 0) << describe(r);  // -1 would mean a signal or our timeout
+    auto lines = lines_of(r.err);
+    EXPECT_EQ(lines.size(), 1u) << describe(r);
+    if (lines.size() != 1) return "";
+    EXPECT_TRUE(lines[0].starts_with(tool + ": error: ")) << describe(r);
+    std::cout << "error line: " << lines[0] << "\n";
+    return lines[0];
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
     std::vector<std::string> lines;
     std::istringstream in(text);
@@ -498,6 +548,13 @@ std::vector<std::string> lines_of(const std::string& text) {
 void RootTest::SetUp() {
     ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
                                 "root-owned VMs: run them as root (they do not skip)";
+}
+
+void VmTest::SetUp() {
+    ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
+                                "root-owned VMs: run them as root (they do not skip)";
+    ASSERT_EQ(access((vm().bin_dir + "/erl").c_str(), X_OK), 0)
+        << "no " << vm().bin_dir << "/erl: build the OTP 27 test VMs with scripts/build-test-vms.sh";
 }
 
 }  // namespace bbt

@@ -17,13 +17,38 @@ namespace bbt {
 
 using namespace std::chrono_literals;
 
-// A running Erlang VM. The workload module(s) in tests/workloads are compiled once per test
-// binary (erlc into a temp dir); the VM runs `erl -noshell -pa DIR <extra_args> -eval EXPR`.
+// A VM build the integration tests run on: its bin/ (erl and erlc) and the arguments that pick
+// its emulator and frame layout.
+struct TestVm {
+    std::string name;              // "otp25", "otp27_lcnt_fp", ...: a test-name suffix
+    std::string bin_dir;           // holds erl and erlc
+    std::vector<std::string> args; // e.g. {"-emu_type", "lcnt"}, {"+JPperf", "true"}
+    int otp_release = 0;
+    bool frame_pointers = false;
+    // How to start it when not bin_dir/erl: a launcher (erlexec) and the environment it needs.
+    std::vector<std::string> launcher;
+    std::vector<std::string> env;
+};
+
+// Debian's OTP 25 (/usr/bin), and the OTP 27 build of scripts/build-test-vms.sh (its plain
+// beam.smp and its lock-counting one), each without and with frame pointers (+JPperf true).
+// BB_OTP27_PREFIX overrides where the OTP 27 build is. A missing build fails the tests that use
+// it, saying how to make it: it is never skipped.
+const std::vector<TestVm>& test_vms();
+const TestVm& debian_vm();  // the first of them: OTP 25, no frame pointers
+// For INSTANTIATE_TEST_SUITE_P's name generator.
+std::string test_vm_name(const ::testing::TestParamInfo<TestVm>& info);
+
+// A running Erlang VM. The workload module(s) in tests/workloads are compiled once per release
+// (that release's erlc into a temp dir); the VM runs
+// `erl -noshell -pa DIR <vm args> <extra_args> -eval EXPR`.
 // `erl` execs beam.smp, so os_pid() is the beam.smp pid. The destructor kills the VM.
 // The VM's stderr goes to the same pipe as its stdout, so crash reports show up in errors.
 class ErlVm {
 public:
-    explicit ErlVm(const std::string& eval_expr, std::vector<std::string> extra_args = {});
+    explicit ErlVm(const std::string& eval_expr, std::vector<std::string> extra_args = {})
+        : ErlVm(debian_vm(), eval_expr, std::move(extra_args)) {}
+    ErlVm(const TestVm& vm, const std::string& eval_expr, std::vector<std::string> extra_args = {});
     ~ErlVm();
     ErlVm(const ErlVm&) = delete;
     ErlVm& operator=(const ErlVm&) = delete;
@@ -47,8 +72,8 @@ private:
     std::string seen_;  // all output
 };
 
-// The directory holding the compiled workloads (compiled on first use).
-const std::string& workload_beam_dir();
+// The directory holding the workloads compiled by `vm`'s erlc (compiled on first use).
+const std::string& workload_beam_dir(const TestVm& vm);
 
 struct ToolResult {
     int exit_code = -1;      // -1: killed by a signal or timed out
@@ -90,8 +115,19 @@ protected:
     void SetUp() override;
 };
 
+// The same, run once per test VM (INSTANTIATE_TEST_SUITE_P(Vms, X, ValuesIn(test_vms()),
+// test_vm_name)); start() runs a workload on this test's VM.
+class VmTest : public ::testing::TestWithParam<TestVm> {
+protected:
+    void SetUp() override;
+    const TestVm& vm() const { return GetParam(); }
+};
+
 // For assertion messages: how the tool ended and what it said.
 std::string describe(const ToolResult& r);
+// The error contract: exit code > 0, exactly one stderr line, starting "TOOL: error: ".
+// Returns that line ("" after a failed check).
+std::string expect_one_line_error(const ToolResult& r, const std::string& tool);
 // The non-empty lines of `text`.
 std::vector<std::string> lines_of(const std::string& text);
 

@@ -2,6 +2,8 @@
 // pid-term text both tools print and parse.
 #include <gtest/gtest.h>
 
+#include "release.hpp"
+
 #include <sstream>
 
 #include "aggregate.hpp"
@@ -85,19 +87,27 @@ TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
     EXPECT_NE(out.str().find("100.0"), std::string::npos);  // root: in every sample
 }
 
-TEST(PidTerm, FormatAndParseRoundTrip) {
+TEST(PidTerm, FormatAndParseRoundTripPerRelease) {
+    const bb::PidLayout otp25{28, 15}, otp27{60, 28};
     for (uint64_t num : {0ull, 1ull, 85ull, 0x7fffull})
         for (uint64_t ser : {0ull, 3ull, 0x1fffull}) {
+            // OTP 25: 28 bits of data in the low word; the high half is the table index.
             uint64_t low = ((ser << 15 | num) << 4) | 0x3;
-            uint64_t term = (uint64_t{1234} << 32) | low;  // the high half is the table index
-            std::string text = bb::Vm::format_pid(term);
+            uint64_t term = (uint64_t{1234} << 32) | low;
+            std::string text = otp25.format(term);
             EXPECT_EQ(text, "<0." + std::to_string(num) + "." + std::to_string(ser) + ">");
-            auto back = bb::parse_pid_term(text);
+            auto back = otp25.parse(text);
             ASSERT_TRUE(back);
             EXPECT_EQ(*back, low);
+            EXPECT_EQ(term & otp25.mask(), low);
         }
+    // OTP 27: 60 bits of data, 28 of them the number.
+    uint64_t term27 = ((uint64_t{5} << 28 | 300000) << 4) | 0x3;
+    EXPECT_EQ(otp27.format(term27), "<0.300000.5>");
+    EXPECT_EQ(otp27.parse("<0.300000.5>"), term27);
+    EXPECT_FALSE(otp25.parse("<0.300000.5>"));
     for (const char* bad : {"", "<0.1>", "<1.2.3>", "<0.99999.0>", "0.1.2", "<0.1.2>x", "<0.-1.0>"})
-        EXPECT_FALSE(bb::parse_pid_term(bad)) << bad;
+        EXPECT_FALSE(otp25.parse(bad)) << bad;
 }
 
 }  // namespace

@@ -3,17 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <tuple>
+#include <vector>
 #include <random>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
 
-extern "C" const unsigned bb_fixture_offsets[17];  // tests/unit/fixtures/vm_structs.c
-
-namespace bb::detail {
-std::span<const std::string_view> builtin_tables();  // generated from userspace/offsets/*.txt
-}
+extern "C" const unsigned bb_fixture_offsets[BB_VM_FIELD_COUNT];  // tests/unit/fixtures/vm_structs.c
 
 namespace {
 
@@ -22,17 +22,27 @@ using bb::VmOffsets;
 constexpr const char* kDebianBuildId = "94bcd90b66fca38e41e627fa3a2ec089b2e498be";
 constexpr const char* kDebugVm =
     "/var/tmp/beam-bpf-otp/erlang-25.2.3+dfsg/bin/x86_64-pc-linux-gnu/beam.smp";
+// scripts/build-test-vms.sh keeps the unstripped OTP 27 builds here before stripping.
+constexpr const char* kDebugVm27 = "/var/tmp/beam-bpf-otp27/debug/beam.smp";
+constexpr const char* kDebugVm27Lcnt = "/var/tmp/beam-bpf-otp27/debug/beam.lcnt.smp";
+
+// The fields in field-list order, as pointers into o.
+std::vector<uint32_t*> all_fields(VmOffsets& o) {
+    return {
+#define BB_TEST_FIELD(field, type, member) &o.field,
+        BB_VM_FIELDS(BB_TEST_FIELD)
+#undef BB_TEST_FIELD
+    };
+}
 constexpr const char* kStrippedVm = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";
 
 VmOffsets sample() {
     VmOffsets o;
+    o.otp_release = "27";
+    o.features = "dtrace,lock-counting";
     o.build_id = "00ff11ee";
     uint32_t v = 1;
-    for (uint32_t* f : {&o.proc_id, &o.proc_htop, &o.proc_stop, &o.proc_frame_pointer, &o.proc_heap,
-                        &o.proc_hend, &o.proc_i, &o.proc_current, &o.proc_size, &o.esd_registers,
-                        &o.esd_no, &o.esd_type, &o.esd_current_process, &o.aligned_esd_size,
-                        &o.regs_runtime_stack, &o.ptab_tab, &o.ptab_max})
-        *f = v++ * 1000003u;  // distinct, and more than 16 bits
+    for (uint32_t* f : all_fields(o)) *f = v++ * 1000003u;  // distinct, and more than 16 bits
     return o;
 }
 
@@ -82,10 +92,20 @@ TEST(OffsetsTable, StrictErrors) {
     expect_rejected(with_line(good, "proc_htop", "proc_htop"), "expected");
     expect_rejected(with_line(good, "proc_htop", "proc_htop 80 # htop"), "expected");
     expect_rejected(with_line(good, "build_id", "build_id XYZ"), "bad build_id");
-    expect_rejected(with_line(good, "build_id", ""), "build_id");
-    expect_rejected("proc_id 0\n" + good, "first key must be build_id");
-    expect_rejected("", "missing key build_id");
-    expect_rejected("# only a comment\n", "missing key build_id");
+    expect_rejected(with_line(good, "otp_release", "otp_release 27a"), "bad otp_release");
+    expect_rejected(with_line(good, "features", "features Lock"), "bad features");
+    expect_rejected(with_line(good, "features", "features a,,b"), "bad features");
+    expect_rejected(with_line(good, "features", ""), "missing key features");
+    expect_rejected("proc_id 0\n" + good, "first key must be otp_release");
+    expect_rejected("", "missing key otp_release");
+    expect_rejected("# only a comment\n", "missing key otp_release");
+    // build_id is optional: a table for every build of a release and its features.
+    auto any_build = bb::parse_table(with_line(good, "build_id", ""), nullptr);
+    ASSERT_TRUE(any_build);
+    EXPECT_TRUE(any_build->build_id.empty());
+    auto plain = bb::parse_table(with_line(good, "features", "features -"), nullptr);
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(plain->features, "");
 }
 
 TEST(OffsetsTable, GarbageNeverCrashes) {
@@ -107,72 +127,70 @@ TEST(OffsetsTable, GarbageNeverCrashes) {
     }
 }
 
-// builtin_offsets() skips a table it cannot parse; this is where a bad one is caught.
+// builtin_tables() leaves out a table it cannot parse; this is where a bad one is caught.
 TEST(BuiltinOffsets, EveryShippedTableParses) {
-    std::set<std::string> ids;
-    for (std::string_view text : bb::detail::builtin_tables()) {
-        std::string err;
+    std::set<std::pair<std::string, std::string>> keys;
+    auto files = std::filesystem::directory_iterator(BB_SOURCE_DIR "/userspace/offsets");
+    size_t n = 0;
+    for (const auto& f : files) {
+        std::ifstream in(f.path());
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), err;
         auto o = bb::parse_table(text, &err);
-        ASSERT_TRUE(o) << err << " in\n" << text;
-        EXPECT_TRUE(ids.insert(o->build_id).second) << "two tables for " << o->build_id;
-        EXPECT_TRUE(bb::builtin_offsets(o->build_id));
+        ASSERT_TRUE(o) << err << " in " << f.path();
+        EXPECT_TRUE(keys.insert({o->otp_release, o->features}).second)
+            << "two tables for OTP " << o->otp_release << " " << o->features;
+        n++;
     }
-    EXPECT_FALSE(ids.empty());
+    EXPECT_EQ(bb::builtin_tables().size(), n);
+    EXPECT_GE(n, 3u);  // OTP 25, OTP 27, OTP 27 with lock counting
 }
 
-TEST(BuiltinOffsets, DebianOtp25TableHoldsCrossCheckValues) {
-    auto o = bb::builtin_offsets(kDebianBuildId);
-    ASSERT_TRUE(o) << "no built-in table for " << kDebianBuildId;
+void expect_otp25_cross_check_values(const VmOffsets& o) {
+    // From a -g build of the same source (see /work/shared/beam-internals.md and gdb ptype /o).
+    EXPECT_EQ(o.proc_id, 0u);
+    EXPECT_EQ(o.proc_htop, 80u);
+    EXPECT_EQ(o.proc_stop, 88u);
+    EXPECT_EQ(o.proc_heap, 128u);
+    EXPECT_EQ(o.proc_hend, 136u);
+    EXPECT_EQ(o.proc_i, 256u);
+    EXPECT_EQ(o.proc_current, 472u);
+    EXPECT_EQ(o.proc_size, 776u);
+    EXPECT_EQ(o.esd_registers, 0u);
+    EXPECT_EQ(o.esd_current_process, 168u);
+    EXPECT_EQ(o.esd_type, 176u);
+    EXPECT_EQ(o.esd_no, 184u);
+    EXPECT_EQ(o.aligned_esd_size, 41728u);
+    EXPECT_EQ(o.regs_runtime_stack, 0u);
+    EXPECT_EQ(o.ptab_tab, 192u);
+    EXPECT_EQ(o.ptab_max, 208u);
+}
+
+TEST(BuiltinOffsets, ChosenByReleaseFeaturesAndBuildId) {
+    auto o = bb::builtin_offsets("25", "", kDebianBuildId);
+    ASSERT_TRUE(o);
     EXPECT_EQ(o->build_id, kDebianBuildId);
     EXPECT_NE(o->origin.find("built-in"), std::string::npos);
-    // From a -g build of the same source (see /work/shared/beam-internals.md and gdb ptype /o).
-    EXPECT_EQ(o->proc_id, 0u);
-    EXPECT_EQ(o->proc_htop, 80u);
-    EXPECT_EQ(o->proc_stop, 88u);
-    EXPECT_EQ(o->proc_frame_pointer, 96u);
-    EXPECT_EQ(o->proc_heap, 128u);
-    EXPECT_EQ(o->proc_hend, 136u);
-    EXPECT_EQ(o->proc_i, 256u);
-    EXPECT_EQ(o->proc_current, 472u);
-    EXPECT_EQ(o->proc_size, 776u);
-    EXPECT_EQ(o->esd_registers, 0u);
-    EXPECT_EQ(o->esd_current_process, 168u);
-    EXPECT_EQ(o->esd_type, 176u);
-    EXPECT_EQ(o->esd_no, 184u);
-    EXPECT_EQ(o->aligned_esd_size, 41728u);
-    EXPECT_EQ(o->regs_runtime_stack, 0u);
-    EXPECT_EQ(o->ptab_tab, 192u);
-    EXPECT_EQ(o->ptab_max, 208u);
+    expect_otp25_cross_check_values(*o);
+    // Any other build of OTP 25 without layout-changing features gets the same table.
+    auto other = bb::builtin_offsets("25", "", "0123456789abcdef");
+    ASSERT_TRUE(other);
+    EXPECT_TRUE(other->same_values(*o));
 
-    std::string upper = kDebianBuildId;
-    for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
-    EXPECT_TRUE(bb::builtin_offsets(upper));
-    EXPECT_FALSE(bb::builtin_offsets("0123456789abcdef"));
-    EXPECT_FALSE(bb::builtin_offsets(""));
+    auto o27 = bb::builtin_offsets("27", "", "");
+    auto lcnt = bb::builtin_offsets("27", "lock-counting", "");
+    ASSERT_TRUE(o27);
+    ASSERT_TRUE(lcnt);
+    EXPECT_FALSE(o27->same_values(*lcnt)) << "lock counting moves fields: the tables must differ";
+    EXPECT_FALSE(bb::builtin_offsets("27", "dtrace", ""));
+    EXPECT_FALSE(bb::builtin_offsets("24", "", ""));
 }
 
 TEST(OffsetsFromDwarf, FixtureStructsInThisBinary) {
     std::string err;
     auto o = bb::offsets_from_dwarf("/proc/self/exe", &err);
     ASSERT_TRUE(o) << err;
-    const uint32_t* want = bb_fixture_offsets;
-    EXPECT_EQ(o->proc_id, want[0]);
-    EXPECT_EQ(o->proc_htop, want[1]);
-    EXPECT_EQ(o->proc_stop, want[2]);
-    EXPECT_EQ(o->proc_frame_pointer, want[3]);
-    EXPECT_EQ(o->proc_heap, want[4]);
-    EXPECT_EQ(o->proc_hend, want[5]);
-    EXPECT_EQ(o->proc_i, want[6]);
-    EXPECT_EQ(o->proc_current, want[7]);
-    EXPECT_EQ(o->proc_size, want[8]);
-    EXPECT_EQ(o->esd_registers, want[9]);
-    EXPECT_EQ(o->esd_no, want[10]);
-    EXPECT_EQ(o->esd_type, want[11]);
-    EXPECT_EQ(o->esd_current_process, want[12]);
-    EXPECT_EQ(o->aligned_esd_size, want[13]);
-    EXPECT_EQ(o->regs_runtime_stack, want[14]);
-    EXPECT_EQ(o->ptab_tab, want[15]);
-    EXPECT_EQ(o->ptab_max, want[16]);
+    auto got = all_fields(*o);
+    for (size_t i = 0; i < got.size(); i++) EXPECT_EQ(*got[i], bb_fixture_offsets[i]) << "field " << i;
     EXPECT_NE(o->proc_id, 0u);  // the fixture puts it deep enough to test that offsets add up
     EXPECT_FALSE(o->build_id.empty());
     EXPECT_NE(o->origin.find("/proc/self/exe"), std::string::npos);
@@ -196,20 +214,29 @@ TEST(OffsetsFromDwarf, NotAnElfFile) {
     EXPECT_NE(err.find("/nonexistent/beam.smp"), std::string::npos) << err;
 }
 
-TEST(OffsetsFromDwarf, DebugVmBuildMatchesBuiltinTable) {
-    // The shipped table must be what the DWARF pipeline makes from source: scripts/test.sh
-    // builds this VM first, so CI checks that end to end.
-    ASSERT_TRUE(std::filesystem::exists(kDebugVm))
-        << "no -g VM build at " << kDebugVm << " (scripts/build-debug-vm.sh makes one)";
+// The shipped tables must be what the DWARF pipeline makes from source: scripts/test.sh builds
+// these VMs first (build-debug-vm.sh, build-test-vms.sh), so CI checks that end to end.
+class ShippedTable : public ::testing::TestWithParam<std::tuple<const char*, const char*, const char*>> {};
+
+TEST_P(ShippedTable, MatchesDwarfOfItsBuild) {
+    auto [path, release, features] = GetParam();
+    ASSERT_TRUE(std::filesystem::exists(path)) << "no -g VM build at " << path
+                                               << " (scripts/build-debug-vm.sh and build-test-vms.sh make them)";
     std::string err;
-    auto from_dwarf = bb::offsets_from_dwarf(kDebugVm, &err);
+    auto from_dwarf = bb::offsets_from_dwarf(path, &err);
     ASSERT_TRUE(from_dwarf) << err;
-    auto builtin = bb::builtin_offsets(kDebianBuildId);
-    ASSERT_TRUE(builtin);
-    // The -g build has its own build-id; the layout is what must agree.
-    from_dwarf->build_id = builtin->build_id;
-    from_dwarf->origin = builtin->origin;
-    EXPECT_EQ(bb::format_table(*from_dwarf), bb::format_table(*builtin));
+    auto builtin = bb::builtin_offsets(release, features, "");
+    ASSERT_TRUE(builtin) << "no shipped table for OTP " << release << " " << features;
+    EXPECT_EQ(bb::format_table(*from_dwarf).substr(bb::format_table(*from_dwarf).find("proc_id")),
+              bb::format_table(*builtin).substr(bb::format_table(*builtin).find("proc_id")));
 }
+
+INSTANTIATE_TEST_SUITE_P(Releases, ShippedTable,
+                         ::testing::Values(std::tuple{kDebugVm, "25", ""}, std::tuple{kDebugVm27, "27", ""},
+                                           std::tuple{kDebugVm27Lcnt, "27", "lock-counting"}),
+                         [](const auto& info) {
+                             return std::string("otp") + std::get<1>(info.param) +
+                                    (*std::get<2>(info.param) ? "_lcnt" : "");
+                         });
 
 }  // namespace

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The VM's C struct layout that beam-bpf reads, as one list. From it come the layout the BPF
+ * walker gets (struct bb_vm_layout in beam_bpf.h), the user-space VmOffsets, the offsets table
+ * format and the DWARF reader (userspace/offsets.cpp): add a field here and all of them have it.
+ *
+ * X(field, type, member): `type` is the C type as DWARF names it ("struct process" for a struct
+ * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size.
+ * Kept C: the BPF program and a C test fixture include it too.
+ */
+#ifndef BB_VM_FIELDS_H
+#define BB_VM_FIELDS_H
+
+#define BB_VM_FIELDS(X)                                                          \
+	X(proc_id, "struct process", "common.id")                                \
+	X(proc_htop, "struct process", "htop")                                   \
+	X(proc_stop, "struct process", "stop")                                   \
+	X(proc_heap, "struct process", "heap")                                   \
+	X(proc_hend, "struct process", "hend")                                   \
+	X(proc_i, "struct process", "i")                                         \
+	X(proc_current, "struct process", "current")                             \
+	X(proc_size, "struct process", "")                                       \
+	X(esd_registers, "ErtsSchedulerData", "registers")                       \
+	X(esd_no, "ErtsSchedulerData", "no")                                     \
+	X(esd_type, "ErtsSchedulerData", "type")                                 \
+	X(esd_current_process, "ErtsSchedulerData", "current_process")           \
+	X(aligned_esd_size, "ErtsAlignedSchedulerData", "")                      \
+	X(regs_runtime_stack, "ErtsSchedulerRegisters", "aux_regs.d.runtime_stack") \
+	X(ptab_tab, "ErtsPTab", "r.o.tab")                                       \
+	X(ptab_max, "ErtsPTab", "r.o.max")
+
+#define BB_VM_FIELD_PLUS_ONE(field, type, member) +1
+enum { BB_VM_FIELD_COUNT = 0 BB_VM_FIELDS(BB_VM_FIELD_PLUS_ONE) };
+
+#endif /* BB_VM_FIELDS_H */

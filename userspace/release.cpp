@@ -1,0 +1,142 @@
+#include "release.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <vector>
+
+namespace bb {
+namespace {
+
+// Tags of the system version string that say nothing about struct layouts: the rest do
+// ([lock-counting], [lock-checking], [debug-compiled], [dtrace], [systemtap], [lttng],
+// [valgrind-compiled], [address-sanitizer], [type-assertions], ...), so an unknown tag is
+// taken as one that may move fields, never ignored.
+bool layout_neutral(std::string_view tag) {
+    for (std::string_view p : {"source", "64-bit", "32-bit", "smp:", "ds:", "async-threads:", "jit",
+                               "frame-pointer", "instruction-counting", "sharing-preserving",
+                               "kernel-poll", "hipe"})
+        if (tag.starts_with(p)) return true;
+    return false;
+}
+
+constexpr std::string_view kPrefix = "Erlang/OTP ";
+
+// Parses one candidate: `s` starts at "Erlang/OTP " and ends before the string's NUL.
+std::optional<VmBuild> parse_version_string(std::string_view s) {
+    VmBuild b;
+    b.version_string = std::string(s);
+    s.remove_prefix(kPrefix.size());
+    size_t n = 0;
+    while (n < s.size() && n < 3 && std::isdigit(static_cast<unsigned char>(s[n]))) n++;
+    if (n == 0 || std::from_chars(s.data(), s.data() + n, b.otp_release).ec != std::errc()) return std::nullopt;
+    s.remove_prefix(n);
+    if (!s.starts_with("%s [erts-")) return std::nullopt;
+    s.remove_prefix(3);
+    b.flavor = "emu";
+    std::vector<std::string> features;
+    while (!s.empty()) {
+        if (std::isspace(static_cast<unsigned char>(s.front()))) {
+            s.remove_prefix(1);
+            continue;
+        }
+        if (s.front() != '[') return std::nullopt;
+        size_t close = s.find(']');
+        if (close == std::string_view::npos) return std::nullopt;
+        std::string_view tag = s.substr(1, close - 1);
+        s.remove_prefix(close + 1);
+        if (tag.starts_with("erts-")) {
+            b.erts_version = std::string(tag.substr(5));
+        } else if (tag.starts_with("jit")) {
+            b.flavor = "jit";
+            b.native_stack = tag.starts_with("jit:ns");
+        } else if (tag == "64-bit") {
+            b.bits64 = true;
+        } else if (!layout_neutral(tag)) {
+            features.emplace_back(tag);
+        }
+    }
+    if (b.erts_version.empty()) return std::nullopt;
+    std::sort(features.begin(), features.end());
+    for (const auto& f : features) b.features += (b.features.empty() ? "" : ",") + f;
+    return b;
+}
+
+constexpr ThreadNaming kOldNormal{"", "_scheduler"}, kOldDirtyCpu{"", "_dirty_cpu_scheduler"},
+    kOldDirtyIo{"", "_dirty_io_scheduler"};
+constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_", ""},
+    kNewDirtyIo{"erts_dios_", ""};
+
+// Releases 26, 28 and 29 are written from their sources (thread names in erl_process.c,
+// atoms in atom.h, the JIT's gdb interface in beam_jit_metadata.cpp); see README "Releases".
+constexpr PidLayout kPids28{28, 15}, kPids60{60, 28};
+
+constexpr std::array<OtpRelease, 5> kReleases{{
+    {25, Support::Tested, kOldNormal, kOldDirtyCpu, kOldDirtyIo, kPids28, false, 25},
+    {26, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, 27},
+    {27, Support::Tested, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, 27},
+    {28, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, 27},
+    {29, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, 27},
+}};
+
+}  // namespace
+
+std::string VmBuild::describe() const {
+    std::string s = fmt::format("OTP {} (erts-{}, {}", otp_release, erts_version, flavor);
+    if (!features.empty()) s += ", " + features;
+    return s + ")";
+}
+
+std::optional<VmBuild> read_vm_build(std::span<const char> bytes) {
+    std::string_view all(bytes.data(), bytes.size());
+    for (size_t at = all.find(kPrefix); at != std::string_view::npos; at = all.find(kPrefix, at + 1)) {
+        size_t end = all.find('\0', at);
+        if (end == std::string_view::npos) end = all.size();
+        if (end - at > 1024) continue;  // no such string is that long: not it
+        if (auto b = parse_version_string(all.substr(at, end - at))) return b;
+    }
+    return std::nullopt;
+}
+
+int ThreadNaming::number(std::string_view name) const {
+    if (!name.starts_with(prefix)) return 0;
+    name.remove_prefix(prefix.size());
+    int n = 0;
+    auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), n);
+    if (ec != std::errc() || n <= 0) return 0;
+    std::string_view rest(p, name.data() + name.size() - p);
+    if (suffix.empty()) return rest.empty() ? n : 0;
+    // Cut to 15 characters: what is left of the suffix must still say which kind it is.
+    if (rest.size() < std::min<size_t>(4, suffix.size()) || !suffix.starts_with(rest)) return 0;
+    return n;
+}
+
+std::string PidLayout::format(uint64_t term) const {
+    uint64_t data = (term >> 4) & (data_bits >= 60 ? (1ull << 60) - 1 : (1ull << data_bits) - 1);
+    return fmt::format("<0.{}.{}>", data & ((1ull << num_bits) - 1), data >> num_bits);
+}
+
+std::optional<uint64_t> PidLayout::parse(std::string_view text) const {
+    unsigned long long node = 0, num = 0, ser = 0;
+    int used = -1;
+    std::string s(text);
+    if (sscanf(s.c_str(), "<%llu.%llu.%llu>%n", &node, &num, &ser, &used) != 3 || used != int(s.size()) ||
+        node != 0 || s.find('-') != std::string::npos || num >= (1ull << num_bits) ||
+        ser >= (1ull << (data_bits - num_bits)))
+        return std::nullopt;
+    return (ser << num_bits | num) << 4 | 0x3;
+}
+
+const OtpRelease* find_release(int major) {
+    for (const auto& r : kReleases)
+        if (r.major == major) return &r;
+    return nullptr;
+}
+
+std::span<const OtpRelease> known_releases() { return kReleases; }
+
+}  // namespace bb

@@ -1,0 +1,78 @@
+// Which VM a beam.smp is, read from the binary itself, and what beam-bpf knows of each OTP
+// release: everything release-specific is decided here, from these two, and nowhere else.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace bb {
+
+// What a beam.smp says of itself: its system version string, the format of what
+// erlang:system_info(system_version) prints, which every release keeps as one literal in its
+// data ("Erlang/OTP 27%s [erts-15.2.7] [source] [64-bit] ... [jit:ns%s] [lock-counting]").
+// It survives stripping: it is data, not a symbol.
+struct VmBuild {
+    int otp_release = 0;       // 27
+    std::string erts_version;  // "15.2.7"
+    std::string flavor;        // "jit" or "emu" (no [jit] tag: the interpreter)
+    bool native_stack = false; // [jit:ns]: the Erlang stack is the native stack (E = rsp)
+    bool bits64 = false;       // [64-bit]
+    // Tags that change struct layouts ([lock-counting], [dtrace], [debug-compiled], ...), sorted,
+    // comma-separated; "" for a plain build. Offset tables are keyed by release and this.
+    std::string features;
+    std::string version_string;  // as found, for messages
+
+    std::string describe() const;  // "OTP 27 (erts-15.2.7, jit, lock-counting)"
+};
+
+// Finds and parses the system version string in the bytes of a beam.smp. nullopt when there is
+// none (not a BEAM, or older than any release that has the format).
+std::optional<VmBuild> read_vm_build(std::span<const char> elf_bytes);
+
+// How a release names its scheduler threads: prefix, number, suffix; the kernel cuts thread
+// names to 15 characters, so the suffix may be cut ("1_dirty_cpu_sch").
+struct ThreadNaming {
+    std::string_view prefix, suffix;
+    // The scheduler number in `name`, 0 when it is not this kind of thread.
+    int number(std::string_view name) const;
+};
+
+// How an internal pid term holds <0.Number.Serial>: above the 4-bit tag 0011, `data_bits` of
+// data whose low `num_bits` are the number (25: 28 and 15; 27: 60 and 28).
+struct PidLayout {
+    int data_bits, num_bits;
+    std::string format(uint64_t term) const;                // "<0.85.0>"
+    std::optional<uint64_t> parse(std::string_view) const;  // the term, or nullopt
+    // The bits of a term that name the process (on OTP 25 the high half holds the table index).
+    uint64_t mask() const { return data_bits >= 60 ? ~0ull : ((1ull << (data_bits + 4)) - 1); }
+};
+
+enum class Support {
+    Tested,     // built and tested here: offsets from DWARF of the release's own source
+    Described,  // written from the release's sources, not run here: profiled if the live checks pass
+};
+
+// Everything release-specific beam-bpf relies on. The JIT's debugger interface
+// (__jit_debug_descriptor and its symfiles, jit_code.hpp) has one layout from OTP 24 to 29, and
+// JIT code is found the same way in all of them (executable mappings of /memfd:vmem, or
+// anonymous ones with +JMsingle/+JPperf), so neither needs a field here yet.
+struct OtpRelease {
+    int major;
+    Support support;
+    // Normal, dirty CPU and dirty IO schedulers (OTP 26 renamed them all).
+    ThreadNaming normal, dirty_cpu, dirty_io;
+    PidLayout pids;
+    // Atom text: a pointer to the name bytes (up to 27), or a binary term (28 and later).
+    bool atom_text_is_binary;
+    // The shipped offsets table to start from when none is for this release and build: its
+    // values are checked, and where they do not fit found, in the live VM (live_layout.hpp).
+    int layout_from;
+};
+
+// The description of `major`, nullptr when beam-bpf does not support it.
+const OtpRelease* find_release(int major);
+std::span<const OtpRelease> known_releases();
+
+}  // namespace bb
