@@ -27,7 +27,12 @@
 	X(aligned_esd_size, "ErtsAlignedSchedulerData", "")                      \
 	X(regs_runtime_stack, "ErtsSchedulerRegisters", "aux_regs.d.runtime_stack") \
 	X(ptab_tab, "ErtsPTab", "r.o.tab")                                       \
-	X(ptab_max, "ErtsPTab", "r.o.max")
+	X(ptab_max, "ErtsPTab", "r.o.max")                                       \
+	X(ptab_pix_mask, "ErtsPTab", "r.o.pix_mask")                             \
+	X(ptab_pix_cl_mask, "ErtsPTab", "r.o.pix_cl_mask")                       \
+	X(ptab_pix_cl_shift, "ErtsPTab", "r.o.pix_cl_shift")                     \
+	X(ptab_pix_cli_mask, "ErtsPTab", "r.o.pix_cli_mask")                     \
+	X(ptab_pix_cli_shift, "ErtsPTab", "r.o.pix_cli_shift")
 
 #define BB_VM_FIELD_PLUS_ONE(field, type, member) +1
 enum { BB_VM_FIELD_COUNT = 0 BB_VM_FIELDS(BB_VM_FIELD_PLUS_ONE) };

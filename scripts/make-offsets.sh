@@ -1,27 +1,17 @@
 #!/usr/bin/env bash
-# Regenerates the offsets table for the installed Debian erlang-base:
-# userspace/offsets/<build-id of the installed, stripped beam.smp>.txt
+# Regenerates the shipped offset tables, userspace/offsets/otp<release>[-<features>].txt, from
+# the DWARF of -g builds of each tested release:
+#   - OTP 25: Debian 12's source and configure flags (scripts/build-debug-vm.sh); the table also
+#     names the build-id of Debian's stripped binary it was checked against.
+#   - OTP 27: the upstream 27.3.4.1 source, plain configure, the plain and the lock-counting
+#     emulators (scripts/build-test-vms.sh keeps their unstripped copies).
+# A table serves every build of its release with the same layout-changing features.
 #
-#   scripts/make-offsets.sh [WORKDIR]      (WORKDIR is passed on to build-debug-vm.sh)
-#
-# The installed beam.smp has no DWARF, so the offsets are read from a -g build of the same
-# Debian source with the same configure flags (scripts/build-debug-vm.sh), and the table is
-# keyed by the build-id of the installed binary. Set BEAM_BPF_OFFSETS to use an already built
-# beam-bpf-offsets instead of building it in ./build.
+#   scripts/make-offsets.sh
+# Set BEAM_BPF_OFFSETS to use an already built beam-bpf-offsets instead of building it in ./build.
 set -euo pipefail
 export LC_ALL=C
 root=$(cd "$(dirname "$0")/.." && pwd)
-
-installed=(/usr/lib/erlang/erts-*/bin/beam.smp)
-[ -e "${installed[0]}" ] || { echo "no installed /usr/lib/erlang/erts-*/bin/beam.smp" >&2; exit 1; }
-[ "${#installed[@]}" -eq 1 ] || { echo "more than one erts installed: ${installed[*]}" >&2; exit 1; }
-installed=${installed[0]}
-version=$(dpkg-query -W -f '${Version} (${Architecture})' erlang-base)
-build_id=$(readelf -n "$installed" | awk '/Build ID:/ { print $3; exit }')
-[ -n "$build_id" ] || { echo "$installed has no build-id" >&2; exit 1; }
-
-debug_beam=$("$root/scripts/build-debug-vm.sh" "$@" | tail -n 1)
-[ -f "$debug_beam" ] || { echo "build-debug-vm.sh gave no beam.smp ($debug_beam)" >&2; exit 1; }
 
 tool=${BEAM_BPF_OFFSETS:-}
 if [ -z "$tool" ]; then
@@ -30,18 +20,37 @@ if [ -z "$tool" ]; then
   tool=$root/build/beam-bpf-offsets
 fi
 
-out=$root/userspace/offsets/$build_id.txt
-mkdir -p "$(dirname "$out")"
-tmp=$(mktemp "$out.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-{
-  echo "# beam.smp of erlang-base $version: $installed"
-  echo "# Made by scripts/make-offsets.sh, which ran:"
-  echo "#   beam-bpf-offsets --build-id $build_id $debug_beam"
-  echo "# (a -g build of the same Debian source and configure flags, scripts/build-debug-vm.sh)"
-  "$tool" --build-id "$build_id" "$debug_beam"
-} >"$tmp"
-chmod 644 "$tmp"
-mv "$tmp" "$out"
-trap - EXIT
-echo "$out"
+# write_table OUT HEADER-LINES... -- ARGS for beam-bpf-offsets
+write_table() {
+  local out=$1; shift
+  local header=()
+  while [ "$1" != "--" ]; do header+=("$1"); shift; done
+  shift
+  local tmp
+  tmp=$(mktemp "$out.XXXXXX")
+  { printf '# %s\n' "${header[@]}"; "$tool" "$@"; } >"$tmp"
+  chmod 644 "$tmp"
+  mv "$tmp" "$out"
+  echo "$out"
+}
+
+installed=(/usr/lib/erlang/erts-*/bin/beam.smp)
+[ "${#installed[@]}" -eq 1 ] && [ -e "${installed[0]}" ] || { echo "make-offsets.sh: need exactly one installed /usr/lib/erlang/erts-*/bin/beam.smp" >&2; exit 1; }
+build_id=$(readelf -n "${installed[0]}" | awk '/Build ID:/ { print $3; exit }')
+debug25=$("$root/scripts/build-debug-vm.sh" | tail -n 1)
+write_table "$root/userspace/offsets/otp25.txt" \
+  "OTP 25: erlang-base $(dpkg-query -W -f '${Version}' erlang-base), ${installed[0]}" \
+  "Made by scripts/make-offsets.sh from the DWARF of $debug25" \
+  "(a -g build of the same Debian source and configure flags, scripts/build-debug-vm.sh)" \
+  -- --build-id "$build_id" "$debug25"
+
+prefix=$("$root/scripts/build-test-vms.sh" | tail -n 1)
+work=$(dirname "$prefix")
+write_table "$root/userspace/offsets/otp27.txt" \
+  "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh)" \
+  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
+  -- "$work/debug/beam.smp"
+write_table "$root/userspace/offsets/otp27-lock-counting.txt" \
+  "OTP 27.3.4.1, --enable-lock-counter: the lcnt emulator (erl -emu_type lcnt)" \
+  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.lcnt.smp" \
+  -- "$work/debug/beam.lcnt.smp"

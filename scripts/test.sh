@@ -7,5 +7,8 @@ scripts/setup.sh
 # A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
 # first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
 echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tail -n 1)"
+# The OTP 27 test VMs, built as kerl/asdf users build theirs, then stripped (about 15 minutes
+# the first time on 2 cores, then cached in /var/tmp): every integration test runs on them too.
+echo "test.sh: OTP 27 test VMs: $(scripts/build-test-vms.sh | tail -n 1)"
 cd build
 ctest --output-on-failure --timeout 600 "$@"

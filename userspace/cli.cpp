@@ -63,7 +63,7 @@ void validate(const CommonOptions& o) {
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
-    if (!o.process.empty() && !PidLayout{60, 28}.parse(o.process))
+    if (!o.process.empty() && !PidLayout{60, 28, false}.parse(o.process))
         throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
 }
 
@@ -134,7 +134,7 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
     RunStats st;
     const PidLayout& pids = vm.release().pids;
     std::optional<uint64_t> only_pid;
-    if (!o.process.empty() && !(only_pid = pids.parse(o.process)))
+    if (!o.process.empty() && !(only_pid = vm.parse_pid(o.process)))
         throw UserError(fmt::format("--process {}: not a pid of OTP {} (numbers below 2^{}, serials below 2^{})",
                                     o.process, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
     std::vector<uint32_t> frames;

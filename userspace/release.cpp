@@ -71,13 +71,15 @@ constexpr ThreadNaming kOldNormal{"", "_scheduler"}, kOldDirtyCpu{"", "_dirty_cp
 constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_", ""},
     kNewDirtyIo{"erts_dios_", ""};
 
-// Releases 26, 28 and 29 are written from their sources (thread names in erl_process.c,
-// atoms in atom.h, the JIT's gdb interface in beam_jit_metadata.cpp); see README "Releases".
-constexpr PidLayout kPids28{28, 15}, kPids60{60, 28};
+// Releases 26, 28 and 29 are written from their sources (struct process in erl_process.h, thread
+// names in erl_process.c, pids in erl_term.h, atoms in atom.h, the JIT's gdb interface in
+// beam_jit_metadata.cpp); see README "Releases". OTP 27 reordered struct process (heap moved
+// from 128 to 192): 26 still has 25's order, 28 and 29 have 27's.
+constexpr PidLayout kPids28{28, 15, false}, kPids60{60, 28, true};
 
 constexpr std::array<OtpRelease, 5> kReleases{{
     {25, Support::Tested, kOldNormal, kOldDirtyCpu, kOldDirtyIo, kPids28, false, 25},
-    {26, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, 27},
+    {26, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, 25},
     {27, Support::Tested, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, 27},
     {28, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, 27},
     {29, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, 27},
@@ -115,12 +117,20 @@ int ThreadNaming::number(std::string_view name) const {
     return n;
 }
 
-std::string PidLayout::format(uint64_t term) const {
-    uint64_t data = (term >> 4) & (data_bits >= 60 ? (1ull << 60) - 1 : (1ull << data_bits) - 1);
+std::string PidLayout::format(uint64_t term, const Pix& pix) const {
+    const uint64_t data_mask = data_bits >= 64 ? ~0ull : (1ull << data_bits) - 1;
+    uint64_t data = (term >> 4) & data_mask;
+    if (pixdata) {  // erts_ptab_pixdata2data()
+        uint64_t pd = data;
+        data = pd & ~pix.mask;
+        data |= (pd >> (pix.cl_shift & 63)) & pix.cl_mask;
+        data |= (pd & pix.cli_mask) << (pix.cli_shift & 63);
+        data &= data_mask;
+    }
     return fmt::format("<0.{}.{}>", data & ((1ull << num_bits) - 1), data >> num_bits);
 }
 
-std::optional<uint64_t> PidLayout::parse(std::string_view text) const {
+std::optional<uint64_t> PidLayout::parse(std::string_view text, const Pix& pix) const {
     unsigned long long node = 0, num = 0, ser = 0;
     int used = -1;
     std::string s(text);
@@ -128,7 +138,13 @@ std::optional<uint64_t> PidLayout::parse(std::string_view text) const {
         node != 0 || s.find('-') != std::string::npos || num >= (1ull << num_bits) ||
         ser >= (1ull << (data_bits - num_bits)))
         return std::nullopt;
-    return (ser << num_bits | num) << 4 | 0x3;
+    uint64_t data = ser << num_bits | num;
+    if (pixdata) {  // erts_ptab_data2pixdata()
+        uint64_t ix = (data & pix.cl_mask) << (pix.cl_shift & 63);
+        ix += (data >> (pix.cli_shift & 63)) & pix.cli_mask;
+        data = (data & ~pix.mask) | ix;
+    }
+    return data << 4 | 0x3;
 }
 
 const OtpRelease* find_release(int major) {

@@ -40,11 +40,21 @@ struct ThreadNaming {
 };
 
 // How an internal pid term holds <0.Number.Serial>: above the 4-bit tag 0011, `data_bits` of
-// data whose low `num_bits` are the number (25: 28 and 15; 27: 60 and 28).
+// data whose low `num_bits` are the number (25: 28 and 15; 26 on: 60 and 28). From OTP 26 the
+// term holds the data with its low bits permuted into the process-table index ("pixdata"),
+// by masks and shifts the VM chooses at start (erts_proc.r.o.pix_*): Vm reads them.
+struct PidPix {  // erts_proc.r.o: pix_mask, pix_cl_mask, pix_cl_shift, pix_cli_mask, pix_cli_shift
+    uint64_t mask = 0, cl_mask = 0, cli_mask = 0;
+    uint32_t cl_shift = 0, cli_shift = 0;
+};
+
 struct PidLayout {
     int data_bits, num_bits;
-    std::string format(uint64_t term) const;                // "<0.85.0>"
-    std::optional<uint64_t> parse(std::string_view) const;  // the term, or nullopt
+    bool pixdata;  // 26 on: the term holds pixdata, not data
+
+    using Pix = PidPix;
+    std::string format(uint64_t term, const Pix& pix = Pix()) const;                // "<0.85.0>"
+    std::optional<uint64_t> parse(std::string_view, const Pix& pix = Pix()) const;  // the term
     // The bits of a term that name the process (on OTP 25 the high half holds the table index).
     uint64_t mask() const { return data_bits >= 60 ? ~0ull : ((1ull << (data_bits + 4)) - 1); }
 };

@@ -52,6 +52,10 @@ std::vector<Mapping> read_maps(pid_t pid) {
 
 }  // namespace
 
+namespace {
+constexpr uint64_t kInitPid = 0x3;  // <0.0.0>: pid data 0 under the tag 0011, in every release
+}
+
 Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
     if (pid <= 0) throw UserError(fmt::format("invalid pid {}", pid));
     if (kill(pid, 0) != 0 && errno == ESRCH) throw UserError(fmt::format("no such process: {}", pid));
@@ -178,6 +182,21 @@ void Vm::choose_offsets(const std::string& offsets_file) {
                                     "source and configure flags, or pass --offsets FILE",
                                     off->origin, pid_, what, why));
     offsets_ = *off;
+
+    // How pids map to process-table slots, chosen by the VM at start (OTP 26 on).
+    if (release_->pids.pixdata) {
+        uint64_t ptab = symbol_address("erts_proc");
+        auto u64 = [&](uint32_t off) { return mem_.read<uint64_t>(ptab + off); };
+        auto u32 = [&](uint32_t off) { return mem_.read<uint32_t>(ptab + off); };
+        auto m = u64(offsets_.ptab_pix_mask), cl = u64(offsets_.ptab_pix_cl_mask), cli = u64(offsets_.ptab_pix_cli_mask);
+        auto cls = u32(offsets_.ptab_pix_cl_shift), clis = u32(offsets_.ptab_pix_cli_shift);
+        if (!m || !cl || !cli || !cls || !clis || *cls > 63 || *clis > 63)
+            throw UserError(fmt::format("cannot read the process table's pid layout in process {}", pid_));
+        pix_ = {*m, *cl, *cli, *cls, *clis};
+        // <0.0.0> is init, in slot 0, whatever the permutation.
+        if (format_pid(kInitPid) != "<0.0.0>")
+            throw UserError(fmt::format("the process table's pid layout in process {} is implausible", pid_));
+    }
 }
 
 uint64_t Vm::symbol_address(const std::string& name) const {
@@ -188,9 +207,6 @@ uint64_t Vm::symbol_address(const std::string& name) const {
 
 bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
 
-namespace {
-constexpr uint64_t kInitPid = 0x3;  // <0.0.0>: pid data 0 under the tag 0011, in every release
-}
 
 std::string Vm::layout_mismatch(const VmOffsets& o) const {
     uint64_t ptab = symbol_address("erts_proc");
@@ -226,13 +242,19 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
         return fmt::format("{} of {} processes failed heap <= htop <= stop <= hend and the pid tag check",
                            checked - good, checked);
 
-    auto scheds = sched_threads(o);
-    int normal = 0;
-    for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
-    if (normal == 0)
-        return fmt::format("no scheduler thread's data names itself (threads {}N)", release_->normal.prefix.empty()
-                                                                                  ? "N_scheduler"
-                                                                                  : std::string(release_->normal.prefix));
+    // Every normal scheduler thread (by its name) must find its data naming itself.
+    int named = 0, normal = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid_), ec)) {
+        std::string name = read_file(e.path() / "comm");
+        while (!name.empty() && name.back() == '\n') name.pop_back();
+        named += release_->normal.number(name) > 0;
+    }
+    for (const auto& t : sched_threads(o)) normal += t.sched.type == BB_SCHED_NORMAL;
+    if (named == 0)
+        return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
+    if (normal != named)
+        return fmt::format("the data of {} of {} schedulers does not name itself", named - normal, named);
     return "";
 }
 
@@ -244,7 +266,7 @@ bool Vm::correct_layout(VmOffsets& o) const {
     auto sym = elf_->find("erts_proc");
     uint64_t ptab = symbol_address("erts_proc");
     uint64_t size = sym && sym->size ? std::min<uint64_t>(sym->size, 4096) : 1024;
-    int64_t delta = int64_t(o.ptab_max) - int64_t(o.ptab_tab);
+
     if (auto bytes = mem_.read_bytes(ptab, size)) {
         for (uint64_t off = 0; off + 8 <= size; off += 8) {
             uint64_t tab;
@@ -253,28 +275,54 @@ bool Vm::correct_layout(VmOffsets& o) const {
             auto init = mem_.read<uint64_t>(tab);
             auto id = init && *init && !(*init & 7) ? mem_.read<uint64_t>(*init + o.proc_id) : std::nullopt;
             if (id && *id == kInitPid) {
-                changed |= o.ptab_tab != off;
-                o.ptab_tab = uint32_t(off);
-                o.ptab_max = uint32_t(int64_t(off) + delta);
+                // The read-only part moves as one: every field of it by the same distance.
+                int64_t d = int64_t(off) - int64_t(o.ptab_tab);
+                changed |= d != 0;
+                for (uint32_t* f : {&o.ptab_tab, &o.ptab_max, &o.ptab_pix_mask, &o.ptab_pix_cl_mask,
+                                    &o.ptab_pix_cl_shift, &o.ptab_pix_cli_mask, &o.ptab_pix_cli_shift})
+                    *f = uint32_t(int64_t(*f) + d);
                 break;
             }
         }
     }
-    // The scheduler data stride: the element that names itself scheduler 2 (with one
-    // scheduler, the stride is never used for normal schedulers).
+    // Scheduler data: lock checking (debug builds) puts a lock before the fields read here and
+    // moves them together; other options grow the element and so the array's stride. Find the
+    // shift at which scheduler 1 names itself (no 1, type normal, current_process 0 or a
+    // pointer), then the stride at which scheduler 2 does.
     uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
-    auto named = [&](uint64_t stride) {
-        auto no = mem_.read<uint64_t>(arr + stride + o.esd_no);
-        auto type = mem_.read<uint32_t>(arr + stride + o.esd_type);
-        return no && type && *no == 2 && *type == BB_SCHED_NORMAL;
+    uint64_t nsched = elf_->find("erts_no_schedulers") ? mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0) : 0;
+    auto names_itself = [&](uint64_t esdp, uint64_t no, const VmOffsets& t) {
+        auto n = mem_.read<uint64_t>(esdp + t.esd_no);
+        auto type = mem_.read<uint32_t>(esdp + t.esd_type);
+        auto cur = mem_.read<uint64_t>(esdp + t.esd_current_process);
+        return n && type && cur && *n == no && *type == BB_SCHED_NORMAL && (*cur & 7) == 0;
     };
-    if (arr && !named(o.aligned_esd_size))
-        for (uint64_t stride = 64; stride <= (1u << 20); stride += 64)
-            if (named(stride)) {
-                o.aligned_esd_size = uint32_t(stride);
+    if (arr && !names_itself(arr, 1, o)) {
+        for (int64_t d = -64; d <= 256; d += 8) {
+            VmOffsets t = o;
+            t.esd_no = uint32_t(int64_t(o.esd_no) + d);
+            t.esd_type = uint32_t(int64_t(o.esd_type) + d);
+            t.esd_current_process = uint32_t(int64_t(o.esd_current_process) + d);
+            if (int64_t(o.esd_current_process) + d >= 0 && names_itself(arr, 1, t)) {
+                o = t;
                 changed = true;
                 break;
             }
+        }
+    }
+    // The smallest cache-line multiple at which every scheduler names itself: a larger one can
+    // land on a field that happens to hold the right number.
+    if (arr && nsched >= 2)
+        for (uint64_t stride = 64; stride <= (1u << 20); stride += 64) {
+            bool all = true;
+            for (uint64_t k = 1; k < std::min<uint64_t>(nsched, 64) && all; k++)
+                all = names_itself(arr + k * stride, k + 1, o);
+            if (all) {
+                changed |= o.aligned_esd_size != stride;
+                o.aligned_esd_size = uint32_t(stride);
+                break;
+            }
+        }
     return changed;
 }
 

@@ -61,19 +61,22 @@ public:
         uint64_t start = 0;
     };
     std::vector<MappedFile> mapped_files() const;
-    // "<0.85.0>" for an internal pid term, as this release prints it.
-    std::string format_pid(uint64_t pid_term) const { return release_->pids.format(pid_term); }
+    // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
+    // hend of many processes, scheduler data that names itself), else why not.
+    std::string layout_mismatch(const VmOffsets& o) const;
+    // Corrects, from the live VM, what build options move: where the process table's read-only
+    // part sits in erts_proc, the scheduler data fields and the stride of their arrays. True if
+    // it changed o. Attach uses it only on values that were not read for this very build.
+    bool correct_layout(VmOffsets& o) const;
+
+    // "<0.85.0>" for an internal pid term, as this VM prints it; and back (nullopt: not a pid).
+    std::string format_pid(uint64_t pid_term) const { return release_->pids.format(pid_term, pix_); }
+    std::optional<uint64_t> parse_pid(std::string_view text) const { return release_->pids.parse(text, pix_); }
 
 private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
     void identify();
     void choose_offsets(const std::string& offsets_file);
-    // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
-    // hend of many processes, scheduler data that names itself), else why not.
-    std::string layout_mismatch(const VmOffsets& o) const;
-    // Corrects, from the live VM, what build options move: where the process table's read-only
-    // part sits in erts_proc, and the stride of the scheduler data arrays. True if it changed o.
-    bool correct_layout(VmOffsets& o) const;
     std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
 
     pid_t pid_;
@@ -85,6 +88,7 @@ private:
     VmBuild build_;
     const OtpRelease* release_ = nullptr;
     std::string caveat_;
+    PidLayout::Pix pix_;  // the process table's index permutation (OTP 26 on)
 };
 
 }  // namespace bb

@@ -88,7 +88,7 @@ TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
 }
 
 TEST(PidTerm, FormatAndParseRoundTripPerRelease) {
-    const bb::PidLayout otp25{28, 15}, otp27{60, 28};
+    const bb::PidLayout otp25{28, 15, false}, otp27{60, 28, true};
     for (uint64_t num : {0ull, 1ull, 85ull, 0x7fffull})
         for (uint64_t ser : {0ull, 3ull, 0x1fffull}) {
             // OTP 25: 28 bits of data in the low word; the high half is the table index.
@@ -101,10 +101,22 @@ TEST(PidTerm, FormatAndParseRoundTripPerRelease) {
             EXPECT_EQ(*back, low);
             EXPECT_EQ(term & otp25.mask(), low);
         }
-    // OTP 27: 60 bits of data, 28 of them the number.
+    // OTP 27: 60 bits of data, 28 of them the number; with no permutation the term is the data.
     uint64_t term27 = ((uint64_t{5} << 28 | 300000) << 4) | 0x3;
     EXPECT_EQ(otp27.format(term27), "<0.300000.5>");
     EXPECT_EQ(otp27.parse("<0.300000.5>"), term27);
+    // With the process table's permutation (as a 2^20-slot table sets it up: the low bits of
+    // the number choose the cache line), format and parse are inverses, and <0.0.0> stays 0x3.
+    const bb::PidPix pix{0xfffff, 0x7, 0x1ffff, 17, 3};
+    for (uint64_t num : {0ull, 1ull, 83ull, 84ull, 99999ull, 0xfffffull, 0xfffffffull})
+        for (uint64_t ser : {0ull, 1ull, 77ull}) {
+            std::string text = "<0." + std::to_string(num) + "." + std::to_string(ser) + ">";
+            auto term = otp27.parse(text, pix);
+            ASSERT_TRUE(term) << text;
+            EXPECT_EQ(otp27.format(*term, pix), text);
+        }
+    EXPECT_EQ(otp27.parse("<0.0.0>", pix), 0x3u);
+    EXPECT_NE(otp27.parse("<0.83.0>", pix), otp27.parse("<0.83.0>"));  // 83's low bits move
     EXPECT_FALSE(otp25.parse("<0.300000.5>"));
     for (const char* bad : {"", "<0.1>", "<1.2.3>", "<0.99999.0>", "0.1.2", "<0.1.2>x", "<0.-1.0>"})
         EXPECT_FALSE(otp25.parse(bad)) << bad;
