@@ -10,16 +10,9 @@ set -euo pipefail
 work=${1:-/var/tmp/beam-bpf-otp}
 export DEBIAN_FRONTEND=noninteractive
 
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  cat > /etc/apt/sources.list.d/beam-bpf-src.sources <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-  apt-get update -qq
-fi
+# shellcheck source=scripts/otp-source.sh
+. "$(dirname "$0")/otp-source.sh"
+otp_source_lines
 apt-get install -y -qq dpkg-dev libsystemd-dev libsctp-dev libssl-dev libncurses-dev zlib1g-dev \
   autoconf >/dev/null
 

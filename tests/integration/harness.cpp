@@ -288,6 +288,8 @@ const std::vector<TestVm>& test_vms() {
 
 const TestVm& debian_vm() { return test_vms().front(); }
 
+void PrintTo(const TestVm& vm, std::ostream* os) { *os << vm.name; }
+
 std::string test_vm_name(const ::testing::TestParamInfo<TestVm>& info) { return info.param.name; }
 
 const std::string& workload_beam_dir(const TestVm& vm) {

@@ -36,6 +36,8 @@ struct TestVm {
 // it, saying how to make it: it is never skipped.
 const std::vector<TestVm>& test_vms();
 const TestVm& debian_vm();  // the first of them: OTP 25, no frame pointers
+// gtest prints a TestVm parameter by its name.
+void PrintTo(const TestVm& vm, std::ostream* os);
 // For INSTANTIATE_TEST_SUITE_P's name generator.
 std::string test_vm_name(const ::testing::TestParamInfo<TestVm>& info);
 

@@ -44,7 +44,8 @@ constexpr const char* kEvalLoop =
 // A VM idling in kEvalLoop, with its pid (beam.smp's: `erl` execs it).
 class Erl {
 public:
-    explicit Erl(std::vector<std::string> extra_args = {}) : vm_(kEvalLoop, std::move(extra_args)) {
+    explicit Erl(std::vector<std::string> extra_args = {}) : Erl(bbt::debian_vm(), std::move(extra_args)) {}
+    Erl(const bbt::TestVm& vm, std::vector<std::string> extra_args) : vm_(vm, kEvalLoop, std::move(extra_args)) {
         vm_.wait_line("ready");
     }
     pid_t pid() const { return vm_.os_pid(); }
@@ -233,8 +234,18 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
 }
 
 // The VM's perf map (+JPperf map) lists every range it registers: each must resolve to that name.
-TEST(JitCodeLive, AgreesWithTheVmsPerfMap) {
-    Erl vm({"+JPperf", "map"});
+// On each test VM without frame pointers of its own (+JPperf map turns them on).
+class JitCodeVmTest : public bbt::VmTest {};
+std::vector<bbt::TestVm> vms_without_fp() {
+    std::vector<bbt::TestVm> out;
+    for (const auto& v : bbt::test_vms())
+        if (!v.frame_pointers) out.push_back(v);
+    return out;
+}
+INSTANTIATE_TEST_SUITE_P(Vms, JitCodeVmTest, ::testing::ValuesIn(vms_without_fp()), bbt::test_vm_name);
+
+TEST_P(JitCodeVmTest, AgreesWithTheVmsPerfMap) {
+    Erl vm(GetParam(), {"+JPperf", "map"});
     std::string map_path = "/tmp/perf-" + std::to_string(vm.pid()) + ".map";
     struct Cleanup {
         std::string path;

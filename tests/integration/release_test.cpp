@@ -109,6 +109,20 @@ ToolResult profile_split532(const TestVm& vm, std::vector<std::string> extra = {
     return run_tool(kTool, args, 60s);
 }
 
+// Of the samples in f5, f3 or f2 (folded --only-erlang output of split532), how many carry
+// exactly root;chain1;chain2;fN, as in SampleVmTest.Split532Shares: {exact, all}.
+std::pair<long, long> exact_chains(const std::string& folded) {
+    static const std::regex leaf("bb_work:f[235]/2"),
+        chain("bb_work:root/0;bb_work:chain1/0;bb_work:chain2/0;bb_work:f[235]/2");
+    long exact = 0, all = 0;
+    for (const auto& [stack, count] : parse_folded(folded)) {
+        if (!std::regex_search(stack, leaf)) continue;
+        all += count;
+        if (std::regex_match(stack, chain)) exact += count;
+    }
+    return {exact, all};
+}
+
 class ReleaseTest : public RootTest {};
 
 // A stripped VM of a supported release whose build-id no table names (every self-built VM):
@@ -171,13 +185,7 @@ TEST_F(ReleaseTest, UnknownFeatureCheckedLive) {
     ToolResult r = profile_split532(p.vm);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.err.find("warning: no offset table for lock-countinq"), std::string::npos) << describe(r);
-    long exact = 0, all = 0;  // of the samples in f5, f3 or f2, as in SampleVmTest.Split532Shares
-    for (const auto& [stack, count] : parse_folded(r.out)) {
-        if (!std::regex_search(stack, std::regex("bb_work:f[235]/2"))) continue;
-        all += count;
-        if (std::regex_match(stack, std::regex("bb_work:root/0;bb_work:chain1/0;bb_work:chain2/0;bb_work:f[235]/2")))
-            exact += count;
-    }
+    auto [exact, all] = exact_chains(r.out);
     std::cout << "layout checked live: " << exact << " of " << all << " samples on the exact chain\n";
     ASSERT_GE(all, 1000) << describe(r);
     EXPECT_GE(100.0 * double(exact) / double(all), 99.0) << r.out;
@@ -225,6 +233,13 @@ TEST_F(ReleaseTest, WrongOffsetsFileRefused) {
     EXPECT_NE(line.find("do not match"), std::string::npos) << line;
     EXPECT_NE(line.find("refusing to report garbage"), std::string::npos) << line;
 
+    // The right table works, and the tool says where its offsets came from.
+    std::string right = read_all(std::string(BB_SOURCE_DIR) + "/userspace/offsets/otp25.txt");
+    std::ofstream(file) << right;
+    ToolResult ok = run_tool(kTool, {"-d", "1", "--offsets", file.string(), std::to_string(erl.os_pid())}, 30s);
+    EXPECT_EQ(ok.exit_code, 0) << describe(ok);
+    EXPECT_NE(ok.err.find("offsets from table " + file.string()), std::string::npos) << describe(ok);
+
     // The same table for another release is refused before any check.
     at = table.find("otp_release 25");
     table.replace(at, 14, "otp_release 27");
@@ -234,6 +249,21 @@ TEST_F(ReleaseTest, WrongOffsetsFileRefused) {
     line = expect_one_line_error(r, kTool);
     EXPECT_NE(line.find("is for OTP 27"), std::string::npos) << line;
     fs::remove(file);
+}
+
+// The other +JPperf modes of OTP 26 on: `no_fp` (perf support, single-mapped code, no frame
+// pointers) and `map` (frame pointers and a perf map). Stacks as exact as with the defaults.
+TEST_F(ReleaseTest, JitPerfModesOtp27) {
+    for (const char* mode : {"no_fp", "map"}) {
+        TestVm v = vm_named("otp27");
+        v.args = {"+JPperf", mode};
+        ToolResult r = profile_split532(v, {"--stats", ::testing::TempDir() + "bb_perf_mode.json"});
+        ASSERT_EQ(r.exit_code, 0) << mode << "\n" << describe(r);
+        auto [exact, all] = exact_chains(r.out);
+        std::cout << "+JPperf " << mode << ": " << exact << " of " << all << " samples on the exact chain\n";
+        ASSERT_GE(all, 1000) << describe(r);
+        EXPECT_GE(100.0 * double(exact) / double(all), 99.0) << r.out;
+    }
 }
 
 // A VM in its own pid and mount namespace, its installation at a path that does not exist on
