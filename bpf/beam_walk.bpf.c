@@ -55,7 +55,7 @@ struct {
 	__uint(max_entries, 16 << 20);    /* resized by user space */
 } records SEC(".maps");
 
-#define PROC_SPAN_MAX 512
+#define PROC_SPAN_MAX 1024
 
 struct scratch {
 	struct bb_record rec;
@@ -333,6 +333,13 @@ static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, 
 	return c.found ? BB_F_BLAME_CALLER : 0;
 }
 
+static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 state, __u64 sched_data)
+{
+	if (sch->type == BB_SCHED_NORMAL)
+		return (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) && sched_data == sch->esdp;
+	return state & (BB_PSFLG_DIRTY_RUNNING | BB_PSFLG_DIRTY_RUNNING_SYS);
+}
+
 static __always_inline int emit(struct bb_record *rec)
 {
 	__u32 n = rec->nframes;
@@ -359,7 +366,8 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
 	struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
 	struct bb_record *rec;
-	__u64 c_p = 0, id, htop, stop, heap, hend, E;
+	__u64 c_p = 0, id, htop, stop, heap, hend, E, sched_data;
+	__u32 state;
 	bool jit;
 
 	if (!s)
@@ -410,6 +418,8 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		stop = s->proc[(vm.proc_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
 		heap = s->proc[(vm.proc_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
 		hend = s->proc[(vm.proc_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		sched_data = s->proc[(vm.proc_scheduler_data / 8) & (PROC_SPAN_MAX / 8 - 1)];
+		state = ((__u32 *)s->proc)[(vm.proc_state / 4) & (PROC_SPAN_MAX / 4 - 1)];
 		/* In JIT code E is rsp, but JIT helpers run on the C stack with E in c_p->stop. */
 		if (jit && sp >= htop && sp < hend) {
 			E = sp;
@@ -418,8 +428,14 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 			E = stop;
 			flags |= BB_F_E_FROM_STOP;
 		}
+		/* The process must run here: a scheduler's current_process outlives the process's
+		 * time on it (a dirty scheduler going to sleep after a dirty GC still points at
+		 * it). A normal scheduler's process is RUNNING(_SYS) with scheduler_data naming that
+		 * scheduler; a dirty scheduler's is DIRTY_RUNNING(_SYS). */
+		if (!(flags & BB_F_READ_FAULT) && sch && !process_runs_here(sch, state, sched_data)) {
+			flags |= BB_F_NOT_RUNNING;
 		/* An internal pid has tag 0011; the stack grows down from hend towards htop. */
-		if (!(flags & BB_F_READ_FAULT) && (id & 0xf) == 0x3 && heap <= htop && htop <= E &&
+		} else if (!(flags & BB_F_READ_FAULT) && (id & 0xf) == 0x3 && heap <= htop && htop <= E &&
 		    E <= hend && (E & 7) == 0) {
 			/* max_frames counts Erlang frames, and in JIT code the running function is
 			 * one of them. */

@@ -19,6 +19,8 @@
 	X(proc_hend, "struct process", "hend")                                   \
 	X(proc_i, "struct process", "i")                                         \
 	X(proc_current, "struct process", "current")                             \
+	X(proc_state, "struct process", "state")                                 \
+	X(proc_scheduler_data, "struct process", "scheduler_data")               \
 	X(proc_size, "struct process", "")                                       \
 	X(esd_registers, "ErtsSchedulerData", "registers")                       \
 	X(esd_no, "ErtsSchedulerData", "no")                                     \

@@ -51,6 +51,8 @@ enum bb_flags {
 	BB_F_BLAME_LEAF = 1u << 9,    /* blame: the IP was inside FUNC */
 	BB_F_BLAME_CALLER = 1u << 10, /* blame: a return address into FUNC was on the native stack */
 	BB_F_UPROBE = 1u << 11,       /* from the entry probe of beam-bpf-blame --count */
+	BB_F_NOT_RUNNING = 1u << 12,  /* the scheduler pointed at a process that does not run there
+				       * (a stale current_process): the sample is the scheduler's */
 };
 
 struct bb_record {
@@ -78,6 +80,14 @@ struct bb_vm_layout {
 	BB_VM_FIELDS(BB_LAYOUT_FIELD)
 #undef BB_LAYOUT_FIELD
 };
+
+/* Process state flags (Process.state, ERTS_PSFLG_* in erl_process.h): the same bits in OTP 25
+ * to 29 (userspace/release.cpp checks the release). A process runs on a normal scheduler while
+ * RUNNING or RUNNING_SYS is set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
+#define BB_PSFLG_RUNNING (1u << 15)
+#define BB_PSFLG_RUNNING_SYS (1u << 21)
+#define BB_PSFLG_DIRTY_RUNNING (1u << 29)
+#define BB_PSFLG_DIRTY_RUNNING_SYS (1u << 30)
 
 /* Value of the tid -> scheduler map that user space fills from thread names. */
 struct bb_sched {

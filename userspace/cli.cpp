@@ -144,6 +144,7 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
         if (st.records++ == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;
+        if (r.flags & BB_F_NOT_RUNNING) st.not_running++;
         if (r.flags & BB_F_FP_WALK) st.fp_walked++;
         sym.frames(r, frames);
         on_stack(r, frames);
@@ -194,6 +195,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"filtered", c.filtered},
         {"truncated", s.truncated},
         {"unreadable", s.unreadable},
+        {"not_running", s.not_running},
         {"fp_walked", s.fp_walked},
         {"unsymbolized_frames", sym.unsymbolized()},
         {"bpf_walk_ns_total", c.walk_ns},

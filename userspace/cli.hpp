@@ -71,6 +71,7 @@ struct RunStats {
     uint64_t records = 0;     // handled (after --process)
     double first_record_s = -1;  // from the tool's launch to the first record handled
     uint64_t truncated = 0, unreadable = 0;
+    uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
     uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
     double seconds = 0;
     bool vm_exited = false;

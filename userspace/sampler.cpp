@@ -109,8 +109,9 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->max_frames = cfg.max_frames;
     s->rodata->vm = o.layout();
     // Vm::attach checked that each Process field is a whole word inside Process.
-    uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend});
-    if (span > 512) throw UserError(fmt::format("offsets ({}): Process fields beyond 512 bytes", o.origin));
+    uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_state,
+                                  o.proc_scheduler_data});
+    if (span > 1024) throw UserError(fmt::format("offsets ({}): Process fields beyond 1024 bytes", o.origin));
     s->rodata->proc_span = span;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
         throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -208,14 +210,39 @@ uint64_t Vm::symbol_address(const std::string& name) const {
 bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
 
 
+// Processes seen running on a normal scheduler: the scheduler's current_process, read before
+// and after the process's own fields, unchanged, and RUNNING(_SYS) by its state. Up to `want`,
+// looking for at most ~100 ms (an idle VM has none: then there is nothing to see).
+std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t want) const {
+    std::vector<RunningSeen> seen;
+    auto scheds = sched_threads(o);
+    for (int round = 0; round < 50 && seen.size() < want; round++) {
+        for (const auto& t : scheds) {
+            if (t.sched.type != BB_SCHED_NORMAL) continue;
+            auto before = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
+            if (!before || !*before || (*before & 7)) continue;
+            auto proc = mem_.read_bytes(*before, o.proc_size + 64);
+            auto after = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
+            if (!proc || after != before) continue;
+            uint32_t state;
+            std::memcpy(&state, proc->data() + o.proc_state, 4);
+            if (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) seen.push_back({t.sched.esdp, std::move(*proc)});
+        }
+        if (seen.size() < want) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return seen;
+}
+
 std::string Vm::layout_mismatch(const VmOffsets& o) const {
     uint64_t ptab = symbol_address("erts_proc");
     auto tab = mem_.read<uint64_t>(ptab + o.ptab_tab);
     auto max = mem_.read<uint32_t>(ptab + o.ptab_max);
     if (!tab || !max) return "cannot read the process table";
     if (*max < 16 || *max > (1u << 27)) return fmt::format("process table size {} is implausible", *max);
-    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend})
+    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_scheduler_data})
         if (off % 8 || off + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
+    if (o.proc_state % 4 || o.proc_state + 4 > o.proc_size)
+        return fmt::format("Process.state offset {} is not a 32-bit field in Process", o.proc_state);
 
     // Slot 0 is init, <0.0.0>, for the life of the VM.
     auto init = mem_.read<uint64_t>(*tab);
@@ -255,6 +282,17 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
         return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
     if (normal != named)
         return fmt::format("the data of {} of {} schedulers does not name itself", named - normal, named);
+
+    // A process running on a normal scheduler names that scheduler in its scheduler_data.
+    int agree = 0, disagree = 0;
+    for (const auto& r : running_processes(o, 8)) {
+        uint64_t sd;
+        std::memcpy(&sd, r.proc.data() + o.proc_scheduler_data, 8);
+        (sd == r.esdp ? agree : disagree)++;
+    }
+    if (disagree > agree)
+        return fmt::format("{} of {} running processes do not name their scheduler in Process.scheduler_data",
+                           disagree, agree + disagree);
     return "";
 }
 
@@ -288,7 +326,7 @@ bool Vm::correct_layout(VmOffsets& o) const {
     // Scheduler data: lock checking (debug builds) puts a lock before the fields read here and
     // moves them together; other options grow the element and so the array's stride. Find the
     // shift at which scheduler 1 names itself (no 1, type normal, current_process 0 or a
-    // pointer), then the stride at which scheduler 2 does.
+    // pointer), then the stride at which the others do.
     uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
     uint64_t nsched = elf_->find("erts_no_schedulers") ? mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0) : 0;
     auto names_itself = [&](uint64_t esdp, uint64_t no, const VmOffsets& t) {
@@ -323,6 +361,29 @@ bool Vm::correct_layout(VmOffsets& o) const {
                 break;
             }
         }
+    // Last, as it needs the scheduler data right. Process.scheduler_data: lock counting and
+    // lock checking grow the lock before it. Where a running process does not name its
+    // scheduler there, take the word that does, if the running processes seen agree on one.
+    auto running = running_processes(o, 8);
+    auto names_sched = [&](uint32_t off) {
+        int n = 0;
+        for (const auto& r : running) {
+            uint64_t sd;
+            std::memcpy(&sd, r.proc.data() + off, 8);
+            n += sd == r.esdp;
+        }
+        return n;
+    };
+    if (!running.empty() && names_sched(o.proc_scheduler_data) * 2 <= int(running.size())) {
+        for (uint32_t off = o.proc_state & ~7u; off + 8 <= o.proc_size + 64; off += 8)
+            if (names_sched(off) * 2 > int(running.size())) {
+                o.proc_scheduler_data = off;
+                o.proc_size = std::max(o.proc_size, off + 8);
+                changed = true;
+                break;
+            }
+    }
+
     return changed;
 }
 

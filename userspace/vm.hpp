@@ -78,6 +78,11 @@ private:
     void identify();
     void choose_offsets(const std::string& offsets_file);
     std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
+    struct RunningSeen {
+        uint64_t esdp;                // the normal scheduler it runs on
+        std::vector<std::byte> proc;  // its Process, proc_size + 64 bytes
+    };
+    std::vector<RunningSeen> running_processes(const VmOffsets& o, size_t want) const;
 
     pid_t pid_;
     RemoteMemory mem_;

@@ -175,8 +175,9 @@ TEST_F(ReleaseTest, DescribedReleaseProfiledWithWarning) {
 }
 
 // A build feature no table is for (here: the lock-counting build, its tag renamed): the tool
-// starts from the release's plain table, which the live checks must accept or correct, says so,
-// and profiles exactly.
+// starts from the release's plain table, whose Process.scheduler_data is 8 bytes short for this
+// build, finds it in the live VM (from the processes running there), says so, and profiles
+// exactly.
 TEST_F(ReleaseTest, UnknownFeatureCheckedLive) {
     const TestVm& lcnt = vm_named("otp27_lcnt");
     PatchedVm p(lcnt, "beam.lcnt.smp", [](std::string& image) {
@@ -185,19 +186,21 @@ TEST_F(ReleaseTest, UnknownFeatureCheckedLive) {
     ToolResult r = profile_split532(p.vm);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.err.find("warning: no offset table for lock-countinq"), std::string::npos) << describe(r);
+    EXPECT_NE(r.err.find("corrected in the live VM"), std::string::npos) << describe(r);
     auto [exact, all] = exact_chains(r.out);
     std::cout << "layout checked live: " << exact << " of " << all << " samples on the exact chain\n";
     ASSERT_GE(all, 1000) << describe(r);
     EXPECT_GE(100.0 * double(exact) / double(all), 99.0) << r.out;
 }
 
-// What build options move (the process table's read-only part, the scheduler data fields and
-// their array stride) is found again in a live VM from a table that has it wrong.
+// What build options move (Process.scheduler_data, the process table's read-only part, the
+// scheduler data fields and their array stride) is found again in a live VM, busy on one of its
+// schedulers, from a table that has it wrong.
 class LiveLayoutTest : public VmTest {};
 INSTANTIATE_TEST_SUITE_P(Vms, LiveLayoutTest, ::testing::ValuesIn(test_vms()), test_vm_name);
 
 TEST_P(LiveLayoutTest, CorrectsShiftedFields) {
-    ErlVm erl(vm(), "bb_work:main(idle)", {"+S", "2"});
+    ErlVm erl(vm(), "bb_work:main(split532)", {"+S", "2"});
     erl.wait_line("ready");
     bb::Vm live = bb::Vm::attach(erl.os_pid());
     const bb::VmOffsets& right = live.offsets();
@@ -210,6 +213,7 @@ TEST_P(LiveLayoutTest, CorrectsShiftedFields) {
     wrong.esd_type += 8;
     wrong.esd_current_process += 8;
     wrong.aligned_esd_size += 64;
+    wrong.proc_scheduler_data += 8;
     std::string why = live.layout_mismatch(wrong);
     EXPECT_NE(why, "");
     std::cout << vm().name << ": the shifted table fails the live checks: " << why << "\n";

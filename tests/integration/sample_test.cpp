@@ -408,6 +408,46 @@ TEST_P(SampleVmTest, Pstack) {
     }
 }
 
+// A dirty CPU scheduler that has finished a dirty GC still points at the process
+// (current_process) while its thread goes back to sleep, and the process runs again on a normal
+// scheduler meanwhile: without checking the process's state and scheduler, that sleeping
+// scheduler's samples went to the process, and --pstack showed one process on two schedulers.
+TEST_P(SampleVmTest, StaleDirtySchedulerNotAttributed) {
+    ErlVm vm(this->vm(), workload("dirty_gc"), {"+S", "2"});
+    std::istringstream ready(vm.wait_line("ready", 60s));
+    std::string word, pid_a, pid_b, pid_gc;
+    ready >> word >> pid_a >> pid_b >> pid_gc;
+    ASSERT_TRUE(pid_gc.starts_with("<")) << vm.output();
+    std::this_thread::sleep_for(1s);
+
+    int snapshots = 0, gc_on_dirty = 0;
+    for (int i = 0; i < 10; i++) {
+        ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        std::map<std::string, int> shown;  // pid -> schedulers showing it
+        static const std::regex head(R"(^(dirty (cpu|io) )?scheduler \d+ \(tid \d+\): (<[0-9.]+>)\s*$)");
+        for (const auto& line : lines_of(r.out)) {
+            std::smatch m;
+            if (!std::regex_match(line, m, head)) continue;
+            shown[m[3]]++;
+            gc_on_dirty += m[1].matched && m[3] == pid_gc;
+        }
+        for (const auto& [pid, n] : shown) EXPECT_EQ(n, 1) << pid << " on " << n << " schedulers at once:\n" << r.out;
+        snapshots++;
+    }
+    std::string stats = ::testing::TempDir() + "bb_dirty_gc_stats.json";
+    ToolResult r = run_tool(kTool, {"-d", "4", "--folded", "--stats", stats, pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::ifstream in(stats);
+    auto j = nlohmann::json::parse(in);
+    long records = j.at("records"), not_running = j.at("not_running");
+    std::cout << this->vm().name << ": " << snapshots << " pstack snapshots, the GC process on a dirty scheduler in "
+              << gc_on_dirty << "; profile: " << not_running << " of " << records
+              << " samples had a scheduler pointing at a process not running there (kept as the scheduler's)\n";
+    EXPECT_GT(gc_on_dirty, 0) << "the workload's collections did not run on a dirty scheduler";
+    EXPECT_GT(not_running, 0) << "no stale current_process seen: the workload no longer shows the case";
+}
+
 // --- isolation ---------------------------------------------------------------------------
 
 TEST_P(SampleVmTest, NoSamplesFromOtherProcesses) {

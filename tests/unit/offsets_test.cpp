@@ -154,6 +154,7 @@ void expect_otp25_cross_check_values(const VmOffsets& o) {
     EXPECT_EQ(o.proc_hend, 136u);
     EXPECT_EQ(o.proc_i, 256u);
     EXPECT_EQ(o.proc_current, 472u);
+    EXPECT_EQ(o.proc_scheduler_data, 760u);
     EXPECT_EQ(o.proc_size, 776u);
     EXPECT_EQ(o.esd_registers, 0u);
     EXPECT_EQ(o.esd_current_process, 168u);
@@ -181,6 +182,7 @@ TEST(BuiltinOffsets, ChosenByReleaseFeaturesAndBuildId) {
     ASSERT_TRUE(o27);
     ASSERT_TRUE(lcnt);
     EXPECT_FALSE(o27->same_values(*lcnt)) << "lock counting moves fields: the tables must differ";
+    EXPECT_EQ(lcnt->proc_scheduler_data, o27->proc_scheduler_data + 8);  // after the bigger lock
     EXPECT_FALSE(bb::builtin_offsets("27", "dtrace", ""));
     EXPECT_FALSE(bb::builtin_offsets("24", "", ""));
 }

@@ -9,7 +9,7 @@
 -module(bb_work).
 -export([main/1, main/2]).
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
--export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0]).
+-export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1]).
 
 %% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
 %% value it never takes (-1) that the compiler cannot see, because it comes from spawn's
@@ -86,10 +86,25 @@ start(busy2, _) ->
 start(alloc_arith, _) ->
     [spawn(?MODULE, alloc_loop, []), spawn(?MODULE, arith_loop, [])];
 
+%% --- dirty_gc ---------------------------------------------------------------------------
+%% busy2's two spinners keep both normal schedulers (+S 2) busy, and a third process holds a
+%% large live heap (a list of 1M tuples, well over the size whose major collections the VM
+%% hands to a dirty CPU scheduler) and collects it in a loop: every collection runs on a dirty
+%% CPU scheduler, which then goes back to sleep while the process is running again on a normal
+%% one. Prints `ready <a pid> <b pid> <gc pid>`.
+start(dirty_gc, _) ->
+    Busy = start(busy2, undefined),
+    Busy ++ [spawn(?MODULE, big_gc_loop, [[{I, I} || I <- lists:seq(1, 1000000)]])];
+
 %% --- idle -------------------------------------------------------------------------------
 %% Nothing runs: a VM to attach to (errors, privileges) without load.
 start(idle, _) ->
     [].
+
+%% dirty_gc ---------------------------------------------------------------------------------
+big_gc_loop(Live) ->
+    erlang:garbage_collect(),
+    big_gc_loop(Live).
 
 %% split532 ---------------------------------------------------------------------------------
 root() ->
