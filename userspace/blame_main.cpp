@@ -143,7 +143,7 @@ int run(int argc, char** argv) {
     }
     print_summary(st, c, sym, unit);
     write_stats(o, st, c, sym);
-    return 0;
+    return st.error.empty() ? 0 : 1;
 }
 
 }  // namespace

@@ -153,19 +153,26 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
         bool stop = g_stop || (done && done());
         uint64_t now = monotonic_ns();
         if (o.duration > 0 && now - start >= uint64_t(o.duration * 1e9)) stop = true;
-        if (now - last_vm_check > 1000000000ull) {
-            last_vm_check = now;
-            if (!vm.alive()) {
-                st.vm_exited = true;
-                stop = true;
-            } else {
-                sampler.refresh_vm_state();
+        // After attach nothing may lose the profile collected so far: an error ends the run
+        // and is reported with what was collected.
+        try {
+            if (now - last_vm_check > 1000000000ull) {
+                last_vm_check = now;
+                if (!vm.alive()) {
+                    st.vm_exited = true;
+                    stop = true;
+                } else {
+                    sampler.refresh_vm_state();
+                }
             }
+            // Code loaded or purged since the last drain must be known before its samples are
+            // symbolized; records still in the ring were all taken before `now`.
+            sym.refresh(now);
+            sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
+        } catch (const std::exception& e) {
+            st.error = e.what();
+            stop = true;
         }
-        // Code loaded or purged since the last drain must be known before its samples are
-        // symbolized; records still in the ring were all taken before `now`.
-        sym.refresh(now);
-        sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
         if (stop) break;
     }
     st.interrupted = g_stop;
@@ -176,9 +183,13 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
 void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what) {
     fmt::print(stderr,
                "beam-bpf: {} {} in {:.1f} s, {} dropped, {} truncated, {} unsymbolized frames, "
-               "{} unreadable processes{}\n",
+               "{} unreadable processes{}{}{}\n",
                s.records, what, s.seconds, c.dropped, s.truncated, sym.unsymbolized(), s.unreadable,
-               s.vm_exited ? "; the VM exited during the run, this is what was collected" : "");
+               s.vm_exited ? "; the VM exited during the run, this is what was collected" : "",
+               c.handler_errors ? fmt::format("; {} records lost to errors (first: {})", c.handler_errors,
+                                              c.first_handler_error)
+                                : "",
+               s.error.empty() ? "" : "; stopped early: " + s.error + ", this is what was collected");
 }
 
 void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym) {
@@ -196,6 +207,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"truncated", s.truncated},
         {"unreadable", s.unreadable},
         {"not_running", s.not_running},
+        {"handler_errors", c.handler_errors},
         {"fp_walked", s.fp_walked},
         {"unsymbolized_frames", sym.unsymbolized()},
         {"bpf_walk_ns_total", c.walk_ns},

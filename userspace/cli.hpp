@@ -76,6 +76,7 @@ struct RunStats {
     double seconds = 0;
     bool vm_exited = false;
     bool interrupted = false;
+    std::string error;        // what stopped the run early after attach ("" if nothing did)
 };
 
 // Drains `sampler` until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or `done`

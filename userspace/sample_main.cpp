@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <cstring>
 #include <map>
 
 #include "aggregate.hpp"
@@ -68,7 +69,10 @@ int run(int argc, char** argv) {
                 auto it = seen.find(k);
                 bool jit = r.where == BB_WHERE_JIT;
                 if (it != seen.end() && (it->second.first.where == BB_WHERE_JIT || !jit)) return;
-                bb_record head = r;  // frames are in `frames`; the record's tail is not copied
+                // The ring record ends after its frames: copy the header only (its frames are in
+                // `frames`).
+                bb_record head;
+                std::memcpy(&head, &r, bb_record_size(0));
                 head.nframes = 0;
                 seen.insert_or_assign(k, std::make_pair(head, std::vector<uint32_t>(frames.begin(), frames.end())));
                 normal_seen += jit && r.sched_type == BB_SCHED_NORMAL;
@@ -91,7 +95,7 @@ int run(int argc, char** argv) {
         }
         print_summary(st, sampler.counters(), sym, "samples");
     write_stats(o, st, sampler.counters(), sym);
-        return 0;
+        return st.error.empty() ? 0 : 1;
     }
 
     Aggregator agg;
@@ -104,7 +108,7 @@ int run(int argc, char** argv) {
         agg.write_top(out.stream(), sym.names(), o.top, false);
     print_summary(st, sampler.counters(), sym, "samples");
     write_stats(o, st, sampler.counters(), sym);
-    return 0;
+    return st.error.empty() ? 0 : 1;
 }
 
 }  // namespace

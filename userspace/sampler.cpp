@@ -77,6 +77,8 @@ struct Sampler::Impl {
     std::unique_ptr<ring_buffer, RingDeleter> ring;
     const Handler* handler = nullptr;
     size_t handled = 0;
+    uint64_t handler_errors = 0;
+    std::string first_handler_error;
 
     explicit Impl(const Vm& v) : vm(v) {}
     int load(const SamplerConfig& cfg, bool fast);
@@ -87,8 +89,16 @@ struct Sampler::Impl {
         // The ring carries a record trimmed after frames[nframes - 1]: handlers read no further.
         const auto* rec = static_cast<const bb_record*>(data);
         if (rec->nframes > BB_MAX_FRAMES || size < bb_record_size(rec->nframes)) return 0;
-        (*self->handler)(*rec);
-        self->handled++;
+        // Nothing may unwind through libbpf's C frames: a record the handler cannot take is
+        // counted and the drain goes on, so what was collected so far is never lost.
+        try {
+            (*self->handler)(*rec);
+            self->handled++;
+        } catch (const std::exception& e) {
+            if (self->handler_errors++ == 0) self->first_handler_error = e.what();
+        } catch (...) {
+            if (self->handler_errors++ == 0) self->first_handler_error = "unknown error";
+        }
         return 0;
     }
 };
@@ -206,17 +216,20 @@ void Sampler::refresh_vm_state() {
     int map_fd = bpf_map__fd(s->maps.sched_threads);
     for (const auto& t : impl_->vm.sched_threads()) {
         uint32_t tid = static_cast<uint32_t>(t.tid);
-        bpf_map_update_elem(map_fd, &tid, &t.sched, BPF_ANY);
+        if (int err = bpf_map_update_elem(map_fd, &tid, &t.sched, BPF_ANY))
+            throw UserError(fmt::format("cannot tell the BPF program about scheduler thread {}: {}", tid,
+                                        errno_text(err)));
     }
 }
 
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
     impl_->handler = &on_record;
     impl_->handled = 0;
-    ring_buffer__poll(impl_->ring.get(), static_cast<int>(timeout.count()));
+    int rc = ring_buffer__poll(impl_->ring.get(), static_cast<int>(timeout.count()));
     // The walker rarely wakes us (see emit() in the BPF program): always drain.
-    ring_buffer__consume(impl_->ring.get());
+    if (rc >= 0 || rc == -EINTR) rc = ring_buffer__consume(impl_->ring.get());
     impl_->handler = nullptr;
+    if (rc < 0 && rc != -EINTR) throw UserError(fmt::format("reading the ring buffer: {}", errno_text(rc)));
     return impl_->handled;
 }
 
@@ -234,7 +247,8 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
 
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
-    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], c[BB_C_WALK_NS], {}};
+    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], c[BB_C_WALK_NS], {},
+                        impl_->handler_errors, impl_->first_handler_error};
     out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
     return out;
 }

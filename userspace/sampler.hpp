@@ -32,6 +32,8 @@ struct SamplerCounters {
     uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
     uint64_t walk_ns = 0;                           // with measure_walk
     std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
+    uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
+    std::string first_handler_error;
 };
 
 class Sampler {
@@ -44,7 +46,8 @@ public:
 
     // Re-reads what can change while the VM runs: JIT code mappings and scheduler threads.
     void refresh_vm_state();
-    // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled.
+    // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled. A
+    // handler that throws loses that record only (counters()); a ring error throws UserError.
     using Handler = std::function<void(const bb_record&)>;
     size_t poll(std::chrono::milliseconds timeout, const Handler& on_record);
     SamplerCounters counters() const;
