@@ -118,7 +118,7 @@ int run(int argc, char** argv) {
         }
     }
     s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size())
-                             : fmt::format("sampling at {} Hz per CPU", o.frequency));
+                             : fmt::format("sampling at {} Hz {}", o.frequency, o.per_cpu ? "per CPU" : "per VM thread"));
     Sampler& sampler = *sampler_slot;
 
     Aggregator agg;

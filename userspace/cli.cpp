@@ -31,8 +31,12 @@ uint64_t monotonic_ns() {  // the clock bpf_ktime_get_ns() reads
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option("PID", o.pid, "OS pid of the running beam.smp")->required();
-    app.add_option("-F,--frequency", o.frequency, "samples per second on each CPU (cpu-clock event)")
+    app.add_option("-F,--frequency", o.frequency,
+                   "samples per second of each of the VM's threads while it runs (cpu-clock event)")
         ->capture_default_str();
+    app.add_flag("--per-cpu", o.per_cpu,
+                 "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
+                 "threads: every process on the machine then takes the sampling interrupts (see README)");
     app.add_option("--period", o.period_ns, "sample every NS nanoseconds of CPU time instead of -F");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
     app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
@@ -52,7 +56,8 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option("--stats", o.stats_file,
                    "write the run's figures (counters, BPF time per sample, start-up, peak RSS) as JSON");
     app.add_option("--offsets", o.offsets_file,
-                   "struct offset table for a VM build without a built-in one (made by beam-bpf-offsets)");
+                   "struct offset table to use instead of the built-in ones (made by beam-bpf-offsets); "
+                   "checked against the live VM");
 }
 
 void validate(const CommonOptions& o) {
@@ -71,6 +76,7 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     SamplerConfig c;
     c.frequency_hz = o.frequency;
     c.period_ns = o.period_ns;
+    c.per_cpu = o.per_cpu;
     c.max_frames = o.max_depth;
     c.measure_walk = !o.stats_file.empty();
     return c;
@@ -201,6 +207,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"seconds", s.seconds},
         {"first_record_s", s.first_record_s},
         {"seen", c.seen},
+        {"events", c.events},
+        {"bpf_prog_run_cnt", c.prog_run_cnt},
         {"emitted", c.emitted},
         {"dropped", c.dropped},
         {"filtered", c.filtered},

@@ -21,6 +21,7 @@ struct CommonOptions {
     int pid = 0;
     uint64_t frequency = 999;
     uint64_t period_ns = 0;
+    bool per_cpu = false;        // one event per CPU instead of one per VM thread
     double duration = 0;      // 0: until Ctrl-C
     size_t top = 20;
     bool folded = false;

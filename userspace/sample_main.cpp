@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
     auto scheds = s.vm.sched_threads();
     s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(),
                                            o.period_ns ? fmt::format("every {} ns of CPU", o.period_ns)
-                                                       : fmt::format("{} Hz per CPU", o.frequency)));
+                                                       : fmt::format("{} Hz {}", o.frequency, o.per_cpu ? "per CPU" : "per VM thread")));
     auto& [out, vm, sym, sampler_slot] = s;
     Sampler& sampler = *sampler_slot;
 

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <set>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -80,8 +83,14 @@ struct Sampler::Impl {
     uint64_t handler_errors = 0;
     std::string first_handler_error;
 
+    bpf_program* on_sample = nullptr;
+    SamplerConfig cfg;
+    std::set<pid_t> sampled_tids;  // per-thread events: the threads that have one
+
     explicit Impl(const Vm& v) : vm(v) {}
     int load(const SamplerConfig& cfg, bool fast);
+    bool open_event(pid_t tid, int cpu);
+    void follow_threads();
 
     static int on_ring(void* ctx, void* data, size_t size) {
         auto* self = static_cast<Impl*>(ctx);
@@ -156,36 +165,19 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     bpf_program* on_call = fast ? s->progs.on_call_fast : s->progs.on_call;
     refresh_vm_state();
 
+    impl_->on_sample = on_sample;
+    impl_->cfg = cfg;
     if (cfg.entry_probes.empty()) {
-        int ncpu = libbpf_num_possible_cpus();
-        if (ncpu <= 0) throw UserError("cannot count the CPUs");
-        for (int cpu = 0; cpu < ncpu; cpu++) {
-            perf_event_attr attr{};
-            attr.size = sizeof(attr);
-            // cpu-clock works everywhere, VMs without a PMU included; its period is in ns.
-            attr.type = PERF_TYPE_SOFTWARE;
-            attr.config = PERF_COUNT_SW_CPU_CLOCK;
-            if (cfg.period_ns) {
-                attr.sample_period = cfg.period_ns;
-            } else {
-                attr.freq = 1;
-                attr.sample_freq = cfg.frequency_hz;
-            }
-            int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
-            if (fd < 0) {
-                if (errno == ENODEV) continue;  // a possible CPU that is not online
-                throw UserError(fmt::format("perf_event_open on CPU {}: {}{}", cpu, errno_text(errno),
-                                            errno == EACCES || errno == EPERM
-                                                ? " (need root or CAP_PERFMON)"
-                                                : ""));
-            }
-            impl_->perf_fds.emplace_back(fd);
-            bpf_link* l = bpf_program__attach_perf_event(on_sample, fd);
-            if (!l) throw UserError(fmt::format("cannot attach to the perf event of CPU {}: {}", cpu,
-                                                errno_text(errno)));
-            impl_->links.emplace_back(l);
+        if (cfg.per_cpu) {
+            int ncpu = libbpf_num_possible_cpus();
+            if (ncpu <= 0) throw UserError("cannot count the CPUs");
+            for (int cpu = 0; cpu < ncpu; cpu++)
+                if (!impl_->open_event(-1, cpu)) continue;  // a possible CPU that is not online
+            if (impl_->perf_fds.empty()) throw UserError("no online CPU accepted a perf event");
+        } else {
+            impl_->follow_threads();
+            if (impl_->perf_fds.empty()) throw UserError(fmt::format("process {} has no threads to sample", vm.pid()));
         }
-        if (impl_->perf_fds.empty()) throw UserError("no online CPU accepted a perf event");
     } else {
         for (const auto& p : cfg.entry_probes) {
             bpf_link* l = bpf_program__attach_uprobe(on_call, false, vm.pid(), p.binary.c_str(),
@@ -201,10 +193,56 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));
 }
 
+// A cpu-clock event on one thread (tid, any CPU) or one CPU (tid -1, all tasks), with the walker
+// attached. False when that thread is gone or that CPU is offline; UserError on anything else.
+bool Sampler::Impl::open_event(pid_t tid, int cpu) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    // cpu-clock works everywhere, VMs without a PMU included; its period is in ns.
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    if (cfg.period_ns) {
+        attr.sample_period = cfg.period_ns;
+    } else {
+        attr.freq = 1;
+        attr.sample_freq = cfg.frequency_hz;
+    }
+    int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, tid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+        if ((tid < 0 && errno == ENODEV) || (tid >= 0 && errno == ESRCH)) return false;
+        throw UserError(fmt::format("perf_event_open on {} {}: {}{}", tid < 0 ? "CPU" : "thread", tid < 0 ? cpu : tid,
+                                    errno_text(errno),
+                                    errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)" : ""));
+    }
+    UniqueFd owned(fd);
+    bpf_link* l = bpf_program__attach_perf_event(on_sample, fd);
+    if (!l)
+        throw UserError(fmt::format("cannot attach to the perf event of {} {}: {}", tid < 0 ? "CPU" : "thread",
+                                    tid < 0 ? cpu : tid, errno_text(errno)));
+    links.emplace_back(l);
+    perf_fds.push_back(std::move(owned));
+    return true;
+}
+
+// Per-thread events, as `perf record -p` opens them: other processes never take an interrupt
+// or run the program. Threads started since the last call get theirs now (refresh_vm_state()
+// runs about once a second); a thread's event goes with the thread.
+void Sampler::Impl::follow_threads() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", vm.pid()), ec)) {
+        pid_t tid = 0;
+        const std::string name = e.path().filename().string();
+        if (std::from_chars(name.data(), name.data() + name.size(), tid).ec != std::errc() || tid <= 0) continue;
+        if (sampled_tids.count(tid)) continue;
+        if (open_event(tid, -1)) sampled_tids.insert(tid);
+    }
+}
+
 Sampler::~Sampler() = default;
 
 void Sampler::refresh_vm_state() {
     auto* s = impl_->skel.get();
+    if (impl_->on_sample && !impl_->cfg.per_cpu && impl_->cfg.entry_probes.empty()) impl_->follow_threads();
     auto ranges = impl_->vm.jit_code_ranges();
     // Append only: the walker may be reading these right now.
     for (size_t i = 0; i < ranges.size(); i++) {
@@ -247,8 +285,13 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
 
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
-    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], c[BB_C_WALK_NS], {},
-                        impl_->handler_errors, impl_->first_handler_error};
+    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->perf_fds.size(),
+                        c[BB_C_WALK_NS], {}, impl_->handler_errors, impl_->first_handler_error};
+    if (impl_->on_sample) {
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(bpf_program__fd(impl_->on_sample), &info, &len) == 0) out.prog_run_cnt = info.run_cnt;
+    }
     out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
     return out;
 }

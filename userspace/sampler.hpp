@@ -16,6 +16,9 @@ namespace bb {
 struct SamplerConfig {
     uint64_t frequency_hz = 999;  // used when period_ns == 0
     uint64_t period_ns = 0;       // cpu-clock period, overrides frequency_hz
+    // Events on each CPU, filtered on the VM in BPF, instead of events on the VM's own threads
+    // (followed as threads start): then every process on the machine takes the interrupts.
+    bool per_cpu = false;
     uint32_t max_frames = 512;
     uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
     std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
@@ -30,6 +33,8 @@ struct SamplerConfig {
 
 struct SamplerCounters {
     uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
+    uint64_t prog_run_cnt = 0;                      // the kernel's runs of the program (bpf_stats_enabled), all events
+    size_t events = 0;                              // perf events open (one per CPU or per VM thread)
     uint64_t walk_ns = 0;                           // with measure_walk
     std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
     uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
@@ -44,7 +49,8 @@ public:
     Sampler(const Sampler&) = delete;
     Sampler& operator=(const Sampler&) = delete;
 
-    // Re-reads what can change while the VM runs: JIT code mappings and scheduler threads.
+    // Re-reads what can change while the VM runs: JIT code mappings, scheduler threads, and
+    // (per-thread events) threads started since the last call.
     void refresh_vm_state();
     // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled. A
     // handler that throws loses that record only (counters()); a ring error throws UserError.

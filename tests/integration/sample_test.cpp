@@ -450,6 +450,41 @@ TEST_P(SampleVmTest, StaleDirtySchedulerNotAttributed) {
 
 // --- isolation ---------------------------------------------------------------------------
 
+// Per-thread events (the default): the program runs for the VM's samples only, while a busy
+// neighbour process goes on; with --per-cpu, the neighbour's samples run it too (and are
+// dropped at its first check). The kernel's own count of program runs is the oracle.
+TEST_P(SampleVmTest, PerThreadEventsOnlyRunForTheVm) {
+    ErlVm vm(this->vm(), workload("busy2"), {"+S", "2"});
+    vm.wait_line("ready");
+    ChildProcess neighbour({"sh", "-c", "while :; do :; done"});
+    struct BpfStats {  // kernel.bpf_stats_enabled, on for the test, restored after
+        std::string old;
+        BpfStats() {
+            std::ifstream("/proc/sys/kernel/bpf_stats_enabled") >> old;
+            std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
+        }
+        ~BpfStats() { std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (old.empty() ? "0" : old); }
+    } enabled;
+    for (bool per_cpu : {false, true}) {
+        std::string stats = ::testing::TempDir() + "bb_events_stats.json";
+        std::vector<std::string> args{"-d", "3", "--folded", "--stats", stats, pid_arg(vm)};
+        if (per_cpu) args.insert(args.begin(), "--per-cpu");
+        ToolResult r = run_tool(kTool, args, 60s);
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        EXPECT_TRUE(any_frame_contains(parse_folded(r.out), "bb_work:spin_a/2")) << describe(r);
+        std::ifstream in(stats);
+        auto j = nlohmann::json::parse(in);
+        long seen = j.at("seen"), runs = j.at("bpf_prog_run_cnt"), events = j.at("events");
+        std::cout << this->vm().name << (per_cpu ? " --per-cpu: " : " per-thread: ") << events << " events, "
+                  << runs << " program runs for " << seen << " samples of the VM\n";
+        ASSERT_GT(seen, 1000) << describe(r);
+        if (per_cpu)
+            EXPECT_GT(runs, seen + 500) << "the neighbour's samples should run the program too";
+        else
+            EXPECT_EQ(runs, seen) << "a sample of another process ran the program";
+    }
+}
+
 TEST_P(SampleVmTest, NoSamplesFromOtherProcesses) {
     ErlVm split(this->vm(), workload("split532"));
     ErlVm busy(this->vm(), workload("busy2"), {"+S", "2"});
