@@ -13,6 +13,7 @@ fi
 packages=(
   build-essential cmake pkg-config            # C++ build
   clang llvm bpftool libbpf-dev               # BPF object, skeleton, loader
+  libclang-rt-14-dev                          # ASan, UBSan and libFuzzer runtimes (scripts/sanitize.sh)
   libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
   libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
   nlohmann-json3-dev                          # --stats JSON

@@ -10,5 +10,7 @@ echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tai
 # The OTP 27 test VMs, built as kerl/asdf users build theirs, then stripped (about 15 minutes
 # the first time on 2 cores, then cached in /var/tmp): every integration test runs on them too.
 echo "test.sh: OTP 27 test VMs: $(scripts/build-test-vms.sh | tail -n 1)"
-cd build
-ctest --output-on-failure --timeout 600 "$@"
+(cd build && ctest --output-on-failure --timeout 600 "$@")
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the fuzz targets
+# (BB_SKIP_SANITIZE=1 skips this pass when iterating locally).
+[ -n "${BB_SKIP_SANITIZE:-}" ] || scripts/sanitize.sh

@@ -187,7 +187,8 @@ void pump(std::initializer_list<std::pair<int*, std::string*>> fds, int ms) {
     if (r <= 0) return;
     for (auto [fd, buf] : fds) {
         if (*fd < 0) continue;
-        auto it = std::find_if(pfds.begin(), pfds.end(), [&](auto& p) { return p.fd == *fd; });
+        const int want = *fd;  // (a structured binding cannot be captured before C++20's P1091 in clang 14)
+        auto it = std::find_if(pfds.begin(), pfds.end(), [&](auto& p) { return p.fd == want; });
         if (it != pfds.end() && it->revents && !read_into(*fd, *buf)) close_fd(*fd);
     }
 }

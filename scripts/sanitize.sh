@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing pass of the tests (scripts/test.sh runs it after the main suite):
+#  1. builds everything with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
+#     build-san/, and runs the unit tests, the integration tests on Debian's OTP 25 and those
+#     that are not per VM (release, container and error tests, which use OTP 27 too): the same
+#     BPF walker runs on every VM, and what ASan and UBSan watch is the user space that reads
+#     the VM and the kernel's records;
+#  2. runs each libFuzzer target (tests/fuzz) for FUZZ_SECONDS (default 30) from its committed
+#     seed corpus (tests/fuzz/corpus/TARGET). A crash fails the run and leaves the input in
+#     build-san/fuzz-artifacts/: add it to the corpus and a unit test once fixed.
+# Run as root after scripts/setup.sh (and the test VMs: scripts/test.sh builds them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-30}
+
+CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBB_SANITIZE=ON -DBB_FUZZ=ON >/dev/null
+cmake --build build-san -j"$(nproc)"
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+build-san/unit_tests
+build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25'
+
+mkdir -p build-san/fuzz-artifacts
+for target in jit_symfile offsets_table vm_build elf; do
+  corpus=$(mktemp -d)  # the committed seeds stay as they are; what the run finds is thrown away
+  echo "sanitize.sh: fuzz_$target for ${seconds}s"
+  build-san/fuzz_"$target" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix=build-san/fuzz-artifacts/"$target"- "$corpus" tests/fuzz/corpus/"$target" 2>&1 \
+    | grep -E '^(stat::number_of_executed_units|stat::new_units_added|==[0-9]+==ERROR|SUMMARY)|Done [0-9]+ runs' || true
+  rm -rf "$corpus"
+  if compgen -G "build-san/fuzz-artifacts/$target-*" >/dev/null; then
+    echo "sanitize.sh: fuzz_$target found a crash: $(ls build-san/fuzz-artifacts/"$target"-*)" >&2
+    exit 1
+  fi
+done
+echo "sanitize.sh: sanitized tests and fuzzing passed"
