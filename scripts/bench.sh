@@ -10,6 +10,8 @@
 #   4. User space: records symbolized and aggregated per second on one core
 #      (beam-bpf-userspace-bench), VMs with ~100 and ~2,000 loaded modules.
 #   5. Start-up (launch to first record) and peak RSS of the tool, from every --stats run.
+#   6. A busy neighbour process's throughput while a VM is profiled at 9,999 Hz, per-thread
+#      events against --per-cpu (bench/neighbour.py; not with --quick).
 # Prints a table and writes JSON. Run as root after scripts/setup.sh (which builds ./build).
 #
 #   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,3,4]
@@ -264,7 +266,7 @@ CFGS="A B C G D E F"
 GROUP1="A B C G"
 GROUP2="D E F"
 declare -A CFG_NAME=([A]="no profiler" [B]="beam-bpf-sample -F 999" [C]="beam-bpf-sample -F 9999"
-                     [G]="sampling interrupts only, 9999 Hz" [D]="erl +JPperf true, no perf"
+                     [G]="sampling interrupts only, 9999 Hz (--per-cpu on another VM)" [D]="erl +JPperf true, no perf"
                      [E]="+JPperf true, perf record -g -F 999" [F]="+JPperf true, perf record -g -F 9999")
 OV=$TMP/overhead.tsv   # cfg round ns samples dropped
 : >"$OV"
@@ -300,7 +302,7 @@ overhead_go() {
   case $cfg in
     B) bb_start "$TMP/ov.err" -F 999 "$VM_PID" ;;
     C) bb_start "$TMP/ov.err" -F 9999 "$VM_PID" ;;
-    G) bb_start "$TMP/ov.err" -F 9999 "$IDLE_PID" ;;
+    G) bb_start "$TMP/ov.err" --per-cpu -F 9999 "$IDLE_PID" ;;  # per CPU: the busy VM takes the interrupts
     E) perf_start "$TMP/ov.err" 999 "$TMP/perf.data" ;;
     F) perf_start "$TMP/ov.err" 9999 "$TMP/perf.data" ;;
   esac
@@ -686,3 +688,7 @@ if has_section 1; then
   cp "$OV" "${JSON%.json}-overhead-runs.tsv"
 fi
 log "wrote $JSON"
+if [ "$QUICK" != 1 ]; then
+  log "6. a busy neighbour's throughput, per-thread events vs --per-cpu (bench/neighbour.py)"
+  python3 "$ROOT/bench/neighbour.py" --json "${JSON%.json}-neighbour.json"
+fi

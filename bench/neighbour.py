@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""What profiling a VM costs the *other* processes on the machine: a busy neighbour's throughput
+with beam-bpf-sample attached to a VM at 9,999 Hz, per-thread events (the default) against
+--per-cpu, side by side in one run.
+
+The neighbour is one single-threaded, CPU-bound process (`gzip -1` reading /dev/zero), timed by
+the bytes it reads in a fixed wall time (/proc/PID/io); the VM runs one busy Erlang process (split532), so
+both of the machine's CPUs are busy. Rounds rotate the order of the three configurations; the
+figure is the median over rounds of each configuration's throughput relative to the same
+round's unprofiled run. Run as root after scripts/setup.sh:
+
+    bench/neighbour.py [--rounds 5] [--seconds 5] [--json FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "build", "beam-bpf-sample")
+
+
+def start_vm(beam_dir):
+    vm = subprocess.Popen(["erl", "-noshell", "-pa", beam_dir, "-eval", "bb_work:main(split532)"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for line in vm.stdout:
+        if line.startswith("ready"):
+            return vm
+    raise SystemExit("neighbour.py: the VM did not start")
+
+
+def beam_pid(vm):
+    # erl execs beam.smp: the same pid.
+    return vm.pid
+
+
+def neighbour_throughput(seconds):
+    """Bytes per second that one `gzip -1 </dev/zero` reads in `seconds` of wall time."""
+    with open("/dev/zero", "rb") as zero, open(os.devnull, "wb") as null:
+        p = subprocess.Popen(["gzip", "-1"], stdin=zero, stdout=null)
+        def read_bytes():
+            for line in open(f"/proc/{p.pid}/io"):
+                if line.startswith("rchar:"):
+                    return int(line.split()[1])
+            return 0
+        time.sleep(0.2)  # started and running
+        b0, t0 = read_bytes(), time.monotonic()
+        time.sleep(seconds)
+        b1, t1 = read_bytes(), time.monotonic()
+        p.kill()
+        p.wait()
+    return (b1 - b0) / (t1 - t0)
+
+
+def run_config(config, vm_pid, seconds):
+    if config == "none":
+        return neighbour_throughput(seconds)
+    args = [SAMPLE, "-F", "9999", "-d", str(seconds + 30), vm_pid]
+    if config == "per-cpu":
+        args.insert(1, "--per-cpu")
+    tool = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in tool.stderr:
+        if "attached" in line:
+            break
+    try:
+        return neighbour_throughput(seconds)
+    finally:
+        tool.send_signal(2)
+        tool.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--json", default="bench-neighbour.json")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("neighbour.py: run as root")
+    with tempfile.TemporaryDirectory() as beams:
+        subprocess.run(["erlc", "-o", beams, os.path.join(ROOT, "tests", "workloads", "bb_work.erl")], check=True)
+        vm = start_vm(beams)
+        try:
+            configs = ["none", "per-thread", "per-cpu"]
+            rel = {"per-thread": [], "per-cpu": []}
+            raw = []
+            for r in range(a.rounds):
+                order = configs[r % 3:] + configs[:r % 3]
+                got = {c: run_config(c, str(beam_pid(vm)), a.seconds) for c in order}
+                raw.append(got)
+                for c in rel:
+                    rel[c].append(got[c] / got["none"])
+                print(f"round {r + 1}: " + ", ".join(f"{c} {got[c] / 1e6:.0f} MB/s" for c in configs), flush=True)
+        finally:
+            vm.kill()
+    result = {c: {"median_relative_throughput": statistics.median(v), "rounds": v} for c, v in rel.items()}
+    result["raw_bytes_per_s"] = raw
+    print("\nbusy neighbour's throughput with beam-bpf-sample -F 9999 on a VM (median over rounds, vs no profiler):")
+    for c in rel:
+        print(f"  {c:10s} {100 * (result[c]['median_relative_throughput'] - 1):+.1f}%")
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
