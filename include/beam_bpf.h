@@ -82,8 +82,9 @@ struct bb_vm_layout {
 };
 
 /* Process state flags (Process.state, ERTS_PSFLG_* in erl_process.h): the same bits in OTP 25
- * to 29 (userspace/release.cpp checks the release). A process runs on a normal scheduler while
- * RUNNING or RUNNING_SYS is set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
+ * to 29, read in each release's source; check them when adding a release to
+ * userspace/release.cpp. A process runs on a normal scheduler while RUNNING or RUNNING_SYS is
+ * set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
 #define BB_PSFLG_RUNNING (1u << 15)
 #define BB_PSFLG_RUNNING_SYS (1u << 21)
 #define BB_PSFLG_DIRTY_RUNNING (1u << 29)

@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <set>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "beam_walk.skel.h"
@@ -172,7 +172,7 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
             int ncpu = libbpf_num_possible_cpus();
             if (ncpu <= 0) throw UserError("cannot count the CPUs");
             for (int cpu = 0; cpu < ncpu; cpu++)
-                if (!impl_->open_event(-1, cpu)) continue;  // a possible CPU that is not online
+                impl_->open_event(-1, cpu);  // false: a possible CPU that is not online
             if (impl_->perf_fds.empty()) throw UserError("no online CPU accepted a perf event");
         } else {
             impl_->follow_threads();

@@ -162,11 +162,11 @@ void Vm::choose_offsets(const std::string& offsets_file) {
             throw UserError(fmt::format("process {} runs {}: no offset table for it; make one with "
                                         "scripts/make-offsets.sh from a -g build, or pass --offsets FILE",
                                         pid_, what));
-        off->origin += fmt::format(" (OTP {}, corrected in the live VM)", release_->layout_from);
+        off->origin += fmt::format(" (the layout of OTP {})", release_->layout_from);
         may_correct = true;
         if (caveat_.empty())
-            caveat_ = fmt::format("no offset table for {}: the layout of OTP {} was corrected and checked "
-                                  "in the live VM",
+            caveat_ = fmt::format("no offset table for {}: the layout of OTP {} was checked, and corrected "
+                                  "where it did not fit, in the live VM",
                                   build_.features.empty() ? "this build" : build_.features, release_->layout_from);
     }
     off->build_id = build_id;
@@ -195,9 +195,19 @@ void Vm::choose_offsets(const std::string& offsets_file) {
         if (!m || !cl || !cli || !cls || !clis || *cls > 63 || *clis > 63)
             throw UserError(fmt::format("cannot read the process table's pid layout in process {}", pid_));
         pix_ = {*m, *cl, *cli, *cls, *clis};
-        // <0.0.0> is init, in slot 0, whatever the permutation.
-        if (format_pid(kInitPid) != "<0.0.0>")
-            throw UserError(fmt::format("the process table's pid layout in process {} is implausible", pid_));
+        // Each process sits in the slot its pid's low bits name (erts_ptab_pixdata2pix), and
+        // printing a pid then parsing it gives the same term back.
+        uint64_t tab = mem_.read<uint64_t>(ptab + offsets_.ptab_tab).value_or(0);
+        for (uint32_t ix = 0, seen = 0; tab && ix < 4096 && seen < 64; ix++) {
+            auto p = mem_.read<uint64_t>(tab + 8ull * ix);
+            auto id = p && *p && !(*p & 7) ? mem_.read<uint64_t>(*p + offsets_.proc_id) : std::nullopt;
+            if (!id) continue;
+            seen++;
+            if (((*id >> 4) & pix_.mask) != ix || parse_pid(format_pid(*id)) != *id)
+                throw UserError(fmt::format("the process table's pid layout in process {} does not fit its pid {} "
+                                            "in slot {}",
+                                            pid_, format_pid(*id), ix));
+        }
     }
 }
 
