@@ -508,6 +508,67 @@ TEST_P(SampleVmTest, NoSamplesFromOtherProcesses) {
         EXPECT_FALSE(any_frame_contains(sb, other)) << other << " in the busy2 VM's profile";
 }
 
+// --- chaos -------------------------------------------------------------------------------
+
+// SIGKILL leaves the tool no chance to clean up: the kernel must drop its programs, links and
+// maps with its file descriptors. bpftool lists what is loaded before, during and after.
+TEST_F(SampleTest, KilledProfilerLeavesNothingLoaded) {
+    auto progs = [] {
+        std::set<long> ids;
+        FILE* p = popen("bpftool -j prog show 2>/dev/null; bpftool -j map show 2>/dev/null", "r");
+        if (!p) return ids;
+        std::string out;
+        char buf[4096];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+        pclose(p);
+        static const std::regex id(R"("id":(\d+))");
+        for (std::sregex_iterator it(out.begin(), out.end(), id), end; it != end; ++it) ids.insert(std::stol((*it)[1]));
+        return ids;
+    };
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    const auto before = progs();
+    RunningTool t = start_tool(kTool, {"-d", "60", pid_arg(vm)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    const auto during = progs();
+    EXPECT_GT(during.size(), before.size()) << "bpftool does not see the tool's programs and maps";
+    kill(t.pid, SIGKILL);
+    finish_tool(t, false, 10s);
+    std::set<long> after;
+    for (int i = 0; i < 50; i++) {  // the kernel frees them once the last reference goes
+        after = progs();
+        if (after == before) break;
+        std::this_thread::sleep_for(100ms);
+    }
+    std::cout << "BPF programs and maps: " << before.size() << " before, " << during.size() << " attached, "
+              << after.size() << " after SIGKILL\n";
+    EXPECT_EQ(after, before);
+}
+
+// Two profilers on one VM at once: each has its own program, maps and events, and each sees
+// the whole profile.
+TEST_F(SampleTest, TwoProfilersAtOnce) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    RunningTool a = start_tool(kTool, {"-d", "4", "--folded", "--only-erlang", pid_arg(vm)});
+    RunningTool b = start_tool(kTool, {"-d", "4", "--folded", "--only-erlang", pid_arg(vm)});
+    ToolResult ra = finish_tool(a, false, 30s), rb = finish_tool(b, false, 30s);
+    for (const ToolResult* r : {&ra, &rb}) {
+        ASSERT_EQ(r->exit_code, 0) << describe(*r);
+        auto stacks = parse_folded(r->out);
+        long f5 = 0, all = 0;
+        for (const auto& [stack, count] : stacks) {
+            if (stack.find("bb_work:f") == std::string::npos) continue;
+            all += count;
+            if (stack.ends_with(kLeaves[0])) f5 += count;
+        }
+        std::cout << "one of two profilers: " << all << " samples, f5 " << pct(f5, all) << "%\n";
+        ASSERT_GE(all, 2000) << describe(*r);
+        EXPECT_NEAR(pct(f5, all), 50.0, 3.0) << describe(*r);
+    }
+}
+
 // --- errors ------------------------------------------------------------------------------
 
 TEST_F(SampleTest, ErrorDeadPid) {
