@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "aggregate.hpp"
 #include "cli.hpp"
@@ -58,7 +59,12 @@ int run(int argc, char** argv) {
         size_t normal = 0;
         for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
         std::map<SchedKey, std::pair<bb_record, std::vector<uint32_t>>> seen;
-        size_t normal_seen = 0;  // normal schedulers with a sample in JIT code
+        std::set<SchedKey> moved;  // their sampled process was seen later on another scheduler
+        auto normal_in_jit = [&] {  // normal schedulers with a sample in JIT code
+            size_t n = 0;
+            for (const auto& [k, v] : seen) n += k.type == BB_SCHED_NORMAL && v.first.where == BB_WHERE_JIT;
+            return n;
+        };
         CommonOptions po = o;
         po.duration = o.duration > 0 ? o.duration : 2.0;  // idle schedulers are never sampled
         auto st = run_loop(
@@ -69,21 +75,36 @@ int run(int argc, char** argv) {
                 auto it = seen.find(k);
                 bool jit = r.where == BB_WHERE_JIT;
                 if (it != seen.end() && (it->second.first.where == BB_WHERE_JIT || !jit)) return;
+                // The samples are taken at different instants: a process that moved (to a dirty
+                // scheduler for a GC, say, and back) is shown only where it was seen last.
+                for (auto other = seen.begin(); other != seen.end();) {
+                    if (other->first == k || other->second.first.erl_pid != r.erl_pid) {
+                        ++other;
+                        continue;
+                    }
+                    if (other->second.first.time_ns > r.time_ns) return;
+                    moved.insert(other->first);
+                    other = seen.erase(other);
+                }
                 // The ring record ends after its frames: copy the header only (its frames are in
                 // `frames`).
                 bb_record head;
                 std::memcpy(&head, &r, bb_record_size(0));
                 head.nframes = 0;
                 seen.insert_or_assign(k, std::make_pair(head, std::vector<uint32_t>(frames.begin(), frames.end())));
-                normal_seen += jit && r.sched_type == BB_SCHED_NORMAL;
+                moved.erase(k);
             },
-            [&] { return normal && normal_seen == normal; });
+            [&] { return normal && normal_in_jit() == normal; });
         auto& os = out.stream();
         for (const auto& t : scheds) {
             SchedKey k{t.sched.type, t.sched.no};
             auto it = seen.find(k);
             if (it == seen.end()) {
-                if (t.sched.type == BB_SCHED_NORMAL)
+                if (moved.count(k))
+                    fmt::print(os, "{} {} (tid {}): unknown (its process moved to another scheduler during the "
+                                   "snapshot)\n\n",
+                               sched_kind(t.sched.type), t.sched.no, t.tid);
+                else if (t.sched.type == BB_SCHED_NORMAL)
                     fmt::print(os, "{} {} (tid {}): idle\n\n", sched_kind(t.sched.type), t.sched.no, t.tid);
                 continue;
             }

@@ -411,7 +411,9 @@ TEST_P(SampleVmTest, Pstack) {
 // A dirty CPU scheduler that has finished a dirty GC still points at the process
 // (current_process) while its thread goes back to sleep, and the process runs again on a normal
 // scheduler meanwhile: without checking the process's state and scheduler, that sleeping
-// scheduler's samples went to the process, and --pstack showed one process on two schedulers.
+// scheduler's samples went to the process. And --pstack, whose blocks are samples of different
+// instants, showed a process that moved (the sorter, between normal and dirty schedulers) on two
+// schedulers at once: 8 duplicates in 15 snapshots before it kept only the latest.
 TEST_P(SampleVmTest, StaleDirtySchedulerNotAttributed) {
     ErlVm vm(this->vm(), workload("dirty_gc"), {"+S", "2"});
     std::istringstream ready(vm.wait_line("ready", 60s));
@@ -421,7 +423,7 @@ TEST_P(SampleVmTest, StaleDirtySchedulerNotAttributed) {
     std::this_thread::sleep_for(1s);
 
     int snapshots = 0, gc_on_dirty = 0;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 15; i++) {
         ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         std::map<std::string, int> shown;  // pid -> schedulers showing it

@@ -9,7 +9,7 @@
 -module(bb_work).
 -export([main/1, main/2]).
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
--export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1]).
+-export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0]).
 
 %% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
 %% value it never takes (-1) that the compiler cannot see, because it comes from spawn's
@@ -91,10 +91,13 @@ start(alloc_arith, _) ->
 %% large live heap (a list of 1M tuples, well over the size whose major collections the VM
 %% hands to a dirty CPU scheduler) and collects it in a loop: every collection runs on a dirty
 %% CPU scheduler, which then goes back to sleep while the process is running again on a normal
-%% one. Prints `ready <a pid> <b pid> <gc pid>`.
+%% one. A fourth process sorts random lists, so its heap keeps growing past the dirty GC size
+%% and it keeps moving between normal and dirty schedulers. Prints
+%% `ready <a pid> <b pid> <gc pid> <sorter pid>`.
 start(dirty_gc, _) ->
     Busy = start(busy2, undefined),
-    Busy ++ [spawn(?MODULE, big_gc_loop, [[{I, I} || I <- lists:seq(1, 1000000)]])];
+    Busy ++ [spawn(?MODULE, big_gc_loop, [[{I, I} || I <- lists:seq(1, 1000000)]]),
+             spawn(?MODULE, sorter, [])];
 
 %% --- idle -------------------------------------------------------------------------------
 %% Nothing runs: a VM to attach to (errors, privileges) without load.
@@ -105,6 +108,11 @@ start(idle, _) ->
 big_gc_loop(Live) ->
     erlang:garbage_collect(),
     big_gc_loop(Live).
+
+sorter() ->
+    L = [rand:uniform(1000000) || _ <- lists:seq(1, 20000)],
+    _ = lists:sort(L),
+    sorter().
 
 %% split532 ---------------------------------------------------------------------------------
 root() ->
