@@ -25,7 +25,7 @@ fi
 
 # shellcheck source=scripts/otp-source.sh
 . "$(dirname "$0")/otp-source.sh"
-apt-get install -y -qq --no-install-recommends build-essential libncurses-dev xz-utils >/dev/null
+apt-get install -y -qq --no-install-recommends build-essential dpkg-dev libncurses-dev xz-utils >/dev/null
 src=$(otp_source_trixie "$work")
 cd "$src"
 
