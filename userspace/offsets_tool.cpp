@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
-#include <span>
 
 #include "offsets.hpp"
 #include "release.hpp"
@@ -58,9 +56,7 @@ int main(int argc, char** argv) {
     std::string err;
     auto offsets = bb::offsets_from_dwarf(beam, &err);
     if (!offsets) return fail(err);
-    std::ifstream in(beam, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto build = bb::read_vm_build(std::span(bytes.data(), bytes.size()));
+    auto build = bb::read_vm_build_file(beam);
     if (!build) return fail(beam + " has no Erlang/OTP system version string: not a beam.smp");
     offsets->otp_release = std::to_string(build->otp_release);
     offsets->features = build->features;

@@ -7,6 +7,8 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 namespace bb {
@@ -102,6 +104,13 @@ std::optional<VmBuild> read_vm_build(std::span<const char> bytes) {
         if (auto b = parse_version_string(all.substr(at, end - at))) return b;
     }
     return std::nullopt;
+}
+
+std::optional<VmBuild> read_vm_build_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in && !in.eof()) return std::nullopt;
+    return read_vm_build(std::span(bytes.data(), bytes.size()));
 }
 
 int ThreadNaming::number(std::string_view name) const {

@@ -30,6 +30,8 @@ struct VmBuild {
 // Finds and parses the system version string in the bytes of a beam.smp. nullopt when there is
 // none (not a BEAM, or older than any release that has the format).
 std::optional<VmBuild> read_vm_build(std::span<const char> elf_bytes);
+// The same for the file at `path` (nullopt also when it cannot be read).
+std::optional<VmBuild> read_vm_build_file(const std::string& path);
 
 // How a release names its scheduler threads: prefix, number, suffix; the kernel cuts thread
 // names to 15 characters, so the suffix may be cut ("1_dirty_cpu_sch").

@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -228,14 +226,8 @@ bool Sampler::Impl::open_event(pid_t tid, int cpu) {
 // or run the program. Threads started since the last call get theirs now (refresh_vm_state()
 // runs about once a second); a thread's event goes with the thread.
 void Sampler::Impl::follow_threads() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", vm.pid()), ec)) {
-        pid_t tid = 0;
-        const std::string name = e.path().filename().string();
-        if (std::from_chars(name.data(), name.data() + name.size(), tid).ec != std::errc() || tid <= 0) continue;
-        if (sampled_tids.count(tid)) continue;
-        if (open_event(tid, -1)) sampled_tids.insert(tid);
-    }
+    for (const auto& t : vm.threads())
+        if (!sampled_tids.count(t.tid) && open_event(t.tid, -1)) sampled_tids.insert(t.tid);
 }
 
 Sampler::~Sampler() = default;

@@ -104,8 +104,7 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
 // follows from release_.
 void Vm::identify() {
     const std::string id = elf_->build_id().empty() ? "none" : elf_->build_id();
-    std::string bytes = read_file(fmt::format("/proc/{}/exe", pid_));
-    auto b = read_vm_build(std::span(bytes.data(), bytes.size()));
+    auto b = read_vm_build_file(fmt::format("/proc/{}/exe", pid_));
     if (!b)
         throw UserError(fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
                                     "string: not a BEAM VM beam-bpf can read",
@@ -281,12 +280,7 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
 
     // Every normal scheduler thread (by its name) must find its data naming itself.
     int named = 0, normal = 0;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid_), ec)) {
-        std::string name = read_file(e.path() / "comm");
-        while (!name.empty() && name.back() == '\n') name.pop_back();
-        named += release_->normal.number(name) > 0;
-    }
+    for (const auto& t : threads()) named += release_->normal.number(t.name) > 0;
     for (const auto& t : sched_threads(o)) normal += t.sched.type == BB_SCHED_NORMAL;
     if (named == 0)
         return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
@@ -340,10 +334,8 @@ bool Vm::correct_layout(VmOffsets& o) const {
     uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
     uint64_t nsched = elf_->find("erts_no_schedulers") ? mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0) : 0;
     auto names_itself = [&](uint64_t esdp, uint64_t no, const VmOffsets& t) {
-        auto n = mem_.read<uint64_t>(esdp + t.esd_no);
-        auto type = mem_.read<uint32_t>(esdp + t.esd_type);
         auto cur = mem_.read<uint64_t>(esdp + t.esd_current_process);
-        return n && type && cur && *n == no && *type == BB_SCHED_NORMAL && (*cur & 7) == 0;
+        return esd_names_itself(esdp, no, BB_SCHED_NORMAL, t) && cur && (*cur & 7) == 0;
     };
     if (arr && !names_itself(arr, 1, o)) {
         for (int64_t d = -64; d <= 256; d += 8) {
@@ -427,6 +419,27 @@ std::vector<bb_range> Vm::jit_code_ranges() const {
 
 std::vector<SchedThread> Vm::sched_threads() const { return sched_threads(offsets_); }
 
+std::vector<Vm::Thread> Vm::threads() const {
+    std::vector<Thread> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid_), ec)) {
+        Thread t;
+        const std::string id = e.path().filename().string();
+        if (std::from_chars(id.data(), id.data() + id.size(), t.tid).ec != std::errc() || t.tid <= 0) continue;
+        t.name = read_file(e.path() / "comm");
+        while (!t.name.empty() && t.name.back() == '\n') t.name.pop_back();
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+// The scheduler data at esdp says it is scheduler `no` of `type`.
+bool Vm::esd_names_itself(uint64_t esdp, uint64_t no, uint8_t type, const VmOffsets& o) const {
+    auto n = mem_.read<uint64_t>(esdp + o.esd_no);
+    auto t = mem_.read<uint32_t>(esdp + o.esd_type);
+    return n && t && *n == no && *t == type;
+}
+
 std::vector<SchedThread> Vm::sched_threads(const VmOffsets& o) const {
     struct Kind {
         const ThreadNaming* naming;
@@ -443,22 +456,18 @@ std::vector<SchedThread> Vm::sched_threads(const VmOffsets& o) const {
         arrays[k] = mem_.read<uint64_t>(symbol_address(kinds[k].array)).value_or(0);
 
     std::vector<SchedThread> out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid_), ec)) {
-        SchedThread t;
-        t.name = read_file(e.path() / "comm");
-        while (!t.name.empty() && t.name.back() == '\n') t.name.pop_back();
+    for (const auto& [tid, name] : threads()) {
         for (size_t k = 0; k < kinds.size(); k++) {
-            int no = kinds[k].naming->number(t.name);
+            int no = kinds[k].naming->number(name);
             if (!no || !arrays[k]) continue;
             uint64_t esdp = arrays[k] + uint64_t(no - 1) * o.aligned_esd_size;
             // Trust the slot only if it names itself as this scheduler (dirty schedulers keep
             // no = 0 and their number in dirty_no).
-            uint64_t want_no = kinds[k].type == BB_SCHED_NORMAL ? uint64_t(no) : 0;
-            auto esd_no = mem_.read<uint64_t>(esdp + o.esd_no);
-            auto esd_type = mem_.read<uint32_t>(esdp + o.esd_type);
-            if (!esd_no || !esd_type || *esd_no != want_no || *esd_type != kinds[k].type) continue;
-            t.tid = std::stoi(e.path().filename().string());
+            if (!esd_names_itself(esdp, kinds[k].type == BB_SCHED_NORMAL ? uint64_t(no) : 0, kinds[k].type, o))
+                continue;
+            SchedThread t;
+            t.tid = tid;
+            t.name = name;
             t.sched.esdp = esdp;
             t.sched.type = kinds[k].type;
             t.sched.no = static_cast<uint16_t>(no);

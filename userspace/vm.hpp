@@ -52,6 +52,12 @@ public:
     // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
     // adjacent, at most BB_MAX_CODE_RANGES.
     std::vector<bb_range> jit_code_ranges() const;
+    // The VM's threads (/proc/PID/task) with their names, e.g. "erts_sched_1".
+    struct Thread {
+        pid_t tid = 0;
+        std::string name;
+    };
+    std::vector<Thread> threads() const;
     // Scheduler threads, from thread names; esdp from the scheduler data arrays.
     std::vector<SchedThread> sched_threads() const;
     // Files mapped from offset 0 (the executable, then libraries: libc, NIFs), with where
@@ -78,6 +84,7 @@ private:
     void identify();
     void choose_offsets(const std::string& offsets_file);
     std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
+    bool esd_names_itself(uint64_t esdp, uint64_t no, uint8_t type, const VmOffsets& o) const;
     struct RunningSeen {
         uint64_t esdp;                // the normal scheduler it runs on
         std::vector<std::byte> proc;  // its Process, proc_size + 64 bytes

@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 
@@ -56,14 +54,13 @@ TEST(VmBuild, TheRealBinaries) {
           std::tuple{"/var/tmp/beam-bpf-otp27/debug/beam.smp", 27, ""},
           std::tuple{"/var/tmp/beam-bpf-otp27/debug/beam.lcnt.smp", 27, "lock-counting"}}) {
         ASSERT_TRUE(std::filesystem::exists(path)) << path;
-        std::ifstream in(path, std::ios::binary);
-        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        auto b = parse(bytes);
+        auto b = bb::read_vm_build_file(path);
         ASSERT_TRUE(b) << path;
         EXPECT_EQ(b->otp_release, release) << path;
         EXPECT_EQ(b->features, features) << path;
         EXPECT_EQ(b->flavor, "jit") << path;
     }
+    EXPECT_FALSE(bb::read_vm_build_file("/nonexistent/beam.smp"));
 }
 
 TEST(VmBuild, GarbageNeverCrashes) {
