@@ -377,35 +377,54 @@ TEST_P(SampleVmTest, Pstack) {
     ASSERT_TRUE(pid_a.starts_with("<") && pid_b.starts_with("<")) << vm.output();
     std::this_thread::sleep_for(1s);  // let the second scheduler steal one of the two
 
-    ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
-    std::cout << "--pstack took " << r.seconds << " s:\n" << r.out;
-    ASSERT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_LT(r.seconds, 5.0);
+    // A process caught while it yields (the JIT's reduction check at spin_x's entry jumps to
+    // global::i_test_yield_shared, then to the scheduler) has not entered spin_x yet: the right
+    // snapshot then shows shared or native code straight above caller_x. Every snapshot must
+    // be right; at least one of a few must catch both processes inside spin_x.
+    int both_inside = 0;
+    for (int attempt = 0; attempt < 5 && both_inside == 0; attempt++) {
+        ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
+        std::cout << "--pstack took " << r.seconds << " s:\n" << r.out;
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        EXPECT_LT(r.seconds, 5.0);
 
-    auto blocks = parse_pstack(r.out);
-    std::map<std::string, const SchedulerBlock*> busy;  // Erlang pid -> its block
-    std::set<int> numbers;
-    for (const auto& b : blocks) {
-        EXPECT_TRUE(numbers.insert(b.number).second) << "scheduler " << b.number << " twice";
-        if (b.what != "idle") busy[b.what] = &b;
-        if (b.number <= 2) {  // normal schedulers; the tool may also list dirty ones
-            // OTP 26 renamed the scheduler threads.
-            std::string name = this->vm().otp_release >= 26 ? "erts_sched_" + std::to_string(b.number)
-                                                            : std::to_string(b.number) + "_scheduler";
-            EXPECT_EQ(thread_name(vm.os_pid(), b.tid), name) << "tid " << b.tid << " of scheduler " << b.number;
+        auto blocks = parse_pstack(r.out);
+        std::map<std::string, const SchedulerBlock*> busy;  // Erlang pid -> its block
+        std::set<int> numbers;
+        for (const auto& b : blocks) {
+            EXPECT_TRUE(numbers.insert(b.number).second) << "scheduler " << b.number << " twice";
+            if (b.what != "idle") busy[b.what] = &b;
+            if (b.number <= 2) {  // normal schedulers; the tool may also list dirty ones
+                // OTP 26 renamed the scheduler threads.
+                std::string name = this->vm().otp_release >= 26 ? "erts_sched_" + std::to_string(b.number)
+                                                                : std::to_string(b.number) + "_scheduler";
+                EXPECT_EQ(thread_name(vm.os_pid(), b.tid), name) << "tid " << b.tid << " of scheduler " << b.number;
+            }
         }
+        ASSERT_EQ(busy.size(), 2u) << r.out;
+        ASSERT_TRUE(busy.count(pid_a) && busy.count(pid_b)) << "expected " << pid_a << " and "
+                                                              << pid_b << "\n" << r.out;
+        int inside = 0;
+        for (auto [pid, leaf, caller] : {std::tuple{pid_a, "bb_work:spin_a/2", "bb_work:caller_a/1"},
+                                         std::tuple{pid_b, "bb_work:spin_b/2", "bb_work:caller_b/1"}}) {
+            const auto& f = busy[pid]->frames;
+            auto at_caller = std::find(f.begin(), f.end(), caller);
+            ASSERT_TRUE(at_caller != f.end()) << pid << " should show " << caller << "\n" << r.out;
+            auto at_leaf = std::find(f.begin(), at_caller, leaf);
+            if (at_leaf != at_caller) {
+                inside++;
+                continue;
+            }
+            // Not inside spin_x: then nothing above caller_x may be an Erlang function.
+            static const std::regex erlang_function(R"(^[^:\s]+:[^:\s]+/\d+( .*)?$)");
+            for (auto it = f.begin(); it != at_caller; ++it)
+                EXPECT_FALSE(std::regex_match(*it, erlang_function))
+                    << pid << ": " << *it << " above " << caller << " is neither " << leaf
+                    << " nor shared or native code\n" << r.out;
+        }
+        if (inside == 2) both_inside++;
     }
-    ASSERT_EQ(busy.size(), 2u) << r.out;
-    ASSERT_TRUE(busy.count(pid_a) && busy.count(pid_b)) << "expected " << pid_a << " and "
-                                                          << pid_b << "\n" << r.out;
-    for (auto [pid, leaf, caller] : {std::tuple{pid_a, "bb_work:spin_a/2", "bb_work:caller_a/1"},
-                                     std::tuple{pid_b, "bb_work:spin_b/2", "bb_work:caller_b/1"}}) {
-        const auto& f = busy[pid]->frames;
-        auto at_leaf = std::find(f.begin(), f.end(), leaf);
-        auto at_caller = std::find(f.begin(), f.end(), caller);
-        EXPECT_TRUE(at_leaf != f.end() && at_caller != f.end() && at_leaf < at_caller)
-            << pid << " should show " << leaf << " above " << caller << "\n" << r.out;
-    }
+    EXPECT_EQ(both_inside, 1) << "no snapshot of 5 caught both processes inside spin_a and spin_b";
 }
 
 // A dirty CPU scheduler that has finished a dirty GC still points at the process
