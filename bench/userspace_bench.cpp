@@ -98,7 +98,7 @@ int run(int argc, char** argv) {
     {
         VmStopper stopper{pid};
         stopper.stop();  // a still module list: every timing reads the same thing
-        JitCodeIndex idx(vm.mem(), descriptor);
+        JitCodeIndex idx(vm.mem(), descriptor, !vm.release().jit_unregisters);
         uint64_t t0 = mono_ns();
         auto r = idx.refresh(mono_ns());
         double cold_ms = (mono_ns() - t0) / 1e6;

@@ -30,6 +30,7 @@ const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
 const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
 const volatile __u32 measure_walk = 0;            /* keep the handler-time histogram */
 const volatile __u32 frame_layout = 0;            /* the JIT's: 0 return address only, 1 FP + RA */
+const volatile __u64 jit_descriptor = 0;          /* &__jit_debug_descriptor in the target */
 /* The VM build's struct offsets: the release's table, DWARF, or found in the live VM
  * (userspace/offsets.cpp), checked against the live VM before load. */
 const volatile struct bb_vm_layout vm = {};
@@ -506,6 +507,48 @@ static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
 	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast);
+}
+
+/*
+ * The VM calls __jit_debug_register_code() with its JIT descriptor's mutex held, after linking
+ * a new jit_code_entry (or before unlinking and freeing one): struct jit_descriptor is
+ * { u32 version; u32 action_flag; jit_code_entry *relevant_entry; jit_code_entry *first_entry },
+ * and an entry { next, prev, symfile_addr, symfile_size }. The record carries the instant and
+ * what the user-space index needs to recognise the entry when it reads the list.
+ */
+SEC("uprobe")
+int on_code_event(struct pt_regs *ctx)
+{
+	struct bb_record *rec;
+	__u64 desc[3], entry[4];
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+
+	if (!s || (bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	rec = &s->rec;
+	__builtin_memset(rec, 0, bb_record_size(BB_CODE_EVENT_NFRAMES));
+	if (bpf_probe_read_user(desc, sizeof(desc), (void *)jit_descriptor) ||
+	    bpf_probe_read_user(entry, sizeof(entry), (void *)desc[1]) ||
+	    bpf_probe_read_user(&rec->frames[2], 24, (void *)entry[2])) {
+		count(BB_C_CODE_EVENTS_LOST);
+		return 0;
+	}
+	rec->time_ns = bpf_ktime_get_ns();
+	rec->tid = (__u32)bpf_get_current_pid_tgid();
+	rec->where = BB_WHERE_CODE_EVENT;
+	rec->BB_CODE_EVENT_ACTION = desc[0] >> 32;
+	rec->BB_CODE_EVENT_ENTRY = desc[1];
+	rec->frames[0] = entry[2];
+	rec->frames[1] = entry[3];
+	rec->nframes = BB_CODE_EVENT_NFRAMES;
+	/* The reader refreshes its code index at once, while the entry's symfile still exists. */
+	if (bpf_ringbuf_output(&records, rec, bb_record_size(BB_CODE_EVENT_NFRAMES), BPF_RB_FORCE_WAKEUP)) {
+		count(BB_C_CODE_EVENTS_LOST);
+		return 0;
+	}
+	count(BB_C_CODE_EVENTS);
+	return 0;
 }
 
 SEC("perf_event")

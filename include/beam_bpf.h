@@ -28,6 +28,9 @@ enum bb_where {
 	BB_WHERE_OTHER = 0,     /* a VM thread that runs no Erlang process (aux, poller, async) */
 	BB_WHERE_JIT = 1,       /* executing JIT code: c_p in r13, E = rsp */
 	BB_WHERE_SCHED_C = 2,   /* C code on a scheduler thread: c_p = esdp->current_process */
+	/* Not a sample: the VM (un)registered JIT code with the GDB JIT interface. See
+	 * struct bb_code_event for what the record's fields then hold. */
+	BB_WHERE_CODE_EVENT = 3,
 };
 
 enum bb_sched_type {           /* as ErtsSchedType in erl_process.h */
@@ -74,6 +77,18 @@ struct bb_record {
 
 #define bb_record_size(n) (__builtin_offsetof(struct bb_record, frames) + sizeof(__u64) * (n))
 
+/* A BB_WHERE_CODE_EVENT record: the VM called __jit_debug_register_code() (under its JIT
+ * descriptor's mutex) to announce one jit_code_entry. time_ns is then the exact instant the
+ * code became (or stopped being) runnable, which samples are symbolized against. */
+enum bb_code_action {
+	BB_CODE_REGISTER = 1,    /* JIT_REGISTER_FN */
+	BB_CODE_UNREGISTER = 2,  /* JIT_UNREGISTER_FN (OTP 27 and later unregister purged code) */
+};
+#define BB_CODE_EVENT_ACTION c_p         /* enum bb_code_action */
+#define BB_CODE_EVENT_ENTRY ip           /* struct jit_code_entry * */
+/* frames[0] symfile_addr, frames[1] symfile_size, frames[2..4] the symfile's first 24 bytes */
+#define BB_CODE_EVENT_NFRAMES 5
+
 /* The VM build's struct offsets (bb_vm_fields.h), handed to the walker as one struct. */
 struct bb_vm_layout {
 #define BB_LAYOUT_FIELD(field, type, member) __u32 field;
@@ -111,6 +126,8 @@ enum bb_counter {
 	BB_C_DROPPED,       /* records lost: ring buffer full */
 	BB_C_FILTERED,      /* blame: samples where FUNC was not running */
 	BB_C_WALK_NS,       /* with measure_walk: ns spent in the handler for the target */
+	BB_C_CODE_EVENTS,   /* code (un)registrations written to the ring buffer */
+	BB_C_CODE_EVENTS_LOST, /* ... and lost (unreadable descriptor, or ring buffer full) */
 	BB_C_NR,
 };
 

@@ -19,6 +19,7 @@ packages=(
   nlohmann-json3-dev                          # --stats JSON
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
   linux-perf                                  # the incumbent, for scripts/bench.sh
+  libcap2-bin                                 # capsh: the non-root capability tests
 )
 if [ -z "${BB_SKIP_APT:-}" ]; then
   missing=()

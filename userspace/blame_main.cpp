@@ -105,7 +105,6 @@ int run(int argc, char** argv) {
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
     std::string where = found.front().file;
-    fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
 
     SamplerConfig cfg = sampler_config(o);
     for (const auto& m : found) {
@@ -118,7 +117,9 @@ int run(int argc, char** argv) {
         }
     }
     s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size())
-                             : fmt::format("sampling at {} Hz {}", o.frequency, o.per_cpu ? "per CPU" : "per VM thread"));
+                             : "sampling " + describe_event(o));
+    // After attaching: an error before then is the run's only line.
+    fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
     Sampler& sampler = *sampler_slot;
 
     Aggregator agg;

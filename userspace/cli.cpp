@@ -37,7 +37,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_flag("--per-cpu", o.per_cpu,
                  "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
                  "threads: every process on the machine then takes the sampling interrupts (see README)");
-    app.add_option("--period", o.period_ns, "sample every NS nanoseconds of CPU time instead of -F");
+    app.add_option("-e,--event", o.event,
+                   "what counts towards a sample: cpu-clock (CPU time, works everywhere) or cycles (CPU "
+                   "cycles from the hardware PMU, with the most precise IP the PMU gives; not in most VMs)")
+        ->capture_default_str();
+    app.add_option("--period", o.period_ns,
+                   "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
     app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
     app.add_flag("--folded", o.folded,
@@ -63,8 +68,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
 void validate(const CommonOptions& o) {
     if (o.period_ns == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
+    if (o.event != "cpu-clock" && o.event != "cycles")
+        throw UserError(fmt::format("-e {}: the events are cpu-clock and cycles", o.event));
     if (o.period_ns && o.period_ns < 10000)
-        throw UserError(fmt::format("--period {}: at least 10000 ns", o.period_ns));
+        throw UserError(fmt::format("--period {}: at least 10000 {}", o.period_ns,
+                                    o.event == "cycles" ? "cycles" : "ns"));
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
@@ -72,11 +80,18 @@ void validate(const CommonOptions& o) {
         throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
 }
 
+std::string describe_event(const CommonOptions& o) {
+    std::string rate = o.period_ns ? fmt::format("every {} {}", o.period_ns, o.event == "cycles" ? "cycles" : "ns of CPU")
+                                   : fmt::format("{} Hz", o.frequency);
+    return fmt::format("{} {} {}", o.event, rate, o.per_cpu ? "per CPU" : "per VM thread");
+}
+
 SamplerConfig sampler_config(const CommonOptions& o) {
     SamplerConfig c;
     c.frequency_hz = o.frequency;
     c.period_ns = o.period_ns;
     c.per_cpu = o.per_cpu;
+    c.cycles = o.event == "cycles";
     c.max_frames = o.max_depth;
     c.measure_walk = !o.stats_file.empty();
     return c;
@@ -122,6 +137,11 @@ Session::Session(const CommonOptions& o)
 void Session::start(SamplerConfig cfg, const std::string& what) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     sampler.emplace(vm, cfg);
+    auto c = sampler->counters();
+    sym.follow_code_events(c.code_events_off.empty(), monotonic_ns());
+    if (!c.code_events_off.empty())
+        fmt::print(stderr, "beam-bpf: warning: code loads and purges are timed by re-reading the module list ({}); "
+                           "a sample in code reloaded within about a second may go unnamed, or be named from the version before\n", c.code_events_off);
     fmt::print(stderr,
                "beam-bpf: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}\n",
                vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
@@ -146,6 +166,7 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
     std::vector<uint32_t> frames;
     uint64_t start = monotonic_ns(), last_vm_check = start;
     auto handle = [&](const bb_record& r) {
+        if (r.where == BB_WHERE_CODE_EVENT) return sym.code_event(r);
         if (only_pid && (r.erl_pid & pids.mask()) != *only_pid) return;
         if (st.records++ == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
@@ -155,8 +176,8 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
         sym.frames(r, frames);
         on_stack(r, frames);
     };
-    for (;;) {
-        bool stop = g_stop || (done && done());
+    for (bool stop = false;;) {
+        stop = stop || g_stop || (done && done());
         uint64_t now = monotonic_ns();
         if (o.duration > 0 && now - start >= uint64_t(o.duration * 1e9)) stop = true;
         // After attach nothing may lose the profile collected so far: an error ends the run
@@ -169,15 +190,22 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
                     stop = true;
                 } else {
                     sampler.refresh_vm_state();
+                    // A lost code event leaves the index behind: back to walking the list.
+                    if (sampler.counters().code_events_lost) sym.follow_code_events(false, now);
                 }
             }
             // Code loaded or purged since the last drain must be known before its samples are
             // symbolized; records still in the ring were all taken before `now`.
             sym.refresh(now);
+            if (stop) sampler.stop_events();  // then the last drain reads every record emitted
             sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
         } catch (const std::exception& e) {
-            st.error = e.what();
-            stop = true;
+            if (!stop) {
+                st.error = e.what();
+                stop = true;
+                continue;  // still stop the events and drain what is in the ring
+            }
+            if (st.error.empty()) st.error = e.what();
         }
         if (stop) break;
     }
@@ -207,6 +235,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"seconds", s.seconds},
         {"first_record_s", s.first_record_s},
         {"seen", c.seen},
+        {"event", o.event},
         {"events", c.events},
         {"bpf_prog_run_cnt", c.prog_run_cnt},
         {"emitted", c.emitted},
@@ -216,6 +245,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"unreadable", s.unreadable},
         {"not_running", s.not_running},
         {"handler_errors", c.handler_errors},
+        {"code_events", c.code_events},
+        {"code_events_lost", c.code_events_lost},
         {"fp_walked", s.fp_walked},
         {"unsymbolized_frames", sym.unsymbolized()},
         {"bpf_walk_ns_total", c.walk_ns},

@@ -22,6 +22,7 @@ struct CommonOptions {
     uint64_t frequency = 999;
     uint64_t period_ns = 0;
     bool per_cpu = false;        // one event per CPU instead of one per VM thread
+    std::string event = "cpu-clock";  // or "cycles" (a hardware PMU)
     double duration = 0;      // 0: until Ctrl-C
     size_t top = 20;
     bool folded = false;
@@ -38,6 +39,8 @@ void add_common_options(CLI::App& app, CommonOptions& o);
 // Checks -F/--period/--max-depth/--process beyond what CLI11 can; throws UserError.
 void validate(const CommonOptions& o);
 SamplerConfig sampler_config(const CommonOptions& o);
+// "cpu-clock 999 Hz per VM thread", for the attach line.
+std::string describe_event(const CommonOptions& o);
 // Root, or the three capabilities; UserError naming the missing ones otherwise.
 void check_privileges();
 // -o FILE or stdout; opened before attaching so a bad path fails fast.

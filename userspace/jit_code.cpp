@@ -11,6 +11,7 @@
 #include <set>
 #include <string_view>
 #include <thread>
+#include <time.h>
 #include <unordered_set>
 
 namespace bb {
@@ -184,6 +185,12 @@ constexpr int kWalkAttempts = 4;
 constexpr size_t kMaxRetiredModules = 1024;    // bounds memory under hot-code-loading churn
 constexpr uint64_t kLive = UINT64_MAX;
 
+uint64_t clock_ns() {  // CLOCK_MONOTONIC, as the walker's bpf_ktime_get_ns()
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
 // struct jit_descriptor without its mutex. Every register (and unregister, in VMs that do it)
 // rewrites action_flag/relevant_entry/first_entry, so equal snapshots before and after a walk
 // mean the list did not change in between.
@@ -207,8 +214,12 @@ struct Key {
 
 struct Known {
     Key key;
-    uint64_t seen_ns = 0;           // first refresh that listed it
-    uint64_t retired_ns = kLive;    // first refresh that found it gone (or shadowed)
+    uint64_t seen_ns = 0;           // registered (exact), or the first refresh that listed it
+    uint64_t retired_ns = kLive;    // unregistered (exact), or the first refresh that found it gone
+    std::optional<Key> shadowed_by; // retired when this newer module took its memory
+    // The VM said it was purged. Its entry and symfile may be reused for the next load of the
+    // same module at the same place, under the same Key: that is a new module, not this one.
+    bool unregistered = false;
     std::unique_ptr<JitModule> module;  // null for the emulator entry and unparseable ones
     std::optional<JitEmulator> emulator;
 };
@@ -228,8 +239,8 @@ const JitRange* find_range(const JitModule& m, uint64_t addr) {
     return addr < it->end ? &*it : nullptr;
 }
 
-JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr) {
-    JitHit h{&m, &r, 0, nullptr};
+JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr, uint64_t from, uint64_t until) {
+    JitHit h{&m, &r, 0, nullptr, from, until};
     auto it = std::upper_bound(r.lines.begin(), r.lines.end(), addr,
                                [](uint64_t a, const JitLine& l) { return a < l.start; });
     if (it != r.lines.begin()) {
@@ -245,6 +256,12 @@ JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr) {
 struct JitCodeIndex::Impl {
     const RemoteMemory* mem;
     uint64_t descriptor;
+    bool never_unlinks = false;
+    JitCodeIndex::Clock clock = nullptr;
+    std::vector<Key> last_keys;  // of the last consistent walk, newest first
+
+    // Exact instants from note() for modules no refresh has listed (or unlisted) yet.
+    std::map<Key, uint64_t> registered_at, unregistered_at;
 
     // Entries of the last consistent walk.
     std::map<Key, std::unique_ptr<Known>> listed;
@@ -267,6 +284,20 @@ struct JitCodeIndex::Impl {
         std::vector<Key> keys;
     };
     std::optional<Walk> walk(std::string* err) const;
+    std::unique_ptr<Known> read_known(const Key& k, uint64_t seen_ns, std::string* perr) const;
+    bool is_current(const Key& k) const {
+        auto it = listed.find(k);
+        return it != listed.end() && !it->second->unregistered;
+    }
+    // A purged module whose Key is listed again: keep it for earlier samples, unlisted.
+    void forget_incarnation(const Key& k) {
+        auto it = listed.find(k);
+        if (it == listed.end()) return;
+        if (it->second->module) unlisted.push_back(std::move(it->second));
+        listed.erase(it);
+    }
+    void retire_overlapped(const Known& by, uint64_t at_ns);
+    bool prune_retired();
     void apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns,
                RefreshResult* res);
     void rebuild();
@@ -291,63 +322,86 @@ std::optional<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk(std::string* er
         if (e->symfile_size >= sizeof(k.head) &&
             !mem->read(e->symfile_addr, std::as_writable_bytes(std::span(k.head))))
             return fail(err, "cannot read a JIT symfile header");
+        if (never_unlinks && !last_keys.empty() && k == last_keys.front()) {
+            // Nothing below an entry ever changes: the rest is the last walk's list.
+            w.keys.insert(w.keys.end(), last_keys.begin(), last_keys.end());
+            return w;
+        }
         w.keys.push_back(k);
         p = e->next;
     }
+    // Where entries are unlinked (and freed), only a list that did not change while we walked
+    // it is one the VM had. Where they never are, the list below the head we started from was
+    // fixed: entries registered meanwhile are for the next walk.
     auto after = mem->read<Descriptor>(descriptor);
-    if (!after || *after != w.head) return fail(err, "JIT entry list changed during the walk");
+    if (!never_unlinks && (!after || *after != w.head)) return fail(err, "JIT entry list changed during the walk");
     return w;
+}
+
+// Reads and parses the symfile of entry `k`; nullptr when it cannot be read (freed under us,
+// most likely). Unparseable symfiles give a Known without module, remembered as such.
+std::unique_ptr<Known> JitCodeIndex::Impl::read_known(const Key& k, uint64_t seen_ns, std::string* perr) const {
+    auto known = std::make_unique<Known>();
+    known->key = k;
+    known->seen_ns = seen_ns;
+    if (auto at = registered_at.find(k); at != registered_at.end()) known->seen_ns = at->second;
+    if (k.size > kMaxSymfileSize) {
+        *perr = "symfile of " + std::to_string(k.size) + " bytes";
+        return known;
+    }
+    auto bytes = mem->read_bytes(k.symfile, k.size);
+    if (!bytes) return nullptr;
+    // Freed and reused since the entry was seen (a module purged before we got to it): the
+    // bytes are someone else's, possibly another module's symfile.
+    if (k.size >= sizeof(k.head) && std::memcmp(bytes->data(), k.head.data(), sizeof(k.head)) != 0) return nullptr;
+    if (load<uint32_t>(*bytes, 0) == kKindEmulator)
+        known->emulator = parse_emulator_symfile(*bytes, perr);
+    else if (auto m = parse_module_symfile(*bytes, perr))
+        known->module = std::make_unique<JitModule>(std::move(*m));
+    return known;
 }
 
 JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
     Impl& s = *impl_;
     RefreshResult res;
     std::string err;
-    for (int attempt = 0; attempt < kWalkAttempts; attempt++) {
+    // Symfiles parsed by an attempt are kept for the next one: a key names one symfile.
+    std::map<Key, std::unique_ptr<Known>> fresh;
+    // At attach nothing is known yet: try harder against a VM loading code all the time.
+    const int attempts = s.listed.empty() ? 10 * kWalkAttempts : kWalkAttempts;
+    for (int attempt = 0; attempt < attempts; attempt++) {
         // The VM holds its mutex only for a few pointer writes: give it a moment to finish.
-        if (attempt > 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * attempt));
+        if (attempt > 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * std::min(attempt, 5)));
         auto w = s.walk(&err);
         if (!w) continue;
+        // Instants guessed by a refresh must not come before the truth: what this walk listed
+        // was loaded, and what it did not list was gone, before the walk ended. (0: at attach,
+        // before any sample.)
+        if (now_ns != 0) now_ns = std::max(now_ns, s.clock());
 
-        std::map<Key, std::unique_ptr<Known>> fresh;
         std::string bad;  // first unparseable entry; it is remembered and not parsed again
         size_t bad_count = 0;
         bool torn = false;
         for (const Key& k : w->keys) {
-            if (s.listed.contains(k) || fresh.contains(k)) continue;
-            auto known = std::make_unique<Known>();
-            known->key = k;
-            known->seen_ns = now_ns;
+            if (s.is_current(k) || fresh.contains(k)) continue;
             std::string perr;
-            if (k.size > kMaxSymfileSize) {
-                perr = "symfile of " + std::to_string(k.size) + " bytes";
-            } else {
-                auto bytes = s.mem->read_bytes(k.symfile, k.size);
-                if (!bytes) {
-                    torn = true;  // freed under us, most likely: walk again
-                    break;
-                }
-                auto kind = load<uint32_t>(*bytes, 0);
-                if (kind == kKindEmulator) {
-                    if ((known->emulator = parse_emulator_symfile(*bytes, &perr))) res.added++;
-                } else if (auto m = parse_module_symfile(*bytes, &perr)) {
-                    known->module = std::make_unique<JitModule>(std::move(*m));
-                    res.added++;
-                }
+            auto known = s.read_known(k, now_ns, &perr);
+            if (!known) {
+                torn = true;  // walk again
+                break;
             }
             if (!perr.empty() && bad_count++ == 0) bad = std::move(perr);
             fresh.emplace(k, std::move(known));
         }
         if (torn) {
             err = "a JIT symfile could not be read";
-            res.added = 0;
             continue;
         }
-        // What we parsed must belong to the list we walked.
+        // What we parsed must belong to the list we walked (symfiles of unlinked entries are
+        // freed).
         auto head = s.mem->read<Descriptor>(s.descriptor);
-        if (!head || *head != w->head) {
+        if (!s.never_unlinks && (!head || *head != w->head)) {
             err = "JIT entry list changed while reading symfiles";
-            res.added = 0;
             continue;
         }
         if (bad_count)
@@ -355,7 +409,7 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         s.apply(*w, std::move(fresh), now_ns, &res);
         return res;
     }
-    return {0, 0, false, err + " (" + std::to_string(kWalkAttempts) + " attempts)"};
+    return {0, 0, false, err + " (" + std::to_string(attempts) + " attempts)"};
 }
 
 void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh,
@@ -363,59 +417,74 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
     std::map<Key, std::unique_ptr<Known>> next;
     for (const Key& k : w.keys) {
         if (next.contains(k)) continue;
+        if (!is_current(k)) forget_incarnation(k);
         auto it = listed.find(k);
         bool is_new = it == listed.end();
         auto node = is_new ? fresh.extract(k) : listed.extract(it);
         if (is_new && node.mapped()->emulator) emulator = node.mapped()->emulator;
+        if (is_new && (node.mapped()->emulator || node.mapped()->module)) res->added++;
         next.insert(std::move(node));
     }
     // Whatever is left of the old list has been unlinked: purged code.
     for (auto& [k, known] : listed) {
         if (known->retired_ns == kLive) {
-            known->retired_ns = now_ns;
+            auto at = unregistered_at.find(k);
+            known->retired_ns = at != unregistered_at.end() ? at->second : now_ns;
             res->retired++;
         }
         if (known->module) unlisted.push_back(std::move(known));
     }
     listed = std::move(next);
+    last_keys = w.keys;
+    // Instants of modules now listed or unlisted are in their Known; the rest are of code that
+    // came and went between two refreshes (or of an event older than its walk), kept a while.
+    for (auto* m : {&registered_at, &unregistered_at})
+        std::erase_if(*m, [&](const auto& kv) { return listed.contains(kv.first) || kv.second + 10'000'000'000ull < now_ns; });
 
     // OTP 25 never unlinks purged modules, so the list can hold an old module whose memory a
     // newer one now uses. The list is pushed at the head, so the first claim on an address wins.
-    std::map<uint64_t, uint64_t> claimed;  // start -> end
+    std::map<uint64_t, std::pair<uint64_t, const Known*>> claimed;  // start -> (end, claimer)
     for (const Key& k : w.keys) {  // list order: newest first
         Known& known = *listed.at(k);
         if (!known.module || known.retired_ns != kLive || known.module->code_size == 0) continue;
         uint64_t lo = known.module->base, hi = lo + known.module->code_size;
         auto after = claimed.lower_bound(lo);
-        bool overlaps = (after != claimed.end() && after->first < hi) ||
-                        (after != claimed.begin() && std::prev(after)->second > lo);
-        if (!overlaps) {
-            claimed.emplace(lo, hi);
+        const Known* by = nullptr;
+        if (after != claimed.end() && after->first < hi) by = after->second.second;
+        else if (after != claimed.begin() && std::prev(after)->second.first > lo) by = std::prev(after)->second.second;
+        if (!by) {
+            claimed.emplace(lo, std::make_pair(hi, &known));
         } else {
-            known.retired_ns = now_ns;
+            // It went when the newer module came (rebuild() follows a corrected instant).
+            known.shadowed_by = by->key;
+            known.retired_ns = std::min(now_ns, by->seen_ns);
             res->retired++;
         }
     }
 
-    // Forget the oldest retired modules beyond the cap.
-    bool pruned = false;
-    std::vector<Known*> all_retired;
-    for (auto& u : unlisted) all_retired.push_back(u.get());
-    for (auto& [k, known] : listed)
-        if (known->module && known->retired_ns != kLive) all_retired.push_back(known.get());
-    if (all_retired.size() > kMaxRetiredModules) {
-        std::sort(all_retired.begin(), all_retired.end(),
-                  [](const Known* a, const Known* b) { return a->retired_ns < b->retired_ns; });
-        for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules; i++)
-            all_retired[i]->module.reset();
-        std::erase_if(unlisted, [](const auto& u) { return !u->module; });
-        pruned = true;
-    }
-
+    bool pruned = prune_retired();
     if (res->added || res->retired || pruned) {
         rebuild();
         generation++;
     }
+}
+
+// Forgets the oldest retired modules beyond the cap (a VM reloading code all day must not grow
+// the profiler). True if it forgot any.
+bool JitCodeIndex::Impl::prune_retired() {
+    // Cheap test first: this runs on every code event.
+    size_t n = unlisted.size();
+    for (auto& [k, known] : listed) n += known->module && known->retired_ns != kLive;
+    if (n <= kMaxRetiredModules) return false;
+    std::vector<Known*> all_retired;
+    for (auto& u : unlisted) all_retired.push_back(u.get());
+    for (auto& [k, known] : listed)
+        if (known->module && known->retired_ns != kLive) all_retired.push_back(known.get());
+    std::sort(all_retired.begin(), all_retired.end(),
+              [](const Known* a, const Known* b) { return a->retired_ns < b->retired_ns; });
+    for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules; i++) all_retired[i]->module.reset();
+    std::erase_if(unlisted, [](const auto& u) { return !u->module; });
+    return true;
 }
 
 void JitCodeIndex::Impl::rebuild() {
@@ -429,6 +498,9 @@ void JitCodeIndex::Impl::rebuild() {
     };
     for (auto& [key, known] : listed) {
         if (!known->module) continue;
+        if (known->shadowed_by)
+            if (auto by = listed.find(*known->shadowed_by); by != listed.end())
+                known->retired_ns = std::min(known->retired_ns, by->second->seen_ns);
         if (known->retired_ns != kLive) {
             add_retired(*known);
             continue;
@@ -469,7 +541,7 @@ std::optional<JitHit> JitCodeIndex::Impl::lookup_retired(uint64_t addr, uint64_t
         if (const JitRange* r = find_range(m, addr)) best = k, best_range = r;
     }
     if (!best) return std::nullopt;
-    return make_hit(*best->module, *best_range, addr);
+    return make_hit(*best->module, *best_range, addr, best->seen_ns, best->retired_ns + 1);
 }
 
 std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) const {
@@ -488,19 +560,86 @@ std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) co
         if (addr < slot.end) live = &slot;
     }
     // Seen before the sample: whatever used these addresses earlier had retired by then.
-    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, *live->range, addr);
+    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, *live->range, addr, live->seen_ns, kLive);
     if (!s.retired.empty())
         if (auto r = s.lookup_retired(addr, sample_ns)) return r;
-    // A module loaded between two refreshes is first seen after the samples that ran it.
-    if (live) return make_hit(*live->module, *live->range, addr);
+    // A module loaded between two refreshes is first seen after the samples that ran it (valid
+    // for this sample only: a later event may place its load after it).
+    if (live) return make_hit(*live->module, *live->range, addr, sample_ns, sample_ns + 1);
     return std::nullopt;
 }
 
-JitCodeIndex::JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr)
+JitCodeIndex::JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr, bool never_unlinks, Clock clock)
     : impl_(std::make_unique<Impl>()) {
+    impl_->clock = clock ? clock : clock_ns;
     impl_->mem = &mem;
     impl_->descriptor = descriptor_addr;
+    impl_->never_unlinks = never_unlinks;
 }
+
+void JitCodeIndex::Impl::retire_overlapped(const Known& by, uint64_t at_ns) {
+    if (!by.module) return;
+    uint64_t lo = by.module->base, hi = lo + by.module->code_size;
+    for (auto& [k, known] : listed) {
+        if (known.get() == &by || !known->module || known->retired_ns != kLive) continue;
+        const JitModule& m = *known->module;
+        if (m.base < hi && lo < m.base + m.code_size) {
+            known->retired_ns = at_ns;
+            known->shadowed_by = by.key;
+        }
+    }
+}
+
+void JitCodeIndex::note(const JitCodeEvent& e) {
+    Impl& s = *impl_;
+    Key k{e.entry, e.symfile, e.symfile_size, e.head};
+    bool changed = false;
+    if (e.registered) {
+        // Registered again under the Key of a module that had gone (same entry and symfile
+        // memory, same bytes: the same version loaded at the same place): a new lifetime.
+        if (auto it = s.listed.find(k); it != s.listed.end() && it->second->retired_ns != kLive)
+            s.forget_incarnation(k);
+        if (auto it = s.listed.find(k); it != s.listed.end()) {
+            // Listed by a refresh that ran after the load (and before this event was read).
+            if (it->second->seen_ns > e.time_ns) {
+                it->second->seen_ns = e.time_ns;
+                changed = true;
+            }
+        } else {
+            // Read it now, before it can be purged and freed; the next walk lists it too.
+            std::string perr;
+            auto known = s.read_known(k, e.time_ns, &perr);
+            if (known && (known->module || known->emulator)) {
+                if (known->emulator) s.emulator = known->emulator;
+                const Known& added = *known;
+                s.listed.emplace(k, std::move(known));
+                s.retire_overlapped(added, e.time_ns);
+                changed = true;
+            } else if (s.registered_at.size() < kMaxEntries) {
+                s.registered_at.emplace(k, e.time_ns);
+            }
+        }
+    } else {
+        Known* known = nullptr;
+        if (auto it = s.listed.find(k); it != s.listed.end() && !it->second->unregistered) known = it->second.get();
+        for (auto& u : s.unlisted)
+            if (!known && u->key == k && !u->unregistered) known = u.get();
+        if (known && !known->unregistered) {
+            // Gone at this instant, whether or not a walk has noticed yet.
+            known->retired_ns = std::min(known->retired_ns, e.time_ns);
+            known->unregistered = true;
+            changed = true;
+        } else if (!known && s.unregistered_at.size() < kMaxEntries) {
+            s.unregistered_at.emplace(k, e.time_ns);
+        }
+    }
+    if (changed) {
+        s.prune_retired();
+        s.rebuild();
+        s.generation++;
+    }
+}
+
 JitCodeIndex::~JitCodeIndex() = default;
 JitCodeIndex::JitCodeIndex(JitCodeIndex&&) noexcept = default;
 JitCodeIndex& JitCodeIndex::operator=(JitCodeIndex&&) noexcept = default;

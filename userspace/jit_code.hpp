@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -46,17 +47,36 @@ struct JitHit {
     const JitRange* range = nullptr;
     uint32_t line = 0;            // 0 when unknown
     const std::string* file = nullptr;
+    // The same address gives this hit for samples taken in [valid_from, valid_until): the
+    // module's known lifetime (a cache of lookups must stay inside it).
+    uint64_t valid_from = 0, valid_until = 0;
+};
+
+// The VM's own announcement of JIT code (a BB_WHERE_CODE_EVENT record): what was
+// (un)registered and the exact instant.
+struct JitCodeEvent {
+    bool registered = true;       // false: unregistered (purged; OTP 27 and later)
+    uint64_t entry = 0, symfile = 0, symfile_size = 0;
+    std::array<uint64_t, 3> head{};  // the symfile's first 24 bytes
+    uint64_t time_ns = 0;
 };
 
 // The live index. refresh() re-walks the descriptor's entry list (bounded), parses symfiles it
-// has not seen, and retires entries that vanished (purged code) at `now_ns`, keeping them for
-// lookups of samples taken before that time. A listed module whose code is overlapped by a newer
-// listed one (OTP 25 never unlinks purged modules, and their memory gets reused) is retired too.
-// Not thread-safe: refresh() and lookup() must not run concurrently. The pointers in a JitHit
-// stay valid until the next refresh().
+// has not seen, and retires entries that vanished (purged code), keeping them for lookups of
+// samples taken before they went. A listed module whose code is overlapped by a newer listed one
+// (OTP 25 and 26 never unlink purged modules, and their memory gets reused) is retired when the
+// newer one came. When a module came and went is exact where note() was told (the VM's
+// register calls, caught by the walker); else it is the refresh that first saw the change.
+// Not thread-safe: refresh(), note() and lookup() must not run concurrently. The pointers in a
+// JitHit stay valid until the next refresh() or note().
 class JitCodeIndex {
 public:
-    JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr);
+    // `never_unlinks`: the release only ever prepends to the list (OTP 25, 26), so the list
+    // below the head a walk starts from cannot change, and a walk stops at the first entry the
+    // last walk started with.
+    // `clock`: CLOCK_MONOTONIC ns (the walker's clock) when null; tests give their own.
+    using Clock = uint64_t (*)();
+    JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr, bool never_unlinks, Clock clock = nullptr);
     ~JitCodeIndex();
     JitCodeIndex(JitCodeIndex&&) noexcept;
     JitCodeIndex& operator=(JitCodeIndex&&) noexcept;
@@ -67,6 +87,9 @@ public:
         std::string error;
     };
     RefreshResult refresh(uint64_t now_ns);
+    // The exact instant of a (un)registration, for the module it names (now or at the refresh
+    // that finds it).
+    void note(const JitCodeEvent& e);
 
     // `addr` as found in a sample taken at `sample_ns` (CLOCK_MONOTONIC).
     std::optional<JitHit> lookup(uint64_t addr, uint64_t sample_ns) const;

@@ -2,6 +2,8 @@
 
 #include <elfutils/libdwfl.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <stdexcept>
@@ -56,6 +58,20 @@ struct NativeSymbols::Impl {
         current_pid = pid;
         dwfl_report_begin(dwfl.get());
         int rc = dwfl_linux_proc_report(dwfl.get(), pid);
+        if (rc == EACCES) {
+            // libdwfl first reads /proc/PID/auxv (to spot the vDSO), which is mode 0400 of the
+            // VM's owner: with CAP_SYS_PTRACE but no CAP_DAC_READ_SEARCH (the documented non-root
+            // setup) that open fails, while /proc/PID/maps (0444, same ptrace check) reads fine.
+            // Report the maps alone then: only the vDSO goes unnamed (libdwfl would read its
+            // image from /proc/PID/mem, mode 0600, which such a user cannot open either).
+            std::string maps_path = "/proc/" + std::to_string(pid) + "/maps";
+            if (FILE* maps = std::fopen(maps_path.c_str(), "r")) {
+                rc = dwfl_linux_proc_maps_report(dwfl.get(), maps);
+                std::fclose(maps);
+            } else {
+                rc = errno;
+            }
+        }
         // Ends the report even on failure: dwfl_report_end drops modules not reported again.
         if (dwfl_report_end(dwfl.get(), nullptr, nullptr) != 0 || rc != 0) {
             std::string why = rc > 0 ? std::strerror(rc) : dwfl_errmsg(-1);

@@ -78,6 +78,9 @@ struct OtpRelease {
     PidLayout pids;
     // Atom text: a pointer to the name bytes (up to 27), or a binary term (28 and later).
     bool atom_text_is_binary;
+    // The JIT unregisters purged modules from the GDB JIT interface (27 and later); before, it
+    // only ever adds entries.
+    bool jit_unregisters;
     // The shipped offsets table to start from when none is for this release and build: its
     // values are checked, and where they do not fit found, in the live VM (live_layout.hpp).
     int layout_from;

@@ -47,9 +47,7 @@ int run(int argc, char** argv) {
     }
     Session s(o);
     auto scheds = s.vm.sched_threads();
-    s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(),
-                                           o.period_ns ? fmt::format("every {} ns of CPU", o.period_ns)
-                                                       : fmt::format("{} Hz {}", o.frequency, o.per_cpu ? "per CPU" : "per VM thread")));
+    s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
     auto& [out, vm, sym, sampler_slot] = s;
     Sampler& sampler = *sampler_slot;
 
@@ -115,7 +113,7 @@ int run(int argc, char** argv) {
             fmt::print(os, "\n");
         }
         print_summary(st, sampler.counters(), sym, "samples");
-    write_stats(o, st, sampler.counters(), sym);
+        write_stats(o, st, sampler.counters(), sym);
         return st.error.empty() ? 0 : 1;
     }
 

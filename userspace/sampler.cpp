@@ -4,13 +4,17 @@
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
 #include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include "beam_walk.skel.h"
@@ -49,6 +53,12 @@ private:
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
+uint64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
 int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
     // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
     if (level == LIBBPF_DEBUG && !getenv("BB_LIBBPF_DEBUG")) return 0;
@@ -76,6 +86,7 @@ struct Sampler::Impl {
     std::vector<UniqueFd> perf_fds;
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
     std::unique_ptr<ring_buffer, RingDeleter> ring;
+    std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
     const Handler* handler = nullptr;
     size_t handled = 0;
     uint64_t handler_errors = 0;
@@ -84,11 +95,23 @@ struct Sampler::Impl {
     bpf_program* on_sample = nullptr;
     SamplerConfig cfg;
     std::set<pid_t> sampled_tids;  // per-thread events: the threads that have one
+    uint32_t precise_ip = 3;       // -e cycles: the best the PMU accepted so far
+    // Fault injection for the tests: BB_INJECT_HANDLER_ERROR=N makes every Nth record's handler
+    // throw, as a symbolizer bug would.
+    uint64_t inject_every = 0, delivered = 0;
+    size_t events_opened = 0;
+    bool events_on = true;
+    uint64_t drain_deadline_ns = 0;  // poll(): past it, the drain ends (events_on only)
+    uint64_t delivered_total = 0;
 
-    explicit Impl(const Vm& v) : vm(v) {}
+    explicit Impl(const Vm& v) : vm(v) {
+        if (const char* n = getenv("BB_INJECT_HANDLER_ERROR")) inject_every = std::strtoull(n, nullptr, 10);
+    }
     int load(const SamplerConfig& cfg, bool fast);
     bool open_event(pid_t tid, int cpu);
     void follow_threads();
+    void follow_code_events();
+    std::string code_events_off;
 
     static int on_ring(void* ctx, void* data, size_t size) {
         auto* self = static_cast<Impl*>(ctx);
@@ -99,6 +122,8 @@ struct Sampler::Impl {
         // Nothing may unwind through libbpf's C frames: a record the handler cannot take is
         // counted and the drain goes on, so what was collected so far is never lost.
         try {
+            if (self->inject_every && rec->where != BB_WHERE_CODE_EVENT && ++self->delivered % self->inject_every == 0)
+                throw std::runtime_error("injected fault (BB_INJECT_HANDLER_ERROR)");
             (*self->handler)(*rec);
             self->handled++;
         } catch (const std::exception& e) {
@@ -106,6 +131,10 @@ struct Sampler::Impl {
         } catch (...) {
             if (self->handler_errors++ == 0) self->first_handler_error = "unknown error";
         }
+        // A negative return makes libbpf end the drain (this record is consumed). One clock
+        // read per 64 records costs nothing next to symbolizing them.
+        if (self->events_on && (self->delivered_total++ & 63) == 63 && monotonic_ns() > self->drain_deadline_ns)
+            return -ECANCELED;
         return 0;
     }
 };
@@ -142,6 +171,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->wakeup_bytes = ring_bytes / 4;
     s->rodata->measure_walk = cfg.measure_walk;
     s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
+    s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
     return beam_walk__load(s);
 }
@@ -165,6 +195,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
 
     impl_->on_sample = on_sample;
     impl_->cfg = cfg;
+    // Before the sampling events: no sample runs code loaded unannounced.
+    impl_->follow_code_events();
     if (cfg.entry_probes.empty()) {
         if (cfg.per_cpu) {
             int ncpu = libbpf_num_possible_cpus();
@@ -180,9 +212,14 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         for (const auto& p : cfg.entry_probes) {
             bpf_link* l = bpf_program__attach_uprobe(on_call, false, vm.pid(), p.binary.c_str(),
                                                      p.file_offset);
-            if (!l)
-                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}", p.binary,
-                                            p.file_offset, errno_text(errno)));
+            if (!l) {
+                int err = errno;
+                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.binary,
+                                            p.file_offset, errno_text(err),
+                                            err == EACCES || err == EPERM
+                                                ? " (kernels since 2025 want CAP_SYS_ADMIN for uprobes)"
+                                                : ""));
+            }
             impl_->links.emplace_back(l);
         }
     }
@@ -196,16 +233,33 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
 bool Sampler::Impl::open_event(pid_t tid, int cpu) {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
-    // cpu-clock works everywhere, VMs without a PMU included; its period is in ns.
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    if (cfg.cycles) {
+        attr.type = PERF_TYPE_HARDWARE;
+        attr.config = PERF_COUNT_HW_CPU_CYCLES;
+    } else {
+        // cpu-clock works everywhere, VMs without a PMU included; its period is in ns.
+        attr.type = PERF_TYPE_SOFTWARE;
+        attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    }
     if (cfg.period_ns) {
         attr.sample_period = cfg.period_ns;
     } else {
         attr.freq = 1;
         attr.sample_freq = cfg.frequency_hz;
     }
-    int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, tid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    // Cycles: the most precise IP the PMU gives (PEBS, IBS), found as `perf record` finds it,
+    // by asking for the best and stepping down while the kernel says no.
+    attr.precise_ip = cfg.cycles ? precise_ip : 0;
+    int fd;
+    for (;;) {
+        fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, tid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+        if (fd >= 0 || attr.precise_ip == 0 || (errno != EOPNOTSUPP && errno != EINVAL)) break;
+        precise_ip = --attr.precise_ip;
+    }
+    if (fd < 0 && cfg.cycles && (errno == ENOENT || errno == EOPNOTSUPP))
+        throw UserError(fmt::format("-e cycles: this machine has no hardware PMU counting CPU cycles "
+                                    "(perf_event_open: {}; a VM's hypervisor often hides it); use -e cpu-clock",
+                                    errno_text(errno)));
     if (fd < 0) {
         if ((tid < 0 && errno == ENODEV) || (tid >= 0 && errno == ESRCH)) return false;
         throw UserError(fmt::format("perf_event_open on {} {}: {}{}", tid < 0 ? "CPU" : "thread", tid < 0 ? cpu : tid,
@@ -219,6 +273,7 @@ bool Sampler::Impl::open_event(pid_t tid, int cpu) {
                                     tid < 0 ? cpu : tid, errno_text(errno)));
     links.emplace_back(l);
     perf_fds.push_back(std::move(owned));
+    events_opened++;
     return true;
 }
 
@@ -230,11 +285,33 @@ void Sampler::Impl::follow_threads() {
         if (!sampled_tids.count(t.tid) && open_event(t.tid, -1)) sampled_tids.insert(t.tid);
 }
 
+// The VM calls __jit_debug_register_code() (an empty function, exported for debuggers) each
+// time it loads or purges JIT code: an entry probe there gives the symbolizer the exact instant,
+// and the moment to read the new module's symbols. Without it (kernels since 2025 want
+// CAP_SYS_ADMIN for uprobes) the module list is still re-read, every second and on misses.
+void Sampler::Impl::follow_code_events() {
+    auto sym = vm.elf().find("__jit_debug_register_code");
+    if (!sym) {
+        code_events_off = "the VM has no __jit_debug_register_code";
+        return;
+    }
+    std::string exe = fmt::format("/proc/{}/exe", vm.pid());
+    bpf_link* l = bpf_program__attach_uprobe(skel->progs.on_code_event, false, vm.pid(), exe.c_str(), sym->file_offset);
+    if (!l) {
+        int err = errno;
+        code_events_off = fmt::format("no entry probe on __jit_debug_register_code: {}{}", errno_text(err),
+                                      err == EACCES || err == EPERM ? " (this kernel wants CAP_SYS_ADMIN for uprobes)" : "");
+        return;
+    }
+    code_link.reset(l);
+}
+
 Sampler::~Sampler() = default;
 
 void Sampler::refresh_vm_state() {
     auto* s = impl_->skel.get();
-    if (impl_->on_sample && !impl_->cfg.per_cpu && impl_->cfg.entry_probes.empty()) impl_->follow_threads();
+    if (impl_->on_sample && impl_->events_on && !impl_->cfg.per_cpu && impl_->cfg.entry_probes.empty())
+        impl_->follow_threads();
     auto ranges = impl_->vm.jit_code_ranges();
     // Append only: the walker may be reading these right now.
     for (size_t i = 0; i < ranges.size(); i++) {
@@ -255,12 +332,26 @@ void Sampler::refresh_vm_state() {
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
     impl_->handler = &on_record;
     impl_->handled = 0;
+    impl_->drain_deadline_ns = monotonic_ns() + (timeout.count() + 100) * 1000000ull;
     int rc = ring_buffer__poll(impl_->ring.get(), static_cast<int>(timeout.count()));
     // The walker rarely wakes us (see emit() in the BPF program): always drain.
-    if (rc >= 0 || rc == -EINTR) rc = ring_buffer__consume(impl_->ring.get());
+    if (rc >= 0 || rc == -EINTR || rc == -ECANCELED) rc = ring_buffer__consume(impl_->ring.get());
     impl_->handler = nullptr;
-    if (rc < 0 && rc != -EINTR) throw UserError(fmt::format("reading the ring buffer: {}", errno_text(rc)));
+    if (rc < 0 && rc != -EINTR && rc != -ECANCELED)
+        throw UserError(fmt::format("reading the ring buffer: {}", errno_text(rc)));
     return impl_->handled;
+}
+
+void Sampler::stop_events() {
+    // Sampling stops at once on every event; tearing the links down takes longer (about 7 ms
+    // each here). The code probe goes last: a sample taken while it was off could run code
+    // loaded unannounced. A program run already under way finishes its record, which the next
+    // drain reads.
+    for (const auto& fd : impl_->perf_fds) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+    impl_->links.clear();
+    impl_->perf_fds.clear();
+    impl_->code_link.reset();
+    impl_->events_on = false;
 }
 
 namespace {
@@ -277,14 +368,17 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
 
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
-    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->perf_fds.size(),
-                        c[BB_C_WALK_NS], {}, impl_->handler_errors, impl_->first_handler_error};
+    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
+                        c[BB_C_WALK_NS], {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}};
     if (impl_->on_sample) {
         bpf_prog_info info{};
         uint32_t len = sizeof(info);
         if (bpf_obj_get_info_by_fd(bpf_program__fd(impl_->on_sample), &info, &len) == 0) out.prog_run_cnt = info.run_cnt;
     }
     out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
+    out.code_events = c[BB_C_CODE_EVENTS];
+    out.code_events_lost = c[BB_C_CODE_EVENTS_LOST];
+    out.code_events_off = impl_->code_events_off;
     return out;
 }
 

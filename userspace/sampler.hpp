@@ -15,7 +15,9 @@ namespace bb {
 
 struct SamplerConfig {
     uint64_t frequency_hz = 999;  // used when period_ns == 0
-    uint64_t period_ns = 0;       // cpu-clock period, overrides frequency_hz
+    uint64_t period_ns = 0;       // event period (ns of CPU, or cycles), overrides frequency_hz
+    // The hardware cycles event (with the most precise IP the PMU gives) instead of cpu-clock.
+    bool cycles = false;
     // Events on each CPU, filtered on the VM in BPF, instead of events on the VM's own threads
     // (followed as threads start): then every process on the machine takes the interrupts.
     bool per_cpu = false;
@@ -39,6 +41,8 @@ struct SamplerCounters {
     std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
     uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
     std::string first_handler_error;
+    uint64_t code_events = 0, code_events_lost = 0; // the VM's JIT code (un)registrations
+    std::string code_events_off;                    // why they are not followed, empty if they are
 };
 
 class Sampler {
@@ -54,8 +58,14 @@ public:
     void refresh_vm_state();
     // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled. A
     // handler that throws loses that record only (counters()); a ring error throws UserError.
+    // While events are on, a drain ends after about `timeout` even if the walker writes faster
+    // than the handler reads (the ring then fills and the kernel counts drops), so the caller
+    // keeps control; after stop_events() it empties the ring.
     using Handler = std::function<void(const bb_record&)>;
     size_t poll(std::chrono::milliseconds timeout, const Handler& on_record);
+    // Detaches the program from every event: records already in the ring are all that is
+    // left, so a final poll() accounts for every record the walker emitted.
+    void stop_events();
     SamplerCounters counters() const;
 
 private:

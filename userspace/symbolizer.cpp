@@ -14,7 +14,7 @@ uint32_t NameTable::intern(const std::string& s, bool erlang) {
 }
 
 Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
-    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor")), native_(vm.pid()) {
+    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters), native_(vm.pid()) {
     unknown_jit_ = names_.intern("[unknown JIT code]");
     kernel_ = names_.intern("[kernel]");
     no_process_ = names_.intern("[no Erlang process]");
@@ -26,8 +26,36 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
 void Symbolizer::refresh(uint64_t now_ns) {
     now_ns_ = now_ns;
     // Walking the module list costs a read per module (thousands on big systems): once a
-    // second catches purges, and misses catch new code.
-    if (now_ns == 0 || now_ns - last_refresh_ns_ >= 1000000000ull) reread_jit(now_ns);
+    // second catches purges, and misses catch new code. Not while the VM's code events flow:
+    // they say exactly when; a walk sees changes whose events are still in the ring, ahead of
+    // the samples before them, and its guessed instants would name those samples' code wrong.
+    if (now_ns == 0 || (!code_events_ && now_ns - last_refresh_ns_ >= 1000000000ull)) reread_jit(now_ns);
+}
+
+void Symbolizer::follow_code_events(bool on, uint64_t now_ns) {
+    if (on && !code_events_) {
+        now_ns_ = now_ns;
+        reread_jit(now_ns);  // what loaded before they started
+    }
+    code_events_ = on;
+}
+
+void Symbolizer::code_event(const bb_record& r) {
+    JitCodeEvent e;
+    e.registered = r.BB_CODE_EVENT_ACTION == BB_CODE_REGISTER;
+    e.entry = r.BB_CODE_EVENT_ENTRY;
+    e.symfile = r.frames[0];
+    e.symfile_size = r.frames[1];
+    for (size_t i = 0; i < e.head.size(); i++) e.head[i] = r.frames[2 + i];
+    e.time_ns = r.time_ns;
+    // The index reads a new module's symbols now, before it can be purged and freed, and
+    // takes both instants from here rather than from its next walk.
+    jit_.note(e);
+    if (jit_.generation() != jit_generation_) {
+        jit_generation_ = jit_.generation();
+        cp_cache_.clear();
+        leaf_cache_.clear();
+    }
 }
 
 void Symbolizer::reread_jit(uint64_t now_ns) {
@@ -42,12 +70,13 @@ void Symbolizer::reread_jit(uint64_t now_ns) {
 
 uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address) {
     auto& cache = return_address ? cp_cache_ : leaf_cache_;
-    // A cached name is only valid if the code at addr has not changed since: the cache is
-    // dropped whenever the index changes, and code only changes through the index.
-    if (auto it = cache.find(addr); it != cache.end()) return it->second;
+    // A cached name is only valid for samples of the code's lifetime, and until the index
+    // changes (the cache is dropped then).
+    if (auto it = cache.find(addr); it != cache.end() && t >= it->second.from && t < it->second.until)
+        return it->second.id;
     // A return address may sit just past its call's function: look up the call itself.
     auto hit = jit_.lookup(return_address ? addr - 1 : addr, t);
-    if (!hit && now_ns_ - last_refresh_ns_ >= 100000000ull) {
+    if (!hit && !code_events_ && now_ns_ - last_refresh_ns_ >= 100000000ull) {
         // Code loaded since the last walk of the module list, most likely.
         reread_jit(now_ns_);
         hit = jit_.lookup(return_address ? addr - 1 : addr, t);
@@ -61,7 +90,7 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
     // The JIT's shared code ("global::i_test_yield_shared") and module headers
     // ("lists::codeHeader") are JIT code, but not Erlang functions.
     uint32_t id = names_.intern(name, hit->range->name.find("::") == std::string::npos);
-    cache.emplace(addr, id);
+    cache.insert_or_assign(addr, Cached{id, hit->valid_from, hit->valid_until});
     return id;
 }
 

@@ -43,6 +43,12 @@ public:
     // taken before `now_ns` still resolve to code purged since. Call before handling records
     // drained after `now_ns`. A lookup that misses refreshes sooner (new code).
     void refresh(uint64_t now_ns);
+    // A BB_WHERE_CODE_EVENT record: the exact instant of a code load or purge; a new
+    // module's symbols are read at once, while they still exist.
+    void code_event(const bb_record& r);
+    // Whether every code event reaches code_event() (the probe is attached and none was lost):
+    // then they alone keep the index current. Turning it on re-reads the module list once.
+    void follow_code_events(bool on, uint64_t now_ns);
     // Root-first frame ids of `r` into `out` (cleared). Empty when nothing is left to show.
     void frames(const bb_record& r, std::vector<uint32_t>& out);
 
@@ -63,9 +69,16 @@ private:
     NameTable names_;
     void reread_jit(uint64_t now_ns);
     uint64_t jit_generation_ = ~0ull;
+    bool code_events_ = false;
     uint64_t last_refresh_ns_ = 0, now_ns_ = 0;
-    // Address -> name id. Erlang entries die with the JIT index's generation.
-    std::unordered_map<uint64_t, uint32_t> cp_cache_, leaf_cache_, native_cache_;
+    // Address -> name id, for samples taken in [from, until): code at an address changes.
+    // Erlang entries die with the JIT index's generation.
+    struct Cached {
+        uint32_t id;
+        uint64_t from, until;
+    };
+    std::unordered_map<uint64_t, Cached> cp_cache_, leaf_cache_;
+    std::unordered_map<uint64_t, uint32_t> native_cache_;
     uint64_t unsymbolized_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint32_t>> native_ranges_;  // start -> (end, id)
     std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read

@@ -147,7 +147,7 @@ Attached attach(pid_t pid) {
 TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     Erl vm;
     bb::RemoteMemory mem(vm.pid());
-    bb::JitCodeIndex idx(mem, attach(vm.pid()).descriptor);
+    bb::JitCodeIndex idx(mem, attach(vm.pid()).descriptor, false);
     auto r = idx.refresh(now_ns());
     ASSERT_TRUE(r.ok) << r.error;
     EXPECT_TRUE(r.error.empty()) << r.error;
@@ -253,7 +253,7 @@ TEST_P(JitCodeVmTest, AgreesWithTheVmsPerfMap) {
     } cleanup{map_path};
 
     bb::RemoteMemory mem(vm.pid());
-    bb::JitCodeIndex idx(mem, attach(vm.pid()).descriptor);
+    bb::JitCodeIndex idx(mem, attach(vm.pid()).descriptor, false);
     auto r = idx.refresh(now_ns());
     ASSERT_TRUE(r.ok) << r.error;
     ASSERT_TRUE(idx.emulator());

@@ -1,6 +1,7 @@
 // beam-bpf-sample against real VMs running the workloads in tests/workloads/bb_work.erl. The
 // workloads' shapes are known by construction (see the comments there), so each test compares
 // the tool's output with that shape. These tests load BPF: they need root and never skip.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -588,6 +589,89 @@ TEST_F(SampleTest, TwoProfilersAtOnce) {
         ASSERT_GE(all, 2000) << describe(*r);
         EXPECT_NEAR(pct(f5, all), 50.0, 3.0) << describe(*r);
     }
+}
+
+nlohmann::json read_stats(const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+}
+
+// A reader stalled while the walker writes at the highest rate the tool accepts, with deep
+// stacks (4 KiB records): the ring fills. Drops are counted in the kernel and reported, every
+// record the walker emitted is read (the events stop before the last drain), and the run still
+// ends on time.
+TEST_F(SampleTest, RingOverflowAtMaxRate) {
+    ErlVm vm(workload("deep", 2000));
+    vm.wait_line("ready");
+    std::string stats = ::testing::TempDir() + "bb_overflow_stats.json";
+    RunningTool t = start_tool(kTool, {"-F", "100000", "-d", "6", "--folded", "--stats", stats, pid_arg(vm)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    std::this_thread::sleep_for(1s);
+    kill(t.pid, SIGSTOP);  // as a reader starved of CPU would be
+    std::this_thread::sleep_for(2s);
+    kill(t.pid, SIGCONT);
+    ToolResult r = finish_tool(t, false, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto j = read_stats(stats);
+    long seen = j.at("seen"), emitted = j.at("emitted"), dropped = j.at("dropped"), records = j.at("records"),
+         errors = j.at("handler_errors");
+    double seconds = j.at("seconds");
+    std::cout << "-F 100000, reader stopped 2 s: " << seen << " samples, " << emitted << " emitted, " << dropped
+              << " dropped, " << records << " read, run " << seconds << " s\n";
+    EXPECT_GT(dropped, 0) << "a reader stopped for 2 s at 100 kHz should lose records\n" << describe(r);
+    EXPECT_EQ(seen, emitted + dropped);
+    EXPECT_EQ(records + errors, emitted) << "records emitted but never read";
+    EXPECT_EQ(errors, 0);
+    EXPECT_EQ(summary_count(r.err, "dropped").value_or(-1), dropped) << describe(r);
+    EXPECT_EQ(total(parse_folded(r.out)), records);
+    EXPECT_LT(seconds, 6.0 + 4.0) << "the drain kept the run past its end";
+}
+
+// A handler that throws (here injected: every 10th record, as a symbolizer bug would) loses
+// that record only: the profile of the others is printed, the loss counted and said.
+TEST_F(SampleTest, HandlerErrorsLoseOnlyTheirRecords) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    std::string stats = ::testing::TempDir() + "bb_inject_stats.json";
+    setenv("BB_INJECT_HANDLER_ERROR", "10", 1);
+    ToolResult r = run_tool(kTool, {"-F", "4999", "-d", "3", "--folded", "--stats", stats, pid_arg(vm)}, 60s);
+    unsetenv("BB_INJECT_HANDLER_ERROR");
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto j = read_stats(stats);
+    long emitted = j.at("emitted"), records = j.at("records"), errors = j.at("handler_errors");
+    std::cout << emitted << " records emitted, " << errors << " lost to injected errors, " << records
+              << " in the profile\n";
+    ASSERT_GT(emitted, 1000) << describe(r);
+    EXPECT_EQ(errors, emitted / 10);
+    EXPECT_EQ(records + errors, emitted);
+    EXPECT_EQ(total(parse_folded(r.out)), records);
+    EXPECT_TRUE(any_frame_contains(parse_folded(r.out), "bb_work:f5/2")) << describe(r);
+    EXPECT_NE(r.err.find(std::to_string(errors) + " records lost to errors (first: injected fault"), std::string::npos)
+        << describe(r);
+}
+
+// -e cycles needs a hardware PMU: where the kernel has one (a "cpu" event source) the profile
+// is taken on cycles; where it has none (most VMs, this one included) the tool says so in one
+// line instead of falling back silently.
+TEST_F(SampleTest, CyclesEventOrOneLineError) {
+    ErlVm vm(workload("split532"));
+    vm.wait_line("ready");
+    const bool pmu = std::filesystem::exists("/sys/bus/event_source/devices/cpu") ||
+                     std::filesystem::exists("/sys/bus/event_source/devices/cpu_core");
+    ToolResult r = run_tool(kTool, {"-e", "cycles", "-d", "3", "--folded", pid_arg(vm)}, 60s);
+    std::cout << "hardware PMU: " << (pmu ? "yes" : "no") << "\n" << r.err;
+    if (pmu) {
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        EXPECT_NE(r.err.find("cycles 999 Hz"), std::string::npos) << describe(r);
+        EXPECT_TRUE(any_frame_contains(parse_folded(r.out), "bb_work:f5/2")) << describe(r);
+    } else {
+        std::string line = expect_one_line_error(r, kTool);
+        EXPECT_NE(line.find("no hardware PMU"), std::string::npos) << line;
+        EXPECT_NE(line.find("-e cpu-clock"), std::string::npos) << line;
+    }
+    ToolResult bad = run_tool(kTool, {"-e", "instructions", "-d", "1", pid_arg(vm)}, 30s);
+    EXPECT_NE(expect_one_line_error(bad, kTool).find("cpu-clock and cycles"), std::string::npos);
 }
 
 // --- errors ------------------------------------------------------------------------------

@@ -343,6 +343,9 @@ std::string name_at(const bb::JitCodeIndex& idx, uint64_t addr, uint64_t sample_
     return hit ? hit->range->name : "<none>";
 }
 
+// The tests give refresh() their own instants.
+uint64_t no_clock() { return 0; }
+
 class JitIndex : public ::testing::Test {
 protected:
     FakeVm vm;
@@ -353,7 +356,7 @@ TEST_F(JitIndex, IndexesModulesAndTheEmulator) {
     vm.register_symfile(emulator_symfile(0, 0x5555aaaa0000));
     vm.register_symfile(one_function("lists", "foldl/3"));
     vm.register_symfile(one_function("maps", "get/2", kCode + 0x1000));
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     auto r = idx.refresh(100);
     ASSERT_TRUE(r.ok) << r.error;
     EXPECT_EQ(r.added, 3u);
@@ -386,7 +389,7 @@ TEST_F(JitIndex, IndexesModulesAndTheEmulator) {
 
 TEST_F(JitIndex, UnlinkedModuleAnswersForEarlierSamples) {
     FakeEntry* old_entry = vm.register_symfile(one_function("old", "f/0"));
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     ASSERT_TRUE(idx.refresh(100).ok);
     EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "old:f/0");
     uint64_t gen = idx.generation();
@@ -419,7 +422,7 @@ TEST_F(JitIndex, UnlinkedModuleAnswersForEarlierSamples) {
 TEST_F(JitIndex, NewerModuleOverlappingAListedOneWins) {
     // OTP 25 leaves purged modules in the list: the newer entry at the same addresses wins.
     vm.register_symfile(one_function("old", "f/0"));
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     ASSERT_TRUE(idx.refresh(100).ok);
     vm.register_symfile(one_function("new", "g/1", kCode + 0x800));  // overlaps half of old
     auto r = idx.refresh(200);
@@ -436,7 +439,7 @@ TEST_F(JitIndex, NewerModuleOverlappingAListedOneWins) {
     EXPECT_EQ(idx.generation(), gen);
 
     // All entries new in one walk: list order decides.
-    bb::JitCodeIndex fresh(mem, vm.descriptor());
+    bb::JitCodeIndex fresh(mem, vm.descriptor(), false, no_clock);
     ASSERT_TRUE(fresh.refresh(400).ok);
     EXPECT_EQ(fresh.module_count(), 1u);
     EXPECT_EQ(name_at(fresh, kCode + 0x950, 500), "new:g/1");
@@ -444,7 +447,7 @@ TEST_F(JitIndex, NewerModuleOverlappingAListedOneWins) {
 
 TEST_F(JitIndex, TornListKeepsThePreviousState) {
     vm.register_symfile(one_function("a", "f/0"));
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     ASSERT_TRUE(idx.refresh(100).ok);
     uint64_t gen = idx.generation();
 
@@ -471,10 +474,10 @@ TEST_F(JitIndex, TornListKeepsThePreviousState) {
 }
 
 TEST_F(JitIndex, UnreadableDescriptorOrUnknownVersionFails) {
-    bb::JitCodeIndex nowhere(mem, 0x10);
+    bb::JitCodeIndex nowhere(mem, 0x10, false, no_clock);
     EXPECT_FALSE(nowhere.refresh(1).ok);
     vm.desc().version = 2;
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     auto r = idx.refresh(1);
     EXPECT_FALSE(r.ok);
     EXPECT_NE(r.error.find("version"), std::string::npos) << r.error;
@@ -486,7 +489,7 @@ TEST_F(JitIndex, GarbageSymfileIsSkippedNotFatal) {
     vm.register_symfile(garbage);
     FakeEntry* huge = vm.register_symfile(one_function("huge", "f/0", kCode + 0x10000));
     huge->symfile_size = uint64_t{1} << 40;  // never read
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     auto r = idx.refresh(100);
     ASSERT_TRUE(r.ok) << r.error;
     EXPECT_EQ(r.added, 1u);
@@ -499,8 +502,77 @@ TEST_F(JitIndex, GarbageSymfileIsSkippedNotFatal) {
     EXPECT_TRUE(r.error.empty()) << r.error;
 }
 
+// What the walker's probe on __jit_debug_register_code reports for an entry.
+bb::JitCodeEvent event_for(const FakeEntry* e, bool registered, uint64_t t) {
+    bb::JitCodeEvent ev{registered, addr_of(e), e->symfile_addr, e->symfile_size, {}, t};
+    std::memcpy(ev.head.data(), reinterpret_cast<const void*>(e->symfile_addr), sizeof(ev.head));
+    return ev;
+}
+
+// A refresh only knows a change happened since the last one; the VM's register calls say
+// when. A sample between the purge-and-reload and the refresh that sees it belongs to the new
+// code, not to the code it replaced (the reload storm of tests/integration/reload_test.cpp).
+TEST_F(JitIndex, CodeEventsGiveExactInstants) {
+    FakeEntry* old_entry = vm.register_symfile(one_function("old", "f/0"));
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
+    ASSERT_TRUE(idx.refresh(100).ok);
+
+    vm.unregister(old_entry);
+    idx.note(event_for(old_entry, false, 120));
+    FakeEntry* new_entry = vm.register_symfile(one_function("new", "g/1"));
+    idx.note(event_for(new_entry, true, 130));
+    ASSERT_TRUE(idx.refresh(200).ok);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 119), "old:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 131), "new:g/1");  // a refresh alone said old:f/0
+    auto hit = idx.lookup(kCode + 0x150, 131);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->valid_from, 130u);
+
+    // An event read after the refresh that listed its module corrects the instant too.
+    FakeEntry* newer = vm.register_symfile(one_function("newer", "h/2", kCode + 0x800));  // overlaps
+    ASSERT_TRUE(idx.refresh(300).ok);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "new:g/1");  // the refresh's guess: gone at 300
+    uint64_t gen = idx.generation();
+    idx.note(event_for(newer, true, 240));
+    EXPECT_GT(idx.generation(), gen);
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 239), "new:g/1");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "<none>");  // shadowed at the exact instant
+    EXPECT_EQ(name_at(idx, kCode + 0x950, 250), "newer:h/2");
+}
+
+// OTP 25 and 26 only prepend: a walk stops at the entry the last one started with, so a VM
+// that has loaded thousands of modules costs a read per new one, and a walk is not torn by
+// loads during it.
+TEST_F(JitIndex, NeverUnlinkingListIsWalkedIncrementally) {
+    for (int i = 0; i < 50; i++)
+        vm.register_symfile(one_function("m" + std::to_string(i), "f/0", kCode + 0x1000 * i));
+    bb::JitCodeIndex idx(mem, vm.descriptor(), true, no_clock);
+    ASSERT_TRUE(idx.refresh(100).ok);
+    EXPECT_EQ(idx.module_count(), 50u);
+    FakeEntry* last = vm.register_symfile(one_function("late", "f/0", kCode + 0x100000));
+    // Corrupt an old entry: an incremental walk never reads it again.
+    FakeEntry* first = reinterpret_cast<FakeEntry*>(last->next);
+    uint64_t saved = reinterpret_cast<FakeEntry*>(first->next)->next;
+    reinterpret_cast<FakeEntry*>(first->next)->next = 0x10;
+    auto r = idx.refresh(200);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.added, 1u);
+    EXPECT_EQ(idx.module_count(), 51u);
+    EXPECT_EQ(name_at(idx, kCode + 0x100150, 250), "late:f/0");
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 250), "m0:f/0");
+    reinterpret_cast<FakeEntry*>(first->next)->next = saved;
+
+    // Where entries are unlinked, the same list is walked whole (and the corruption seen).
+    bb::JitCodeIndex full(mem, vm.descriptor(), false, no_clock);
+    ASSERT_TRUE(full.refresh(100).ok);
+    reinterpret_cast<FakeEntry*>(first->next)->next = 0x10;
+    vm.register_symfile(one_function("later", "f/0", kCode + 0x200000));
+    EXPECT_FALSE(full.refresh(200).ok);
+    reinterpret_cast<FakeEntry*>(first->next)->next = saved;
+}
+
 TEST_F(JitIndex, EmptyListIsFine) {
-    bb::JitCodeIndex idx(mem, vm.descriptor());
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     auto r = idx.refresh(1);
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_EQ(idx.module_count(), 0u);
