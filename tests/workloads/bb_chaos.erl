@@ -17,21 +17,7 @@
 
 main(Name) -> main(Name, undefined).
 
-main(Name, Arg) ->
-    Info = start(Name, Arg),
-    io:format("ready~s~n", [[[$\s | fmt(P)] || P <- Info]]),
-    command_loop().
-
-fmt(Pid) when is_pid(Pid) -> pid_to_list(Pid);
-fmt(Term) -> io_lib:format("~p", [Term]).
-
-command_loop() ->
-    case io:get_line('') of
-        "quit" ++ _ -> erlang:halt(0);
-        eof -> erlang:halt(0);         % the test that owned our stdin is gone
-        {error, _} -> erlang:halt(0);
-        _ -> command_loop()
-    end.
+main(Name, Arg) -> bb_work:serve(start(Name, Arg)).
 
 %% --- many -------------------------------------------------------------------------------
 %% N idle processes, each blocked in `receive` (never hibernated: each keeps its own heap and

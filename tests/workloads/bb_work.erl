@@ -7,7 +7,7 @@
 %% (check with `erlc -S bb_work.erl` after any change: the chains must stay non-tail calls and
 %% the leaf loops must stay separate, allocation-free functions).
 -module(bb_work).
--export([main/1, main/2]).
+-export([main/1, main/2, serve/1]).  % serve/1: for the other workload modules
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
 -export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0]).
 
@@ -25,8 +25,10 @@
 
 main(Name) -> main(Name, undefined).
 
-main(Name, Arg) ->
-    Info = start(Name, Arg),
+main(Name, Arg) -> serve(start(Name, Arg)).
+
+%% The protocol, for other workload modules too: `ready` and Info, then commands until quit.
+serve(Info) ->
     io:format("ready~s~n", [[[$\s | fmt(P)] || P <- Info]]),
     command_loop().
 
