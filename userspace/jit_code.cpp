@@ -298,6 +298,14 @@ struct JitCodeIndex::Impl {
     }
     void retire_overlapped(const Known& by, uint64_t at_ns);
     bool prune_retired();
+    // rebuild() for one module: code events come up to hundreds of times a second, and a
+    // rebuild sorts every live range.
+    void index_live(const Known& k);
+    void unindex_live(const Known& k);
+    void index_retired(const Known& k);
+    // Purged entries whose symbols were dropped (prune_retired): OTP 25 and 26 keep them listed
+    // for ever, and a walk must not take them for new ones.
+    std::set<Key> dead_keys;
     void apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns,
                RefreshResult* res);
     void rebuild();
@@ -383,7 +391,7 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         size_t bad_count = 0;
         bool torn = false;
         for (const Key& k : w->keys) {
-            if (s.is_current(k) || fresh.contains(k)) continue;
+            if (s.is_current(k) || s.dead_keys.contains(k) || fresh.contains(k)) continue;
             std::string perr;
             auto known = s.read_known(k, now_ns, &perr);
             if (!known) {
@@ -416,7 +424,7 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
                                uint64_t now_ns, RefreshResult* res) {
     std::map<Key, std::unique_ptr<Known>> next;
     for (const Key& k : w.keys) {
-        if (next.contains(k)) continue;
+        if (next.contains(k) || dead_keys.contains(k)) continue;
         if (!is_current(k)) forget_incarnation(k);
         auto it = listed.find(k);
         bool is_new = it == listed.end();
@@ -472,19 +480,59 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
 // Forgets the oldest retired modules beyond the cap (a VM reloading code all day must not grow
 // the profiler). True if it forgot any.
 bool JitCodeIndex::Impl::prune_retired() {
-    // Cheap test first: this runs on every code event.
-    size_t n = unlisted.size();
-    for (auto& [k, known] : listed) n += known->module && known->retired_ns != kLive;
-    if (n <= kMaxRetiredModules) return false;
+    // Cheap test first: this runs on every code event. Then down to 90% of the cap, so that
+    // the rebuild after it comes once per hundred events, not every time.
+    if (retired.size() <= kMaxRetiredModules) return false;
     std::vector<Known*> all_retired;
     for (auto& u : unlisted) all_retired.push_back(u.get());
     for (auto& [k, known] : listed)
         if (known->module && known->retired_ns != kLive) all_retired.push_back(known.get());
+    if (all_retired.size() <= kMaxRetiredModules * 9 / 10) return false;
     std::sort(all_retired.begin(), all_retired.end(),
               [](const Known* a, const Known* b) { return a->retired_ns < b->retired_ns; });
-    for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules; i++) all_retired[i]->module.reset();
+    for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules * 9 / 10; i++) all_retired[i]->module.reset();
     std::erase_if(unlisted, [](const auto& u) { return !u->module; });
+    for (auto it = listed.begin(); it != listed.end();) {
+        if (!it->second->module && !it->second->emulator && it->second->retired_ns != kLive) {
+            if (never_unlinks) dead_keys.insert(it->first);  // else no walk lists it again
+            it = listed.erase(it);
+        } else {
+            ++it;
+        }
+    }
     return true;
+}
+
+void JitCodeIndex::Impl::index_live(const Known& k) {
+    live_modules++;
+    const JitModule& m = *k.module;
+    if (m.ranges.empty()) return;
+    // Live modules never overlap: the module's ranges go in as one block.
+    size_t pos = std::lower_bound(starts.begin(), starts.end(), m.ranges.front().start) - starts.begin();
+    std::vector<uint64_t> s;
+    std::vector<Slot> sl;
+    for (const JitRange& r : m.ranges) {
+        s.push_back(r.start);
+        sl.push_back(Slot{r.end, k.seen_ns, &m, &r});
+    }
+    starts.insert(starts.begin() + pos, s.begin(), s.end());
+    slots.insert(slots.begin() + pos, sl.begin(), sl.end());
+}
+
+void JitCodeIndex::Impl::unindex_live(const Known& k) {
+    live_modules--;
+    const JitModule& m = *k.module;
+    auto lo = std::lower_bound(starts.begin(), starts.end(), m.base);
+    auto hi = std::lower_bound(starts.begin(), starts.end(), m.base + m.code_size);
+    slots.erase(slots.begin() + (lo - starts.begin()), slots.begin() + (hi - starts.begin()));
+    starts.erase(lo, hi);
+}
+
+void JitCodeIndex::Impl::index_retired(const Known& k) {
+    auto pos = std::upper_bound(retired.begin(), retired.end(), k.module->base,
+                                [](uint64_t b, const Known* r) { return b < r->module->base; });
+    retired.insert(pos, &k);
+    retired_max_span = std::max<uint64_t>(retired_max_span, k.module->code_size);
 }
 
 void JitCodeIndex::Impl::rebuild() {
@@ -584,8 +632,10 @@ void JitCodeIndex::Impl::retire_overlapped(const Known& by, uint64_t at_ns) {
         if (known.get() == &by || !known->module || known->retired_ns != kLive) continue;
         const JitModule& m = *known->module;
         if (m.base < hi && lo < m.base + m.code_size) {
+            unindex_live(*known);
             known->retired_ns = at_ns;
             known->shadowed_by = by.key;
+            index_retired(*known);
         }
     }
 }
@@ -601,11 +651,20 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
             s.forget_incarnation(k);
         if (auto it = s.listed.find(k); it != s.listed.end()) {
             // Listed by a refresh that ran after the load (and before this event was read).
-            if (it->second->seen_ns > e.time_ns) {
-                it->second->seen_ns = e.time_ns;
+            Known& known = *it->second;
+            if (known.seen_ns > e.time_ns) {
+                known.seen_ns = e.time_ns;
+                if (known.module && known.retired_ns == kLive) {
+                    s.unindex_live(known);
+                    s.index_live(known);
+                }
+                // What it took the memory of went at that instant too.
+                for (auto& [other_key, other] : s.listed)
+                    if (other->shadowed_by == k) other->retired_ns = std::min(other->retired_ns, e.time_ns);
                 changed = true;
             }
         } else {
+            s.dead_keys.erase(k);  // the VM says it is new
             // Read it now, before it can be purged and freed; the next walk lists it too.
             std::string perr;
             auto known = s.read_known(k, e.time_ns, &perr);
@@ -614,6 +673,7 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
                 const Known& added = *known;
                 s.listed.emplace(k, std::move(known));
                 s.retire_overlapped(added, e.time_ns);
+                if (added.module) s.index_live(added);
                 changed = true;
             } else if (s.registered_at.size() < kMaxEntries) {
                 s.registered_at.emplace(k, e.time_ns);
@@ -626,16 +686,18 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
             if (!known && u->key == k && !u->unregistered) known = u.get();
         if (known && !known->unregistered) {
             // Gone at this instant, whether or not a walk has noticed yet.
+            bool was_live = known->module && known->retired_ns == kLive;
+            if (was_live) s.unindex_live(*known);
             known->retired_ns = std::min(known->retired_ns, e.time_ns);
             known->unregistered = true;
+            if (was_live) s.index_retired(*known);
             changed = true;
         } else if (!known && s.unregistered_at.size() < kMaxEntries) {
             s.unregistered_at.emplace(k, e.time_ns);
         }
     }
     if (changed) {
-        s.prune_retired();
-        s.rebuild();
+        if (s.prune_retired()) s.rebuild();
         s.generation++;
     }
 }

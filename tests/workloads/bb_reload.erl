@@ -100,7 +100,14 @@ loader(Bins, K, Next, Stats) ->
                  alpha -> {Loads + 1, Alpha + 1, Beta, R + Retries};
                  beta -> {Loads + 1, Alpha, Beta + 1, R + Retries}
              end,
-    loader(Bins, K + 1, Next + ?PERIOD_MS, Stats2).
+    loader(Bins, K + 1, Next + period_ms(), Stats2).
+
+%% BB_RELOAD_PERIOD_MS overrides the period (bench/soak.py loads once a second for an hour).
+period_ms() ->
+    case os:getenv("BB_RELOAD_PERIOD_MS") of
+        false -> ?PERIOD_MS;
+        Ms -> list_to_integer(Ms)
+    end.
 
 %% Waits up to Ms for a stats request (answering it does not delay the schedule by more than
 %% the request itself).
