@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include "clock.hpp"
+
 #include <fmt/format.h>
 #include <linux/capability.h>
 #include <signal.h>
@@ -18,15 +20,9 @@ namespace bb {
 
 namespace {
 std::atomic<bool> g_stop{false};
-uint64_t monotonic_ns();
 const uint64_t g_launch_ns = monotonic_ns();  // static init: as close to exec as we get
 void on_signal(int) { g_stop = true; }
 
-uint64_t monotonic_ns() {  // the clock bpf_ktime_get_ns() reads
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
 }  // namespace
 
 void add_common_options(CLI::App& app, CommonOptions& o) {

@@ -4,6 +4,8 @@
 // untrusted: every count and length is checked against the bytes actually read.
 #include "jit_code.hpp"
 
+#include "clock.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -185,11 +187,6 @@ constexpr int kWalkAttempts = 4;
 constexpr size_t kMaxRetiredModules = 1024;    // bounds memory under hot-code-loading churn
 constexpr uint64_t kLive = UINT64_MAX;
 
-uint64_t clock_ns() {  // CLOCK_MONOTONIC, as the walker's bpf_ktime_get_ns()
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
 
 // struct jit_descriptor without its mutex. Every register (and unregister, in VMs that do it)
 // rewrites action_flag/relevant_entry/first_entry, so equal snapshots before and after a walk
@@ -619,7 +616,7 @@ std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) co
 
 JitCodeIndex::JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr, bool never_unlinks, Clock clock)
     : impl_(std::make_unique<Impl>()) {
-    impl_->clock = clock ? clock : clock_ns;
+    impl_->clock = clock ? clock : monotonic_ns;
     impl_->mem = &mem;
     impl_->descriptor = descriptor_addr;
     impl_->never_unlinks = never_unlinks;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "beam_walk.skel.h"
+#include "clock.hpp"
 
 namespace bb {
 namespace {
@@ -53,11 +54,6 @@ private:
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
-uint64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
 
 int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
     // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
