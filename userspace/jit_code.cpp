@@ -184,7 +184,13 @@ namespace {
 constexpr size_t kMaxEntries = 100'000;        // a real VM has a few hundred to a few thousand
 constexpr uint64_t kMaxSymfileSize = 64 << 20;  // the biggest real ones are well under 1 MiB
 constexpr int kWalkAttempts = 4;
-constexpr size_t kMaxRetiredModules = 1024;    // bounds memory under hot-code-loading churn
+// Retired modules are kept for the samples taken before they went, which are symbolized within
+// a second or so: after kRetiredKeepNs they are dropped (checked every kRetiredKeepNs / 2 once
+// there are kRetiredSlack of them, so the rebuild after it is rare), and never more than
+// kMaxRetiredModules are kept (a reload storm must not grow the profiler either).
+constexpr size_t kMaxRetiredModules = 1024;
+constexpr size_t kRetiredSlack = 64;
+constexpr uint64_t kRetiredKeepNs = 30'000'000'000ull;
 constexpr uint64_t kLive = UINT64_MAX;
 
 
@@ -294,7 +300,8 @@ struct JitCodeIndex::Impl {
         listed.erase(it);
     }
     void retire_overlapped(const Known& by, uint64_t at_ns);
-    bool prune_retired();
+    bool prune_retired(uint64_t now_ns);
+    uint64_t next_age_prune_ns = 0;
     // rebuild() for one module: code events come up to hundreds of times a second, and a
     // rebuild sorts every live range.
     void index_live(const Known& k);
@@ -467,27 +474,33 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
         }
     }
 
-    bool pruned = prune_retired();
+    bool pruned = prune_retired(now_ns);
     if (res->added || res->retired || pruned) {
         rebuild();
         generation++;
     }
 }
 
-// Forgets the oldest retired modules beyond the cap (a VM reloading code all day must not grow
-// the profiler). True if it forgot any.
-bool JitCodeIndex::Impl::prune_retired() {
-    // Cheap test first: this runs on every code event. Then down to 90% of the cap, so that
-    // the rebuild after it comes once per hundred events, not every time.
-    if (retired.size() <= kMaxRetiredModules) return false;
+// Forgets retired modules older than kRetiredKeepNs, and the oldest beyond the cap (a VM
+// reloading code all day must not grow the profiler). True if it forgot any.
+bool JitCodeIndex::Impl::prune_retired(uint64_t now_ns) {
+    // Cheap tests first: this runs on every code event. The cap prunes down to 90% of itself,
+    // so that the rebuild after it comes once per hundred events, not every time.
+    if (retired.size() <= kRetiredSlack) return false;
+    if (retired.size() <= kMaxRetiredModules && now_ns < next_age_prune_ns) return false;
+    next_age_prune_ns = now_ns + kRetiredKeepNs / 2;
     std::vector<Known*> all_retired;
     for (auto& u : unlisted) all_retired.push_back(u.get());
     for (auto& [k, known] : listed)
         if (known->module && known->retired_ns != kLive) all_retired.push_back(known.get());
-    if (all_retired.size() <= kMaxRetiredModules * 9 / 10) return false;
     std::sort(all_retired.begin(), all_retired.end(),
               [](const Known* a, const Known* b) { return a->retired_ns < b->retired_ns; });
-    for (size_t i = 0; i < all_retired.size() - kMaxRetiredModules * 9 / 10; i++) all_retired[i]->module.reset();
+    size_t drop = 0;
+    while (drop < all_retired.size() && all_retired[drop]->retired_ns + kRetiredKeepNs < now_ns) drop++;
+    if (all_retired.size() > kMaxRetiredModules)
+        drop = std::max(drop, all_retired.size() - kMaxRetiredModules * 9 / 10);
+    if (drop == 0) return false;
+    for (size_t i = 0; i < drop; i++) all_retired[i]->module.reset();
     std::erase_if(unlisted, [](const auto& u) { return !u->module; });
     for (auto it = listed.begin(); it != listed.end();) {
         if (!it->second->module && !it->second->emulator && it->second->retired_ns != kLive) {
@@ -694,7 +707,7 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
         }
     }
     if (changed) {
-        if (s.prune_retired()) s.rebuild();
+        if (s.prune_retired(e.time_ns)) s.rebuild();
         s.generation++;
     }
 }

@@ -571,6 +571,27 @@ TEST_F(JitIndex, NeverUnlinkingListIsWalkedIncrementally) {
     reinterpret_cast<FakeEntry*>(first->next)->next = saved;
 }
 
+// Retired modules answer for samples taken before they went, but only for a while: a VM
+// that reloads code all day must not grow the profiler (the 1,200 s soak grew 6.8% before).
+TEST_F(JitIndex, RetiredModulesAreForgottenAfterAWhile) {
+    constexpr uint64_t s = 1'000'000'000;
+    std::vector<FakeEntry*> entries;
+    for (int i = 0; i < 100; i++)
+        entries.push_back(vm.register_symfile(one_function("m" + std::to_string(i), "f/0", kCode + 0x1000 * i)));
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
+    ASSERT_TRUE(idx.refresh(1).ok);
+    for (int i = 0; i < 99; i++) {
+        vm.unregister(entries[i]);
+        idx.note(event_for(entries[i], false, 2 * s));
+    }
+    EXPECT_EQ(name_at(idx, kCode + 0x150, s), "m0:f/0");  // taken before the purge
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 3 * s), "<none>");
+    vm.unregister(entries[99]);
+    idx.note(event_for(entries[99], false, 40 * s));
+    EXPECT_EQ(name_at(idx, kCode + 0x150, s), "<none>");  // purged 38 s ago: forgotten
+    EXPECT_EQ(name_at(idx, kCode + 0x1000 * 99 + 0x150, 39 * s), "m99:f/0");
+}
+
 TEST_F(JitIndex, EmptyListIsFine) {
     bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
     auto r = idx.refresh(1);
