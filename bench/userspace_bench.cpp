@@ -200,7 +200,7 @@ int run(int argc, char** argv) {
           {"symbolizer_init_ms", symbolizer_init_ms},
           {"frames_per_stack_mean", double(out_frames) / offsets.size()},
           {"unique_stacks", agg.unique_stacks()},
-          {"names", sym.names().size()},
+          {"locations", sym.frames().size()},
           {"unsymbolized_frames", sym.unsymbolized()},
           {"first_pass_records_per_s", pass_rate.front()},
           {"steady_records_per_s", steady_records / (steady_ns / 1e9)},

@@ -22,5 +22,6 @@ build/beam-bpf-sample --pstack "$vm"
 echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"
 echo
-build/beam-bpf-sample -d 5 --folded -o "$work/demo.folded" "$vm"
-echo "folded stacks for a flame graph: $work/demo.folded"
+build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
+echo "a flame graph to open in a browser: $work/demo.html"
+echo "for go tool pprof: $work/demo.pb.gz; folded stacks: $work/demo.folded"

@@ -18,7 +18,7 @@ cmake --build build-san -j"$(nproc)"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 build-san/unit_tests
-build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25'
+build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25'
 
 mkdir -p build-san/fuzz-artifacts
 for target in jit_symfile offsets_table vm_build elf; do

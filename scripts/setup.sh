@@ -16,7 +16,12 @@ packages=(
   libclang-rt-14-dev                          # ASan, UBSan and libFuzzer runtimes (scripts/sanitize.sh)
   libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
   libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
-  nlohmann-json3-dev                          # --stats JSON
+  nlohmann-json3-dev                          # --stats JSON, speedscope
+  libprotobuf-dev protobuf-compiler zlib1g-dev  # --format pprof: gzipped profile.proto
+  golang-github-google-pprof-dev              # ... whose profile.proto is the one shipped here
+  golang-go python3-protobuf                  # tests: go tool pprof and the proto read back
+  chromium fonts-dejavu-core                  # tests: the HTML flame graph and speedscope rendered
+  elixir                                      # tests: Elixir names from a real Elixir program
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
   linux-perf                                  # the incumbent, for scripts/bench.sh
   libcap2-bin                                 # capsh: the non-root capability tests
@@ -26,6 +31,9 @@ if [ -z "${BB_SKIP_APT:-}" ]; then
   for p in "${packages[@]}"; do
     dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
+  # npm fetches speedscope for the tests (tests/consumers/check_speedscope.py). Debian's npm
+  # conflicts with NodeSource's nodejs, which has its own npm: install it only where none is.
+  command -v npm >/dev/null || missing+=(npm)
   if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

@@ -1,84 +1,63 @@
 #include "aggregate.hpp"
 
-#include <fmt/format.h>
-#include <fmt/ostream.h>
-
-#include <algorithm>
-#include <unordered_set>
-
 namespace bb {
 
-size_t Aggregator::Hash::operator()(const std::vector<uint32_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
-    for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+size_t Aggregator::Hash::operator()(const Key& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids and who ran them
+    for (uint32_t x : k.stack) h = (h ^ x) * 1099511628211ull;
+    h = (h ^ k.who.erl_pid) * 1099511628211ull;
+    h = (h ^ k.who.sched) * 1099511628211ull;
     return static_cast<size_t>(h);
 }
 
-void Aggregator::add(std::span<const uint32_t> stack, uint64_t count) {
+void Aggregator::add(std::span<const uint32_t> stack, uint64_t count, Who who) {
     if (stack.empty() || count == 0) return;
     // Look up with a reused key to avoid an allocation per sample on the common hit.
-    thread_local std::vector<uint32_t> key;
-    key.assign(stack.begin(), stack.end());
-    auto it = stacks_.find(key);
-    if (it != stacks_.end())
+    thread_local Key key;
+    key.stack.assign(stack.begin(), stack.end());
+    key.who = who;
+    auto it = samples_.find(key);
+    if (it != samples_.end())
         it->second += count;
     else
-        stacks_.emplace(key, count);
+        samples_.emplace(key, count);
     total_ += count;
 }
 
-std::vector<Aggregator::Row> Aggregator::rows(const NameTable& names) const {
-    std::vector<Row> rows(names.size());
-    for (uint32_t i = 0; i < rows.size(); i++) rows[i].id = i;
-    std::unordered_set<uint32_t> seen;
-    for (const auto& [stack, count] : stacks_) {
-        rows[stack.back()].self += count;
-        seen.clear();
-        for (uint32_t id : stack)
-            if (seen.insert(id).second) rows[id].total += count;  // recursion counts once
-    }
-    std::erase_if(rows, [](const Row& r) { return r.total == 0; });
-    return rows;
-}
-
-std::vector<Aggregator::Row> Aggregator::ranked(const NameTable& names, size_t n, bool by_total) const {
-    auto r = rows(names);
-    auto key = [by_total](const Row& x) {
-        return by_total ? std::pair(x.total, x.self) : std::pair(x.self, x.total);
-    };
-    std::sort(r.begin(), r.end(), [&](const Row& a, const Row& b) {
-        if (key(a) != key(b)) return key(a) > key(b);
-        return names.name(a.id) < names.name(b.id);
-    });
-    if (n && r.size() > n) r.resize(n);
-    return r;
-}
-
-void Aggregator::write_folded(std::ostream& out, const NameTable& names) const {
-    std::vector<std::pair<std::string, uint64_t>> lines;
-    lines.reserve(stacks_.size());
-    for (const auto& [stack, count] : stacks_) {
-        std::string s;
-        for (size_t i = 0; i < stack.size(); i++) {
-            if (i) s += ';';
-            s += names.name(stack[i]);
+Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) const {
+    Profile p;
+    p.title = meta.title;
+    p.unit = meta.unit;
+    p.period_ns = meta.period_ns;
+    p.start_unix_ns = meta.start_unix_ns;
+    p.duration_ns = meta.duration_ns;
+    p.lines = meta.lines;
+    // Only the functions and locations these samples use, renumbered: an interval of --every
+    // names what it holds, not everything the run has seen.
+    std::unordered_map<uint32_t, uint32_t> location_ids, function_ids;
+    auto location = [&](uint32_t id) {
+        auto [it, added] = location_ids.try_emplace(id, static_cast<uint32_t>(p.locations.size()));
+        if (added) {
+            Location l = frames.locations()[id];
+            auto [fit, fadded] = function_ids.try_emplace(l.function, static_cast<uint32_t>(p.functions.size()));
+            if (fadded) p.functions.push_back(frames.functions()[l.function]);
+            l.function = fit->second;
+            p.locations.push_back(l);
         }
-        lines.emplace_back(std::move(s), count);
+        return it->second;
+    };
+    p.samples.reserve(samples_.size());
+    for (const auto& [key, count] : samples_) {
+        Sample s;
+        s.stack.reserve(key.stack.size());
+        for (uint32_t id : key.stack) s.stack.push_back(location(id));
+        s.count = count;
+        if (key.who.erl_pid && meta.pid_text) s.pid = meta.pid_text(key.who.erl_pid);
+        if (key.who.erl_pid && meta.process_text) s.process = meta.process_text(key.who.erl_pid);
+        if (key.who.sched && meta.sched_text) s.scheduler = meta.sched_text(key.who.sched);
+        p.samples.push_back(std::move(s));
     }
-    std::sort(lines.begin(), lines.end());
-    for (const auto& [s, c] : lines) fmt::print(out, "{} {}\n", s, c);
-}
-
-void Aggregator::write_top(std::ostream& out, const NameTable& names, size_t n, bool by_total,
-                           bool erlang_only) const {
-    double all = total_ ? static_cast<double>(total_) : 1.0;
-    auto rows = ranked(names, 0, by_total);
-    if (erlang_only) std::erase_if(rows, [&](const Row& r) { return !names.is_erlang(r.id); });
-    if (n && rows.size() > n) rows.resize(n);
-    fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");
-    for (const auto& r : rows)
-        fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all,
-                   names.name(r.id));
+    return p;
 }
 
 }  // namespace bb

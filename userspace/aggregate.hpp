@@ -1,44 +1,58 @@
-// Counts of identical stacks, and what the reports derive from them.
+// Counts of identical samples (stack, and who ran it), turned into a Profile at the end of a
+// run or of each --every interval.
 #pragma once
 #include <cstdint>
-#include <ostream>
+#include <functional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "symbolizer.hpp"
+#include "frames.hpp"
+#include "report/profile.hpp"
 
 namespace bb {
 
+// Who a sample ran for: the Erlang process and the scheduler; zero when none.
+struct Who {
+    uint64_t erl_pid = 0;
+    uint32_t sched = 0;  // type << 16 | number, as the record has them
+    bool operator==(const Who&) const = default;
+};
+
+// What a Profile says besides its samples.
+struct ProfileMeta {
+    std::string title;
+    std::string unit = "samples";
+    uint64_t period_ns = 0, start_unix_ns = 0, duration_ns = 0;
+    bool lines = false;
+    // Texts of a pid term and of a scheduler (type << 16 | number); unset: left empty.
+    std::function<std::string(uint64_t)> pid_text, process_text;
+    std::function<std::string(uint32_t)> sched_text;
+};
+
 class Aggregator {
 public:
-    // `stack` is root first, as frame ids of one NameTable.
-    void add(std::span<const uint32_t> stack, uint64_t count = 1);
+    // `stack` is root first, as location ids of one FrameTable.
+    void add(std::span<const uint32_t> stack, uint64_t count = 1, Who who = {});
     uint64_t total() const { return total_; }
-    size_t unique_stacks() const { return stacks_.size(); }
-
-    struct Row {
-        uint32_t id;
-        uint64_t self = 0;   // samples with this frame as the leaf
-        uint64_t total = 0;  // samples with this frame anywhere on the stack, once per sample
-    };
-    // Sorted by self then total (by_total: the other way round, "which code is on the stack"
-    // for beam-bpf-blame), then name; at most `n` rows (0: all).
-    std::vector<Row> ranked(const NameTable& names, size_t n, bool by_total = false) const;
-
-    // "root;...;leaf count" lines, sorted by stack text so runs diff cleanly.
-    void write_folded(std::ostream& out, const NameTable& names) const;
-    // by_total with erlang_only: beam-bpf-blame's ranking of the Erlang code on the stacks.
-    void write_top(std::ostream& out, const NameTable& names, size_t n, bool by_total,
-                   bool erlang_only = false) const;
+    size_t unique_stacks() const { return samples_.size(); }
+    void clear() {
+        samples_.clear();
+        total_ = 0;
+    }
+    Profile profile(const FrameTable& frames, const ProfileMeta& meta) const;
 
 private:
-    struct Hash {
-        size_t operator()(const std::vector<uint32_t>& v) const noexcept;
+    struct Key {
+        std::vector<uint32_t> stack;
+        Who who;
+        bool operator==(const Key&) const = default;
     };
-    std::vector<Row> rows(const NameTable& names) const;
-    std::unordered_map<std::vector<uint32_t>, uint64_t, Hash> stacks_;
+    struct Hash {
+        size_t operator()(const Key& k) const noexcept;
+    };
+    std::unordered_map<Key, uint64_t, Hash> samples_;
     uint64_t total_ = 0;
 };
 

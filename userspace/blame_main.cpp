@@ -6,6 +6,7 @@
 
 #include "aggregate.hpp"
 #include "cli.hpp"
+#include "clock.hpp"
 
 using namespace bb;
 
@@ -100,7 +101,9 @@ int run(int argc, char** argv) {
         return app.exit(e);
     }
     Session s(o);
-    auto& [out, vm, sym, sampler_slot] = s;
+    auto &vm = s.vm;
+    auto &sym = s.sym;
+    auto &sampler_slot = s.sampler;
     auto found = resolve(vm, func, exact);
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
@@ -122,12 +125,12 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
     Sampler& sampler = *sampler_slot;
 
-    Aggregator agg;
-    auto st = run_loop(vm, sampler, sym, o, [&](const bb_record&, std::span<const uint32_t> frames) {
-        agg.add(frames);
-    });
-    auto c = sampler.counters();
     const char* unit = count_calls ? "calls" : "samples";
+    Reporter rep(s, o, unit, {.rows = o.top, .by_total = true, .erlang_only = true});
+    auto st = run_loop(
+        vm, sampler, sym, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
+        [&](uint64_t now) { rep.tick(now); });
+    auto c = sampler.counters();
     if (st.records == 0) {
         fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
                    o.process.empty() ? "" : " for " + o.process, st.seconds);
@@ -135,13 +138,10 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names,
                    st.records, c.seen, c.seen ? 100.0 * st.records / c.seen : 0.0);
     }
-    if (o.folded) {
-        agg.write_folded(out.stream(), sym.names());
-    } else if (st.records) {
-        fmt::print(out.stream(), "{} {} of {}; Erlang functions on those stacks, each counted once per {}:\n",
-                   st.records, unit, names, count_calls ? "call" : "sample");
-        agg.write_top(out.stream(), sym.names(), o.top, true, true);
-    }
+    if (st.records && o.every == 0)
+        rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",
+                                    st.records, unit, names, count_calls ? "call" : "sample"));
+    rep.finish(monotonic_ns());
     print_summary(st, c, sym, unit);
     write_stats(o, st, c, sym);
     return st.error.empty() ? 0 : 1;

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <iostream>
 #include <vector>
 
@@ -41,10 +43,19 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
     app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
-    app.add_flag("--folded", o.folded,
-                 "collapsed stacks for flame graphs (flamegraph.pl, inferno, speedscope): "
-                 "root first, ';'-separated, a space and the count");
-    app.add_flag("--lines", o.lines, "add (file.erl:LINE) to Erlang frames");
+    app.add_option("-f,--format", o.format,
+                   "the report: top (a table of functions), folded (collapsed stacks for flamegraph.pl "
+                   "and inferno: root first, ';'-separated, a space and the count), pprof (gzipped "
+                   "profile.proto for go tool pprof, Pyroscope, Parca; needs -o or a redirect), "
+                   "speedscope (JSON for speedscope.app), html (a flame graph in one file, opened in "
+                   "any browser, offline)")
+        ->capture_default_str();
+    app.add_flag("--folded", o.folded, "short for --format folded");
+    app.add_flag("--lines", o.lines,
+                 "tell lines apart: (file.erl:LINE) after Erlang frames (pprof always has the lines)");
+    app.add_flag("--raw-names", o.raw_names,
+                 "name functions as the VM's atoms ('Elixir.MyApp.Repo':all/2) instead of as Elixir "
+                 "writes them (MyApp.Repo.all/2)");
     app.add_flag("--only-erlang", o.only_erlang,
                  "show Erlang frames only; samples without an Erlang process are left out");
     app.add_option("--max-depth", o.max_depth,
@@ -54,6 +65,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         ->capture_default_str();
     app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
     app.add_option("--process", o.process, "only samples of this Erlang process, e.g. '<0.85.0>'");
+    app.add_option("--every", o.every,
+                   "continuous profiling: write a report every SECONDS, each to the files -o names "
+                   "with %t replaced by its start time (e.g. -o 'prof-%t.pb.gz'), for Pyroscope, Parca or "
+                   "an archive; memory stays flat");
     app.add_option("--stats", o.stats_file,
                    "write the run's figures (counters, BPF time per sample, start-up, peak RSS) as JSON");
     app.add_option("--offsets", o.offsets_file,
@@ -72,6 +87,15 @@ void validate(const CommonOptions& o) {
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
+    auto formats = formats_of(o);
+    bool to_stdout = o.output.empty() || o.output == "-";
+    if (o.every < 0 || (o.every > 0 && o.every < 1)) throw UserError(fmt::format("--every {}: at least 1 second", o.every));
+    if (o.every > 0 && o.output.find("%t") == std::string::npos)
+        throw UserError("--every needs -o with %t in it (each report's start time), e.g. -o 'prof-%t.pb.gz'");
+    if (formats.size() > 1 && to_stdout)
+        throw UserError(fmt::format("--format {}: several formats need -o PREFIX (each gets its own file)", o.format));
+    if (is_binary(formats.front()) && to_stdout && isatty(STDOUT_FILENO))
+        throw UserError(fmt::format("--format {} writes binary data: give -o FILE or redirect stdout", o.format));
     if (!o.process.empty() && !PidLayout{60, 28, false}.parse(o.process))
         throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
 }
@@ -110,10 +134,68 @@ void check_privileges() {
                                 list));
 }
 
-Output::Output(const std::string& path) : std_(&std::cout) {
-    if (path.empty() || path == "-") return;
-    file_ = std::make_unique<std::ofstream>(path);
-    if (!*file_) throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+std::vector<Format> formats_of(const CommonOptions& o) {
+    if (o.folded && o.format != "top" && o.format != "folded")
+        throw UserError(fmt::format("--folded and --format {}: choose one", o.format));
+    std::vector<Format> out;
+    const std::string spec = o.folded ? "folded" : o.format;
+    std::string_view rest = spec;
+    while (true) {
+        size_t comma = rest.find(',');
+        std::string_view name = rest.substr(0, comma);
+        auto f = parse_format(name);
+        if (!f) throw UserError(fmt::format("--format {}: the formats are {}", name, format_names()));
+        if (std::find(out.begin(), out.end(), *f) != out.end())
+            throw UserError(fmt::format("--format {}: {} twice", o.format, name));
+        out.push_back(*f);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+    }
+    return out;
+}
+
+namespace {
+uint64_t unix_now_ns() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
+Output::Output(const CommonOptions& o) : pattern_(o.output), formats_(formats_of(o)) {
+    if (pattern_.empty() || pattern_ == "-") return;
+    if (o.every == 0) {
+        open(unix_now_ns());
+        return;
+    }
+    // The files come later: check now that they can be made there.
+    auto slash = pattern_.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : pattern_.substr(0, slash + 1);
+    if (access(dir.c_str(), W_OK) != 0) throw UserError(fmt::format("cannot write in {}: {}", dir, std::strerror(errno)));
+}
+
+void Output::open(uint64_t start_unix_ns) {
+    if (pattern_.empty() || pattern_ == "-") return;
+    time_t t = static_cast<time_t>(start_unix_ns / 1'000'000'000ull);
+    tm utc{};
+    gmtime_r(&t, &utc);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+    std::string base = pattern_;
+    for (size_t at; (at = base.find("%t")) != std::string::npos;) base.replace(at, 2, stamp);
+    files_.clear();
+    paths_.clear();
+    for (Format f : formats_) {
+        paths_.push_back(formats_.size() > 1 ? base + file_suffix(f) : base);
+        files_.push_back(std::make_unique<std::ofstream>(paths_.back(), std::ios::binary));
+        if (!*files_.back()) throw UserError(fmt::format("cannot write {}: {}", paths_.back(), std::strerror(errno)));
+    }
+}
+
+bool Output::has(Format f) const { return std::find(formats_.begin(), formats_.end(), f) != formats_.end(); }
+
+std::ostream& Output::stream(Format f) {
+    if (files_.empty()) return std::cout;
+    return *files_.at(std::find(formats_.begin(), formats_.end(), f) - formats_.begin());
 }
 
 namespace {
@@ -126,13 +208,15 @@ const CommonOptions& checked(const CommonOptions& o) {
 // Member order is the order of the checks: bad options, then an unwritable -o, then
 // privileges, then the VM.
 Session::Session(const CommonOptions& o)
-    : out((checked(o), o.output)),
+    : out((checked(o), o)),
       vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
-      sym(vm, {.lines = o.lines, .only_erlang = o.only_erlang}) {}
+      sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}) {}
 
 void Session::start(SamplerConfig cfg, const std::string& what) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     sampler.emplace(vm, cfg);
+    start_ns = monotonic_ns();
+    start_unix_ns = unix_now_ns();
     auto c = sampler->counters();
     sym.follow_code_events(c.code_events_off.empty(), monotonic_ns());
     if (!c.code_events_off.empty())
@@ -145,9 +229,56 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
     if (!vm.caveat().empty()) fmt::print(stderr, "beam-bpf: warning: {}\n", vm.caveat());
 }
 
+std::string sched_name(uint8_t type, uint16_t no) {
+    switch (type) {
+    case BB_SCHED_NORMAL: return fmt::format("scheduler {}", no);
+    case BB_SCHED_DIRTY_CPU: return fmt::format("dirty cpu scheduler {}", no);
+    case BB_SCHED_DIRTY_IO: return fmt::format("dirty io scheduler {}", no);
+    default: return "";
+    }
+}
+
+Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top, std::string heading)
+    : s_(s), o_(o), unit_(unit), top_(top), heading_(std::move(heading)), interval_start_ns_(s.start_ns) {}
+
+void Reporter::tick(uint64_t now_ns) {
+    if (o_.every > 0 && now_ns - interval_start_ns_ >= static_cast<uint64_t>(o_.every * 1e9)) write(now_ns);
+}
+
+void Reporter::finish(uint64_t now_ns) { write(now_ns); }
+
+void Reporter::write(uint64_t now_ns) {
+    ProfileMeta m;
+    m.title = fmt::format("{} {} (OTP {})", s_.vm.exe(), s_.vm.pid(), s_.vm.release().major);
+    m.unit = unit_;
+    // A cpu-clock sample stands for 1/F s (or --period ns) of CPU time; cycles and calls are
+    // counts only.
+    if (m.unit == "samples" && o_.event == "cpu-clock")
+        m.period_ns = o_.period_ns ? o_.period_ns : 1'000'000'000ull / o_.frequency;
+    m.start_unix_ns = s_.start_unix_ns + (interval_start_ns_ - s_.start_ns);
+    m.duration_ns = now_ns - interval_start_ns_;
+    m.lines = o_.lines;
+    m.pid_text = [&](uint64_t pid) { return s_.vm.format_pid(pid); };
+    m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
+    Profile p = agg_.profile(s_.sym.frames(), m);
+    if (o_.every > 0) s_.out.open(m.start_unix_ns);
+    for (Format f : s_.out.formats()) {
+        std::ostream& os = s_.out.stream(f);
+        if (f == Format::top && !heading_.empty()) os << heading_ << "\n";
+        write_report(p, f, os, top_);
+        os.flush();
+        if (!os) throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
+    }
+    if (o_.every > 0)
+        for (const auto& path : s_.out.paths()) fmt::print(stderr, "beam-bpf: wrote {} ({} {})\n", path, agg_.total(), unit_);
+    agg_.clear();
+    interval_start_ns_ = now_ns;
+    written_++;
+}
+
 RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
-                  const std::function<bool()>& done) {
+                  const std::function<bool()>& done, const std::function<void(uint64_t)>& tick) {
     struct sigaction sa{};
     sa.sa_handler = on_signal;  // no SA_RESTART: Ctrl-C must end the wait at once
     sigaction(SIGINT, &sa, nullptr);
@@ -194,6 +325,7 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
             // symbolized; records still in the ring were all taken before `now`.
             sym.refresh(now);
             if (stop) sampler.stop_events();  // then the last drain reads every record emitted
+            else if (tick) tick(now);
             sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
         } catch (const std::exception& e) {
             if (!stop) {

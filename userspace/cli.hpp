@@ -11,6 +11,8 @@
 #include <ostream>
 #include <string>
 
+#include "aggregate.hpp"
+#include "report/report.hpp"
 #include "sampler.hpp"
 #include "symbolizer.hpp"
 #include "vm.hpp"
@@ -25,14 +27,17 @@ struct CommonOptions {
     std::string event = "cpu-clock";  // or "cycles" (a hardware PMU)
     double duration = 0;      // 0: until Ctrl-C
     size_t top = 20;
+    std::string format = "top";  // report/report.hpp, comma-separated; --folded: --format folded
     bool folded = false;
     bool lines = false;
+    bool raw_names = false;
     bool only_erlang = false;
     uint32_t max_depth = 512;
     std::string output;       // empty: stdout
     std::string offsets_file;
     std::string process;      // "<0.85.0>": only this Erlang process
     std::string stats_file;   // JSON figures of the run, for scripts/bench.sh
+    double every = 0;         // --every: one report per this many seconds, -o names them by %t
 };
 
 void add_common_options(CLI::App& app, CommonOptions& o);
@@ -43,15 +48,25 @@ SamplerConfig sampler_config(const CommonOptions& o);
 std::string describe_event(const CommonOptions& o);
 // Root, or the three capabilities; UserError naming the missing ones otherwise.
 void check_privileges();
-// -o FILE or stdout; opened before attaching so a bad path fails fast.
+// The formats of --format ("top", or several: "html,pprof"); throws UserError.
+std::vector<Format> formats_of(const CommonOptions& o);
+// Where each format goes: -o FILE or stdout for one, -o PREFIX plus file_suffix() for
+// several; "%t" in -o is the report's start time (UTC, 20261123T101500Z). Opened before
+// attaching so a bad path fails fast; with --every, open() again for each interval.
 class Output {
 public:
-    explicit Output(const std::string& path);
-    std::ostream& stream() { return file_ ? *file_ : *std_; }
+    explicit Output(const CommonOptions& o);
+    const std::vector<Format>& formats() const { return formats_; }
+    bool has(Format f) const;
+    void open(uint64_t start_unix_ns);
+    std::ostream& stream(Format f);
+    std::vector<std::string> paths() const { return paths_; }
 
 private:
-    std::unique_ptr<std::ofstream> file_;
-    std::ostream* std_;
+    std::string pattern_;
+    std::vector<Format> formats_;
+    std::vector<std::string> paths_;
+    std::vector<std::unique_ptr<std::ofstream>> files_;  // one per format, or none: stdout
 };
 
 // What both tools do before they differ: check the options and privileges, open the output,
@@ -69,7 +84,12 @@ public:
     Vm vm;
     Symbolizer sym;
     std::optional<Sampler> sampler;
+    uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
 };
+
+// "scheduler 3", "dirty cpu scheduler 1".
+std::string sched_name(uint8_t type, uint16_t no);
+
 
 struct RunStats {
     uint64_t records = 0;     // handled (after --process)
@@ -83,11 +103,44 @@ struct RunStats {
     std::string error;        // what stopped the run early after attach ("" if nothing did)
 };
 
+// Who ran a sample: its process if the walker attributed it to one, and its scheduler.
+inline Who who_of(const bb_record& r) {
+    return {(r.flags & BB_F_PROC) ? r.erl_pid : 0,
+            r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
+}
+
+// Aggregates the run's samples and writes them in --format: at the end, or with --every at
+// the end of each interval (then forgets them: memory stays flat however long it runs).
+class Reporter {
+public:
+    // `unit`: what a sample counts ("samples", "calls"); `heading` goes above the top table.
+    Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top, std::string heading = "");
+    void add(const bb_record& r, std::span<const uint32_t> frames) { agg_.add(frames, 1, who_of(r)); }
+    // From the run loop: writes and starts a new interval when --every has passed.
+    void tick(uint64_t now_ns);
+    // The last interval (or the only report).
+    void finish(uint64_t now_ns);
+    void set_heading(std::string h) { heading_ = std::move(h); }
+
+private:
+    void write(uint64_t now_ns);
+    Session& s_;
+    const CommonOptions& o_;
+    const char* unit_;
+    TopOptions top_;
+    std::string heading_;
+    Aggregator agg_;
+    uint64_t interval_start_ns_ = 0;  // monotonic
+    int written_ = 0;
+};
+
 // Drains `sampler` until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or `done`
-// returning true. Each record is symbolized into root-first frame ids and handed to `on_stack`.
+// returning true. Each record is symbolized into root-first frame ids and handed to `on_stack`;
+// `tick` gets the monotonic time once per drain while the run goes on.
 RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
-                  const std::function<bool()>& done = {});
+                  const std::function<bool()>& done = {},
+                  const std::function<void(uint64_t)>& tick = {});
 
 // "beam-bpf: N samples ..., N dropped, N truncated, N unsymbolized ..." on stderr.
 void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what);

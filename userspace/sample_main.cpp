@@ -9,6 +9,7 @@
 
 #include "aggregate.hpp"
 #include "cli.hpp"
+#include "clock.hpp"
 
 using namespace bb;
 
@@ -20,13 +21,6 @@ struct SchedKey {
     auto operator<=>(const SchedKey&) const = default;
 };
 
-const char* sched_kind(uint8_t type) {
-    switch (type) {
-    case BB_SCHED_DIRTY_CPU: return "dirty cpu scheduler";
-    case BB_SCHED_DIRTY_IO: return "dirty io scheduler";
-    default: return "scheduler";
-    }
-}
 
 int run(int argc, char** argv) {
     CLI::App app{
@@ -48,7 +42,10 @@ int run(int argc, char** argv) {
     Session s(o);
     auto scheds = s.vm.sched_threads();
     s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
-    auto& [out, vm, sym, sampler_slot] = s;
+    auto &out = s.out;
+    auto &vm = s.vm;
+    auto &sym = s.sym;
+    auto &sampler_slot = s.sampler;
     Sampler& sampler = *sampler_slot;
 
     if (pstack) {
@@ -93,23 +90,23 @@ int run(int argc, char** argv) {
                 moved.erase(k);
             },
             [&] { return normal && normal_in_jit() == normal; });
-        auto& os = out.stream();
+        auto& os = out.stream(Format::top);
         for (const auto& t : scheds) {
             SchedKey k{t.sched.type, t.sched.no};
             auto it = seen.find(k);
             if (it == seen.end()) {
                 if (moved.count(k))
-                    fmt::print(os, "{} {} (tid {}): unknown (its process moved to another scheduler during the "
+                    fmt::print(os, "{} (tid {}): unknown (its process moved to another scheduler during the "
                                    "snapshot)\n\n",
-                               sched_kind(t.sched.type), t.sched.no, t.tid);
+                               sched_name(t.sched.type, t.sched.no), t.tid);
                 else if (t.sched.type == BB_SCHED_NORMAL)
-                    fmt::print(os, "{} {} (tid {}): idle\n\n", sched_kind(t.sched.type), t.sched.no, t.tid);
+                    fmt::print(os, "{} (tid {}): idle\n\n", sched_name(t.sched.type, t.sched.no), t.tid);
                 continue;
             }
             const auto& [r, frames] = it->second;
-            fmt::print(os, "{} {} (tid {}): {}\n", sched_kind(r.sched_type), r.sched_no, r.tid,
+            fmt::print(os, "{} (tid {}): {}\n", sched_name(r.sched_type, r.sched_no), r.tid,
                        s.vm.format_pid(r.erl_pid));
-            for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.names().name(*f));
+            for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.frames().label(*f, o.lines));
             fmt::print(os, "\n");
         }
         print_summary(st, sampler.counters(), sym, "samples");
@@ -117,14 +114,11 @@ int run(int argc, char** argv) {
         return st.error.empty() ? 0 : 1;
     }
 
-    Aggregator agg;
-    auto st = run_loop(vm, sampler, sym, o, [&](const bb_record&, std::span<const uint32_t> frames) {
-        agg.add(frames);
-    });
-    if (o.folded)
-        agg.write_folded(out.stream(), sym.names());
-    else
-        agg.write_top(out.stream(), sym.names(), o.top, false);
+    Reporter rep(s, o, "samples", {.rows = o.top});
+    auto st = run_loop(
+        vm, sampler, sym, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
+        [&](uint64_t now) { rep.tick(now); });
+    rep.finish(monotonic_ns());
     print_summary(st, sampler.counters(), sym, "samples");
     write_stats(o, st, sampler.counters(), sym);
     return st.error.empty() ? 0 : 1;

@@ -4,22 +4,13 @@
 
 namespace bb {
 
-uint32_t NameTable::intern(const std::string& s, bool erlang) {
-    auto [it, added] = ids_.try_emplace(s, static_cast<uint32_t>(names_.size()));
-    if (added) {
-        names_.push_back(s);
-        erlang_.push_back(erlang);
-    }
-    return it->second;
-}
-
 Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
-    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters), native_(vm.pid()) {
-    unknown_jit_ = names_.intern("[unknown JIT code]");
-    kernel_ = names_.intern("[kernel]");
-    no_process_ = names_.intern("[no Erlang process]");
-    bad_process_ = names_.intern("[unreadable Erlang process]");
-    unknown_native_ = names_.intern("[unknown native code]");
+    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters), native_(vm.pid()), frames_(opt.raw_names) {
+    unknown_jit_ = frames_.other(FrameKind::vm, "[unknown JIT code]", "[JIT]");
+    kernel_ = frames_.other(FrameKind::kernel, "[kernel]", "[kernel]");
+    no_process_ = frames_.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
+    bad_process_ = frames_.other(FrameKind::vm, "[unreadable Erlang process]", "beam.smp");
+    unknown_native_ = frames_.other(FrameKind::native, "[unknown native code]", "[unknown]");
     refresh(0);
 }
 
@@ -85,11 +76,11 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
         unsymbolized_++;
         return unknown_jit_;
     }
-    std::string name = hit->range->name;
-    if (opt_.lines && hit->line && hit->file) name += fmt::format(" ({}:{})", *hit->file, hit->line);
-    // The JIT's shared code ("global::i_test_yield_shared") and module headers
-    // ("lists::codeHeader") are JIT code, but not Erlang functions.
-    uint32_t id = names_.intern(name, hit->range->name.find("::") == std::string::npos);
+    const JitRange& r = *hit->range;
+    // Code before the function's first line entry (its prologue) is the function's first line.
+    const JitLine* first = r.lines.empty() ? nullptr : &r.lines.front();
+    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first ? &first->file : nullptr,
+                                 first ? first->line : 0, hit->line ? hit->line : first ? first->line : 0);
     cache.insert_or_assign(addr, Cached{id, hit->valid_from, hit->valid_until});
     return id;
 }
@@ -113,16 +104,12 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
         native_misses_.clear();
         sym = native_.lookup(ip);
     }
-    std::string name;
-    if (sym && !sym->name.empty())
-        name = sym->name;
-    else if (sym)
-        name = fmt::format("[{}]", sym->module);
-    else {
+    if (!sym) {
         native_misses_.insert(ip);
         return std::nullopt;
     }
-    uint32_t id = names_.intern(name);
+    uint32_t id = frames_.other(FrameKind::native, sym->name.empty() ? fmt::format("[{}]", sym->module) : sym->name,
+                                sym->module);
     native_cache_.emplace(ip, id);
     if (sym && !sym->name.empty() && sym->size) native_ranges_[ip - sym->offset] = {ip - sym->offset + sym->size, id};
     return id;
@@ -137,7 +124,7 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
     }
     if (r.where == BB_WHERE_JIT) {
         uint32_t leaf = erlang_frame(r.ip, r.time_ns, false);
-        if (!opt_.only_erlang || names_.is_erlang(leaf)) out.push_back(leaf);
+        if (!opt_.only_erlang || frames_.is_erlang(leaf)) out.push_back(leaf);
     } else if (!opt_.only_erlang) {
         if (!(r.flags & BB_F_PROC))
             out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);

@@ -1,4 +1,4 @@
-// Turns a record's addresses into frame names, root first: Erlang frames from the JIT's
+// Turns a record's addresses into locations of the frame table, root first: Erlang frames from the JIT's
 // own symbols, the leaf from JIT or native symbols, "[kernel]" for system-call time.
 #pragma once
 #include <cstdint>
@@ -10,29 +10,16 @@
 #include <vector>
 
 #include "beam_bpf.h"
+#include "frames.hpp"
 #include "jit_code.hpp"
 #include "native_symbols.hpp"
 #include "vm.hpp"
 
 namespace bb {
 
-// Interned frame names: stacks are vectors of ids.
-class NameTable {
-public:
-    uint32_t intern(const std::string& s, bool erlang = false);
-    const std::string& name(uint32_t id) const { return names_[id]; }
-    bool is_erlang(uint32_t id) const { return erlang_[id]; }
-    size_t size() const { return names_.size(); }
-
-private:
-    std::vector<std::string> names_;
-    std::vector<bool> erlang_;  // an Erlang function, not a native or pseudo frame
-    std::unordered_map<std::string, uint32_t> ids_;
-};
-
 struct FrameOptions {
-    bool lines = false;        // "(file.erl:LINE)" after Erlang frames
     bool only_erlang = false;  // drop native and kernel frames
+    bool raw_names = false;    // the VM's atoms ("'Elixir.Foo':bar/1"), not Elixir's names
 };
 
 class Symbolizer {
@@ -49,11 +36,10 @@ public:
     // Whether every code event reaches code_event() (the probe is attached and none was lost):
     // then they alone keep the index current. Turning it on re-reads the module list once.
     void follow_code_events(bool on, uint64_t now_ns);
-    // Root-first frame ids of `r` into `out` (cleared). Empty when nothing is left to show.
+    // Root-first location ids of `r` into `out` (cleared). Empty when nothing is left to show.
     void frames(const bb_record& r, std::vector<uint32_t>& out);
 
-    NameTable& names() { return names_; }
-    const NameTable& names() const { return names_; }
+    const FrameTable& frames() const { return frames_; }
     const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
     const JitCodeIndex& jit() const { return jit_; }
     uint64_t unsymbolized() const { return unsymbolized_; }
@@ -66,12 +52,12 @@ private:
     FrameOptions opt_;
     JitCodeIndex jit_;
     NativeSymbols native_;
-    NameTable names_;
+    FrameTable frames_;
     void reread_jit(uint64_t now_ns);
     uint64_t jit_generation_ = ~0ull;
     bool code_events_ = false;
     uint64_t last_refresh_ns_ = 0, now_ns_ = 0;
-    // Address -> name id, for samples taken in [from, until): code at an address changes.
+    // Address -> location id, for samples taken in [from, until): code at an address changes.
     // Erlang entries die with the JIT index's generation.
     struct Cached {
         uint32_t id;

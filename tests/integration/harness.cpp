@@ -231,11 +231,9 @@ ToolResult collect(RunningTool& t, Clock::time_point deadline) {
     return r;
 }
 
-RunningTool start(const std::string& tool, const std::vector<std::string>& args,
-                  const std::optional<std::string>& as_user) {
+RunningTool start_argv(const std::vector<std::string>& argv, const std::optional<std::string>& as_user) {
     SpawnSpec spec;
-    spec.argv.push_back(tool_path(tool));
-    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.argv = argv;
     if (as_user) {
         passwd* pw = getpwnam(as_user->c_str());
         if (!pw) throw std::runtime_error("no such user: " + *as_user);
@@ -431,9 +429,21 @@ RunningTool& RunningTool::operator=(RunningTool&& o) noexcept {
 
 RunningTool::~RunningTool() { discard(*this); }
 
+RunningTool start(const std::string& tool, const std::vector<std::string>& args,
+                  const std::optional<std::string>& as_user) {
+    std::vector<std::string> argv{tool_path(tool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return start_argv(argv, as_user);
+}
+
 ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout, const std::optional<std::string>& as_user) {
     RunningTool t = start(tool, args, as_user);
+    return collect(t, t.started + timeout);
+}
+
+ToolResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+    RunningTool t = start_argv(argv, std::nullopt);
     return collect(t, t.started + timeout);
 }
 

@@ -89,6 +89,9 @@ ToolResult run_tool(const std::string& tool, const std::vector<std::string>& arg
                     std::chrono::milliseconds timeout = 60s,
                     const std::optional<std::string>& as_user = std::nullopt);
 
+// Any other program to completion (the checkers of tests/consumers, say), searched in PATH.
+ToolResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 180s);
+
 // Starts a tool in the background; finish_tool() sends SIGINT (as Ctrl-C would) unless it has
 // exited already, and collects it. A RunningTool that was never finished is killed by its
 // destructor.

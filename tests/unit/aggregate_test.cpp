@@ -1,5 +1,5 @@
-// Aggregation: self/total shares, recursion counted once per sample, folded output, and the
-// pid-term text both tools print and parse.
+// Aggregation: self/total shares, recursion counted once per sample, folded output, frame
+// names (Elixir's), and the pid-term text both tools print and parse.
 #include <gtest/gtest.h>
 
 #include "release.hpp"
@@ -7,19 +7,29 @@
 #include <sstream>
 
 #include "aggregate.hpp"
+#include "frames.hpp"
+#include "report/text.hpp"
 #include "cli.hpp"
 #include "vm.hpp"
 
 namespace {
 
 using bb::Aggregator;
-using bb::NameTable;
+using bb::FrameKind;
+using bb::FrameTable;
 
 struct Fixture {
-    NameTable names;
-    uint32_t root = names.intern("m:root/0", true), mid = names.intern("m:mid/1", true),
-             leaf = names.intern("m:leaf/2", true), native = names.intern("memcpy"),
-             shared = names.intern("global::i_test_yield_shared", false);
+    FrameTable frames;
+    std::string file = "m.erl";
+    uint32_t root = frames.erlang("m:root/0", "m", &file, 1, 2), mid = frames.erlang("m:mid/1", "m", &file, 5, 6),
+             leaf = frames.erlang("m:leaf/2", "m", &file, 9, 10),
+             native = frames.other(FrameKind::native, "memcpy", "libc.so.6"),
+             shared = frames.erlang("global::i_test_yield_shared", "global", nullptr, 0, 0);
+    bb::Profile profile(const Aggregator& a, bool lines = false) const {
+        bb::ProfileMeta m;
+        m.lines = lines;
+        return a.profile(frames, m);
+    }
 };
 
 TEST(Aggregate, SelfAndTotal) {
@@ -30,28 +40,28 @@ TEST(Aggregate, SelfAndTotal) {
     a.add(std::vector<uint32_t>{f.root, f.native}, 1);
     EXPECT_EQ(a.total(), 10u);
     EXPECT_EQ(a.unique_stacks(), 3u);
-    auto rows = a.ranked(f.names, 0);
+    auto p = f.profile(a);
+    auto rows = bb::top_rows(p, 0);
     ASSERT_EQ(rows.size(), 4u);
-    EXPECT_EQ(rows[0].id, f.leaf);
+    EXPECT_EQ(rows[0].label, "m:leaf/2");
     EXPECT_EQ(rows[0].self, 6u);
     EXPECT_EQ(rows[0].total, 6u);
-    EXPECT_EQ(rows[1].id, f.mid);
+    EXPECT_EQ(rows[1].label, "m:mid/1");
     EXPECT_EQ(rows[1].self, 3u);
     EXPECT_EQ(rows[1].total, 9u);
-    EXPECT_EQ(rows[2].id, f.native);
-    EXPECT_EQ(rows[3].id, f.root);
+    EXPECT_EQ(rows[2].label, "memcpy");
+    EXPECT_EQ(rows[3].label, "m:root/0");
     EXPECT_EQ(rows[3].self, 0u);
     EXPECT_EQ(rows[3].total, 10u);
-    EXPECT_EQ(a.ranked(f.names, 2).size(), 2u);
-    EXPECT_EQ(a.ranked(f.names, 1, true).front().id, f.root);
+    EXPECT_EQ(bb::top_rows(p, 2).size(), 2u);
+    EXPECT_EQ(bb::top_rows(p, 1, true).front().label, "m:root/0");
 }
 
 TEST(Aggregate, RecursionCountsOncePerSample) {
     Fixture f;
     Aggregator a;
     a.add(std::vector<uint32_t>{f.root, f.mid, f.mid, f.mid, f.leaf}, 4);
-    auto rows = a.ranked(f.names, 0, true);
-    for (const auto& r : rows) EXPECT_LE(r.total, 4u) << f.names.name(r.id);
+    for (const auto& r : bb::top_rows(f.profile(a), 0, true)) EXPECT_LE(r.total, 4u) << r.label;
 }
 
 TEST(Aggregate, SameStackMerges) {
@@ -62,6 +72,8 @@ TEST(Aggregate, SameStackMerges) {
     EXPECT_EQ(a.total(), 1000u);
     a.add(std::vector<uint32_t>{}, 5);  // nothing left to show: not a sample
     EXPECT_EQ(a.total(), 1000u);
+    a.add(std::vector<uint32_t>{f.root, f.leaf}, 1, bb::Who{0x53, 1 << 16 | 2});  // another process
+    EXPECT_EQ(a.unique_stacks(), 2u);
 }
 
 TEST(Aggregate, FoldedIsRootFirstSortedAndParseable) {
@@ -69,9 +81,26 @@ TEST(Aggregate, FoldedIsRootFirstSortedAndParseable) {
     Aggregator a;
     a.add(std::vector<uint32_t>{f.root, f.mid, f.leaf}, 2);
     a.add(std::vector<uint32_t>{f.root, f.native}, 7);
+    a.add(std::vector<uint32_t>{f.root, f.native}, 1, bb::Who{0x53, 0});  // folds with the above
     std::ostringstream out;
-    a.write_folded(out, f.names);
-    EXPECT_EQ(out.str(), "m:root/0;m:mid/1;m:leaf/2 2\nm:root/0;memcpy 7\n");
+    bb::write_folded(f.profile(a), out);
+    EXPECT_EQ(out.str(), "m:root/0;m:mid/1;m:leaf/2 2\nm:root/0;memcpy 8\n");
+}
+
+// Locations of one function at different lines are one frame unless --lines tells them apart.
+TEST(Aggregate, LinesSplitFramesOnlyWhenAsked) {
+    Fixture f;
+    uint32_t leaf_line_11 = f.frames.erlang("m:leaf/2", "m", &f.file, 9, 11);
+    EXPECT_NE(leaf_line_11, f.leaf);
+    EXPECT_EQ(f.frames.function(leaf_line_11).name, f.frames.function(f.leaf).name);
+    Aggregator a;
+    a.add(std::vector<uint32_t>{f.root, f.leaf}, 2);
+    a.add(std::vector<uint32_t>{f.root, leaf_line_11}, 3);
+    std::ostringstream merged, split;
+    bb::write_folded(f.profile(a), merged);
+    bb::write_folded(f.profile(a, true), split);
+    EXPECT_EQ(merged.str(), "m:root/0;m:leaf/2 5\n");
+    EXPECT_EQ(split.str(), "m:root/0 (m.erl:2);m:leaf/2 (m.erl:10) 2\nm:root/0 (m.erl:2);m:leaf/2 (m.erl:11) 3\n");
 }
 
 TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
@@ -80,11 +109,40 @@ TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
     a.add(std::vector<uint32_t>{f.root, f.native}, 5);
     a.add(std::vector<uint32_t>{f.root, f.shared}, 5);
     std::ostringstream out;
-    a.write_top(out, f.names, 0, true, true);
+    bb::write_top(f.profile(a), out, 0, true, true);
     EXPECT_NE(out.str().find("m:root/0"), std::string::npos);
     EXPECT_EQ(out.str().find("memcpy"), std::string::npos);
     EXPECT_EQ(out.str().find("global::"), std::string::npos);
     EXPECT_NE(out.str().find("100.0"), std::string::npos);  // root: in every sample
+}
+
+TEST(Names, CxxSymbolsDemangledWithoutParameters) {
+    EXPECT_EQ(bb::short_demangled("_Z17beam_jit_call_bifP7processPmPKvPFmS0_S1_S3_Em"), "beam_jit_call_bif");
+    EXPECT_EQ(bb::short_demangled("_ZNK3foo3barEv"), "foo::bar");
+    EXPECT_EQ(bb::short_demangled("erts_garbage_collect_nobump"), "erts_garbage_collect_nobump");
+    EXPECT_EQ(bb::short_demangled("_Zgarbage"), "_Zgarbage");
+    bb::FrameTable t;
+    auto id = t.other(bb::FrameKind::native, "_ZNK3foo3barEv", "beam.smp");
+    EXPECT_EQ(t.function(id).name, "foo::bar");
+    EXPECT_EQ(t.function(id).system_name, "_ZNK3foo3barEv");
+}
+
+TEST(Names, ElixirModulesAsElixirWritesThem) {
+    EXPECT_EQ(bb::display_name("'Elixir.MyApp.Repo':all/2"), "MyApp.Repo.all/2");
+    EXPECT_EQ(bb::display_name("'Elixir.MyApp':'-run/1-fun-0-'/1"), "anonymous fn/1 in MyApp.run/1");
+    EXPECT_EQ(bb::display_name("'Elixir.Enum':'reduce_range'/5"), "Enum.reduce_range/5");
+    EXPECT_EQ(bb::display_name("'Elixir.Kernel':'=='/2"), "Kernel.==/2");
+    // Erlang stays as the VM writes it, quotes and all.
+    EXPECT_EQ(bb::display_name("lists:foldl/3"), "lists:foldl/3");
+    EXPECT_EQ(bb::display_name("m:'-f/0-fun-0-'/0"), "m:'-f/0-fun-0-'/0");
+    EXPECT_EQ(bb::display_name("'a\\'b':c/0"), "'a\\'b':c/0");
+    // Whatever does not parse is shown as it is.
+    for (const char* odd : {"", "'Elixir.X", "'Elixir.X':f", "'Elixir.X':f/x", "'Elixir.X'f/1", ":/", "[kernel]"})
+        EXPECT_EQ(bb::display_name(odd), odd);
+    bb::FrameTable raw(true), nice;
+    EXPECT_EQ(raw.function(raw.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).name, "'Elixir.A':b/0");
+    EXPECT_EQ(nice.function(nice.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).name, "A.b/0");
+    EXPECT_EQ(nice.function(nice.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).system_name, "'Elixir.A':b/0");
 }
 
 TEST(PidTerm, FormatAndParseRoundTripPerRelease) {

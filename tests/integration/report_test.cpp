@@ -1,0 +1,141 @@
+// The report formats, each read by its real consumer: pprof by the upstream profile.proto and
+// `go tool pprof`, the HTML flame graph and speedscope's file in headless Chromium (speedscope
+// itself, from npm), Elixir names from a real Elixir program. The checkers live in
+// tests/consumers; this file runs the profiler on real VMs and hands them its files.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace {
+
+using namespace bbt;
+
+const std::string kTool = "beam-bpf-sample";
+const std::string kConsumers = std::string(BB_SOURCE_DIR) + "/tests/consumers/";
+
+std::string pid_arg(const ErlVm& vm) { return std::to_string(vm.os_pid()); }
+
+class ReportTest : public RootTest {
+protected:
+    std::string prefix = ::testing::TempDir() + "bb_report_" + std::to_string(getpid());
+    // Runs a checker; its one line is the result either way.
+    void check(const std::vector<std::string>& argv) {
+        ToolResult r = run_command(argv, std::chrono::seconds(300));
+        std::cout << argv[1].substr(argv[1].rfind('/') + 1) << ": " << r.out << r.err;
+        EXPECT_EQ(r.exit_code, 0) << describe(r);
+    }
+};
+
+// One run, three formats: go tool pprof's flat counts equal the folded stacks' leaf counts and
+// its flat% the top table's SELF%, for the same samples.
+TEST_F(ReportTest, PprofReadByGoToolPprof) {
+    ErlVm vm("bb_work:main(split532)");
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "4", "--format", "top,folded,pprof", "-t", "1000", "-o", prefix, pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::ifstream top(prefix + ".txt");
+    std::stringstream text;
+    text << top.rdbuf();
+    EXPECT_NE(text.str().find("bb_work:f5/2"), std::string::npos) << text.str();
+    check({"/usr/bin/python3", kConsumers + "check_pprof.py", prefix + ".pb.gz", "--folded", prefix + ".folded", "--top",
+           prefix + ".txt"});
+}
+
+// The built-in flame graph opens offline, draws the frames and finds a function; speedscope
+// loads the same run's file.
+TEST_F(ReportTest, HtmlAndSpeedscopeInChromium) {
+    ErlVm vm("bb_work:main(split532)");
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "3", "--format", "html,speedscope", "-o", prefix, pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    check({"python3", kConsumers + "check_html.py", prefix + ".html", "--expect", "bb_work:f5/2", "--screenshot",
+           prefix + ".png"});
+    check({"python3", kConsumers + "check_speedscope.py", prefix + ".speedscope.json"});
+}
+
+// Elixir functions as Elixir writes them, and as the VM does with --raw-names.
+TEST_F(ReportTest, ElixirNames) {
+    std::string dir = ::testing::TempDir() + "bb_elixir_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    ToolResult c = run_command({"elixirc", "-o", dir, std::string(BB_WORKLOAD_DIR) + "/bb_elixir.ex"});
+    ASSERT_EQ(c.exit_code, 0) << describe(c);
+    ErlVm vm("'Elixir.BbElixir':main()", {"-pa", "/usr/lib/elixir/lib/elixir/ebin", "-pa", dir});
+    vm.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "2", "--folded", "--only-erlang", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto stacks = parse_folded(r.out);
+    long exact = 0, all = 0;
+    for (const auto& [stack, count] : stacks) {
+        all += count;
+        if (stack == "BbElixir.loop/1;BbElixir.spin/2") exact += count;  // inner/1 tail-calls spin/2
+        EXPECT_EQ(stack.find("'Elixir."), std::string::npos) << "an atom name left: " << stack;
+    }
+    ASSERT_GT(all, 500) << r.out;
+    EXPECT_GE(exact, all * 9 / 10) << r.out;
+    ToolResult raw = run_tool(kTool, {"-d", "1", "--folded", "--only-erlang", "--raw-names", pid_arg(vm)}, 60s);
+    ASSERT_EQ(raw.exit_code, 0) << describe(raw);
+    EXPECT_NE(raw.out.find("'Elixir.BbElixir':spin/2"), std::string::npos) << raw.out;
+}
+
+// Continuous profiling: one valid pprof file per interval, named by its start time, whose
+// counts add up to every sample of the run.
+TEST_F(ReportTest, EveryWritesOneProfilePerInterval) {
+    ErlVm vm("bb_work:main(split532)");
+    vm.wait_line("ready");
+    std::string dir = prefix + "_every";
+    std::filesystem::create_directories(dir);
+    std::string stats = dir + "/stats.json";
+    ToolResult r = run_tool(kTool, {"-d", "10", "--every", "2", "--format", "pprof", "-o", dir + "/prof-%t.pb.gz",
+                                    "--stats", stats, pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        if (e.path().string().ends_with(".pb.gz")) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    ASSERT_EQ(files.size(), 5u) << describe(r);
+    long sum = 0;
+    for (const auto& f : files) {
+        EXPECT_TRUE(std::regex_search(f, std::regex("/prof-20[0-9]{6}T[0-9]{6}Z\\.pb\\.gz$"))) << f;
+        ToolResult c = run_command({"/usr/bin/python3", kConsumers + "check_pprof.py", f});
+        EXPECT_EQ(c.exit_code, 0) << describe(c);
+        std::smatch m;
+        if (std::regex_search(c.out, m, std::regex("^ok: ([0-9]+) samples"))) sum += std::stol(m[1]);
+    }
+    std::ifstream in(stats);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(json, m, std::regex("\"records\": ([0-9]+)"))) << json;
+    EXPECT_EQ(sum, std::stol(m[1])) << "the files' samples do not add up to the run's records";
+    EXPECT_GT(sum, 5000);
+}
+
+TEST_F(ReportTest, FormatErrorsAreOneLine) {
+    ErlVm vm("bb_work:main(split532)");
+    vm.wait_line("ready");
+    const std::pair<std::vector<std::string>, std::string> cases[] = {
+        {{"--format", "svg"}, "--format svg: the formats are top, folded, pprof, speedscope, html"},
+        {{"--format", "html,pprof"}, "several formats need -o PREFIX"},
+        {{"--format", "top,top", "-o", prefix}, "--format top,top: top twice"},
+        {{"--folded", "--format", "html"}, "--folded and --format html: choose one"},
+        {{"--every", "2", "-o", prefix}, "--every needs -o with %t in it"},
+        {{"--every", "0.1", "-o", prefix + "%t"}, "--every 0.1: at least 1 second"}};
+    for (const auto& [args, says] : cases) {
+        std::vector<std::string> a = args;
+        a.push_back(pid_arg(vm));
+        std::string line = expect_one_line_error(run_tool(kTool, a, 30s), kTool);
+        EXPECT_NE(line.find(says), std::string::npos) << line;
+    }
+}
+
+}  // namespace

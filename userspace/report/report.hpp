@@ -1,0 +1,28 @@
+// --format: which writer of this folder turns the Profile into the output.
+#pragma once
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "profile.hpp"
+
+namespace bb {
+
+enum class Format { top, folded, pprof, speedscope, html };
+
+std::optional<Format> parse_format(std::string_view name);
+const char* format_names();  // "top, folded, pprof, speedscope, html"
+inline bool is_binary(Format f) { return f == Format::pprof; }
+// What -o PREFIX gets for each format when several are asked for: ".txt", ".pb.gz", ...
+const char* file_suffix(Format f);
+
+struct TopOptions {
+    size_t rows = 20;
+    bool by_total = false;     // beam-bpf-blame: "which code is on the stack"
+    bool erlang_only = false;  // and only its Erlang functions
+};
+
+void write_report(const Profile& p, Format f, std::ostream& out, const TopOptions& top);
+
+}  // namespace bb

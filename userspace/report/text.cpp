@@ -1,0 +1,70 @@
+#include "text.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace bb {
+
+std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total) {
+    // One row per label: locations of one function merge unless --lines tells them apart.
+    std::vector<TopRow> rows;
+    std::vector<uint32_t> row_of(p.locations.size());
+    std::unordered_map<std::string, uint32_t> by_label;
+    for (uint32_t l = 0; l < p.locations.size(); l++) {
+        std::string label = p.label(l);
+        auto [it, added] = by_label.try_emplace(label, static_cast<uint32_t>(rows.size()));
+        if (added) rows.push_back(TopRow{label, p.functions[p.locations[l].function].kind});
+        row_of[l] = it->second;
+    }
+    std::unordered_set<uint32_t> seen;
+    for (const Sample& s : p.samples) {
+        rows[row_of[s.stack.back()]].self += s.count;
+        seen.clear();
+        for (uint32_t l : s.stack)
+            if (seen.insert(row_of[l]).second) rows[row_of[l]].total += s.count;  // recursion counts once
+    }
+    std::erase_if(rows, [](const TopRow& r) { return r.total == 0; });
+    auto key = [by_total](const TopRow& x) {
+        return by_total ? std::pair(x.total, x.self) : std::pair(x.self, x.total);
+    };
+    std::sort(rows.begin(), rows.end(), [&](const TopRow& a, const TopRow& b) {
+        if (key(a) != key(b)) return key(a) > key(b);
+        return a.label < b.label;
+    });
+    if (n && rows.size() > n) rows.resize(n);
+    return rows;
+}
+
+void write_top(const Profile& p, std::ostream& out, size_t n, bool by_total, bool erlang_only) {
+    uint64_t total = p.total();
+    double all = total ? static_cast<double>(total) : 1.0;
+    auto rows = top_rows(p, 0, by_total);
+    if (erlang_only) std::erase_if(rows, [](const TopRow& r) { return r.kind != FrameKind::erlang; });
+    if (n && rows.size() > n) rows.resize(n);
+    fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");
+    for (const auto& r : rows)
+        fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+}
+
+void write_folded(const Profile& p, std::ostream& out) {
+    std::vector<std::string> labels(p.locations.size());
+    for (uint32_t l = 0; l < labels.size(); l++) labels[l] = p.label(l);
+    // Samples of different processes, or locations that differ only by line, fold together.
+    std::map<std::string, uint64_t> lines;
+    for (const Sample& s : p.samples) {
+        std::string text;
+        for (size_t i = 0; i < s.stack.size(); i++) {
+            if (i) text += ';';
+            text += labels[s.stack[i]];
+        }
+        lines[text] += s.count;
+    }
+    for (const auto& [text, count] : lines) fmt::print(out, "{} {}\n", text, count);
+}
+
+}  // namespace bb
