@@ -238,8 +238,8 @@ std::string sched_name(uint8_t type, uint16_t no) {
     }
 }
 
-Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top, std::string heading)
-    : s_(s), o_(o), unit_(unit), top_(top), heading_(std::move(heading)), interval_start_ns_(s.start_ns) {}
+Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top)
+    : s_(s), o_(o), unit_(unit), top_(top), interval_start_ns_(s.start_ns) {}
 
 void Reporter::tick(uint64_t now_ns) {
     if (o_.every > 0 && now_ns - interval_start_ns_ >= static_cast<uint64_t>(o_.every * 1e9)) write(now_ns);
@@ -273,7 +273,6 @@ void Reporter::write(uint64_t now_ns) {
         for (const auto& path : s_.out.paths()) fmt::print(stderr, "beam-bpf: wrote {} ({} {})\n", path, agg_.total(), unit_);
     agg_.clear();
     interval_start_ns_ = now_ns;
-    written_++;
 }
 
 RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,

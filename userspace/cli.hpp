@@ -60,7 +60,7 @@ public:
     bool has(Format f) const;
     void open(uint64_t start_unix_ns);
     std::ostream& stream(Format f);
-    std::vector<std::string> paths() const { return paths_; }
+    const std::vector<std::string>& paths() const { return paths_; }
 
 private:
     std::string pattern_;
@@ -113,13 +113,14 @@ inline Who who_of(const bb_record& r) {
 // the end of each interval (then forgets them: memory stays flat however long it runs).
 class Reporter {
 public:
-    // `unit`: what a sample counts ("samples", "calls"); `heading` goes above the top table.
-    Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top, std::string heading = "");
+    // `unit`: what a sample counts ("samples", "calls").
+    Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top);
     void add(const bb_record& r, std::span<const uint32_t> frames) { agg_.add(frames, 1, who_of(r)); }
     // From the run loop: writes and starts a new interval when --every has passed.
     void tick(uint64_t now_ns);
     // The last interval (or the only report).
     void finish(uint64_t now_ns);
+    // A line above the top table (beam-bpf-blame's "N samples of FUNC").
     void set_heading(std::string h) { heading_ = std::move(h); }
 
 private:
@@ -131,7 +132,6 @@ private:
     std::string heading_;
     Aggregator agg_;
     uint64_t interval_start_ns_ = 0;  // monotonic
-    int written_ = 0;
 };
 
 // Drains `sampler` until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or `done`

@@ -54,11 +54,10 @@ std::string script_safe(const std::string& json) {
 // A frame as the page shows it on hover. Its line is where the function starts unless frames
 // are per line (--lines).
 nlohmann::json describe(const Profile& p, uint32_t location, const std::string& label) {
-    const Location& l = p.locations[location];
-    const Function& f = p.functions[l.function];
+    const Function& f = p.functions[p.locations[location].function];
     nlohmann::json frame = {{"name", label}, {"kind", kind_name(f.kind)}};
     if (!f.file.empty()) frame["file"] = f.file;
-    uint32_t line = p.lines && l.line ? l.line : f.start_line;
+    uint32_t line = p.shown_line(location);
     if (line) frame["line"] = line;
     if (!f.mapping.empty()) frame["mapping"] = f.mapping;
     return frame;

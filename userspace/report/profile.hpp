@@ -61,6 +61,12 @@ struct Profile {
     std::string label(uint32_t location) const {
         return frame_label(functions[locations[location].function], locations[location].line, lines);
     }
+    // The line viewers show for a location: its own with --lines, else where its function
+    // starts (a frame merged by label stands for the whole function).
+    uint32_t shown_line(uint32_t location) const {
+        const Location& l = locations[location];
+        return lines && l.line ? l.line : functions[l.function].start_line;
+    }
     uint64_t total() const {
         uint64_t n = 0;
         for (const Sample& s : samples) n += s.count;

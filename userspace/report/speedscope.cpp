@@ -39,12 +39,10 @@ void write_speedscope(const Profile& p, std::ostream& out) {
     const std::vector<uint32_t>& frame_of_location = lf.of_location;
     json frames = json::array();
     for (uint32_t i = 0; i < lf.labels.size(); i++) {
-        const Location& l = p.locations[lf.location[i]];
-        const Function& f = p.functions[l.function];
+        const Function& f = p.functions[p.locations[lf.location[i]].function];
         json out_frame = {{"name", lf.labels[i]}};
         if (!f.file.empty()) out_frame["file"] = f.file;
-        // A merged frame stands for the whole function, so its line is where the function starts.
-        uint32_t line = p.lines && l.line ? l.line : f.start_line;
+        uint32_t line = p.shown_line(lf.location[i]);
         if (line) out_frame["line"] = line;
         frames.push_back(std::move(out_frame));
     }
