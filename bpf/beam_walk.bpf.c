@@ -360,6 +360,20 @@ static __always_inline int emit(struct bb_record *rec)
 	return 0;
 }
 
+/* The process's registered name and initial call, for reports that name processes. A failed
+ * read only leaves the name out: it says nothing about the stack. */
+static __always_inline void name_process(struct scratch *s, struct bb_record *rec)
+{
+	__u64 reg = s->proc[(vm.proc_reg / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	__u32 ignored = 0;
+
+	if (reg)
+		rec->reg_name = read_word(reg + vm.regproc_name, &ignored);
+	rec->initial[0] = s->proc[(vm.proc_initial / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[1] = s->proc[(vm.proc_initial / 8 + 1) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[2] = s->proc[(vm.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
+}
+
 static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
 					 bool fast)
 {
@@ -382,6 +396,8 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 	rec->c_p = 0;
 	rec->erl_pid = 0;
 	rec->nframes = 0;
+	rec->reg_name = 0;
+	rec->initial[0] = rec->initial[1] = rec->initial[2] = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
 
@@ -446,6 +462,7 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = id;
+			name_process(s, rec);
 			if (frame_layout == 1 && (flags & BB_F_E_FROM_RSP) && bp >= E && bp < hend) {
 				/* Below rbp: the running function's own slots, and the return address of
 				 * a call whose frame is not set up yet. Above: the chain. */

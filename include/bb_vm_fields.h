@@ -5,7 +5,9 @@
  * format and the DWARF reader (userspace/offsets.cpp): add a field here and all of them have it.
  *
  * X(field, type, member): `type` is the C type as DWARF names it ("struct process" for a struct
- * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size.
+ * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size;
+ * "p|q" takes the first path the build has. The message queue length is sig_qs.mq_len from
+ * OTP 27 on, before it sig_qs.len (messages of the inner and middle queues).
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -22,6 +24,22 @@
 	X(proc_state, "struct process", "state")                                 \
 	X(proc_scheduler_data, "struct process", "scheduler_data")               \
 	X(proc_size, "struct process", "")                                       \
+	X(proc_reg, "struct process", "common.u.alive.reg")                      \
+	X(proc_initial, "struct process", "u.initial")                           \
+	X(proc_dictionary, "struct process", "dictionary")                       \
+	X(proc_heap_sz, "struct process", "heap_sz")                             \
+	X(proc_old_heap, "struct process", "old_heap")                           \
+	X(proc_old_hend, "struct process", "old_hend")                           \
+	X(proc_mbuf_sz, "struct process", "mbuf_sz")                             \
+	X(proc_reds, "struct process", "reds")                                   \
+	X(proc_msgq_len, "struct process", "sig_qs.mq_len|sig_qs.len")           \
+	X(regproc_name, "RegProc", "name")                                       \
+	X(atom_len, "Atom", "len")                                               \
+	X(atom_name, "Atom", "name")                                             \
+	X(itab_entries, "IndexTable", "entries")                                 \
+	X(itab_seg_table, "IndexTable", "seg_table")                             \
+	X(pdict_used_slots, "ProcDict", "usedSlots")                             \
+	X(pdict_data, "ProcDict", "data")                                        \
 	X(esd_registers, "ErtsSchedulerData", "registers")                       \
 	X(esd_no, "ErtsSchedulerData", "no")                                     \
 	X(esd_type, "ErtsSchedulerData", "type")                                 \

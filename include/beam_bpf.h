@@ -70,6 +70,11 @@ struct bb_record {
 	__u8 sched_type; /* enum bb_sched_type */
 	__u16 sched_no;  /* 1-based scheduler number within its type, 0 if not a scheduler */
 	__u16 nframes;   /* valid entries of frames[] */
+	/* Who the process is, read at the sample (it may be gone before user space looks):
+	 * its registered name (an atom term, 0 if none) and its initial call (module and
+	 * function atoms, arity), both 0 unless BB_F_PROC. */
+	__u64 reg_name;
+	__u64 initial[3];
 	/* Continuation pointers (return addresses into JIT code), leaf-most first.
 	 * The bottom one, if reached, is the VM's normal-exit stub. */
 	__u64 frames[BB_MAX_FRAMES];

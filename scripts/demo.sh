@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
-# the hottest functions, one stack of each scheduler, who triggers GC, and a folded-stack file
-# for a flame graph. Run as root.
+# the hottest functions, one stack of each scheduler, its processes, who triggers GC, and flame
+# graphs (also by process), pprof and folded-stack files. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,9 +19,13 @@ build/beam-bpf-sample -d 10 -t 15 "$vm"
 echo
 echo "== beam-bpf-sample --pstack $vm: what each scheduler runs right now"
 build/beam-bpf-sample --pstack "$vm"
+echo "== beam-bpf-procs -t 8 $vm: the processes holding the most memory, read from outside"
+build/beam-bpf-procs -t 8 "$vm"
+echo
 echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"
 echo
 build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
-echo "a flame graph to open in a browser: $work/demo.html"
+build/beam-bpf-sample -d 5 --by-process --format html -o "$work/demo-by-process.html" "$vm"
+echo "a flame graph to open in a browser: $work/demo.html (by Erlang process: $work/demo-by-process.html)"
 echo "for go tool pprof: $work/demo.pb.gz; folded stacks: $work/demo.folded"

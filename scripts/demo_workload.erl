@@ -3,11 +3,14 @@
 -module(demo_workload).
 -export([start/0]).
 
+%% The processes are named as they would be in an application, so --by-process, pprof's
+%% `process` label and beam-bpf-procs show those names: registered names, a process label (as
+%% proc_lib:set_label/1 stores it), and one known only by its initial call.
 start() ->
-    spawn_link(fun sorter/0),
-    spawn_link(fun encoder/0),
-    spawn_link(fun() -> ets_writer(ets:new(demo, [set, public])) end),
-    Server = spawn_link(fun() -> counter_server(0) end),
+    spawn_link(fun() -> register(demo_sorter, self()), sorter() end),
+    spawn_link(fun() -> register(demo_encoder, self()), encoder() end),
+    spawn_link(fun() -> put('$process_label', {ets_writer, demo}), ets_writer(ets:new(demo, [set, public])) end),
+    Server = spawn_link(fun() -> register(demo_counter, self()), counter_server(0) end),
     spawn_link(fun() -> counter_client(Server) end),
     io:format("demo workload running in ~s~n", [os:getpid()]),
     receive stop -> ok end.

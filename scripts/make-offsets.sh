@@ -28,7 +28,7 @@ write_table() {
   shift
   local tmp
   tmp=$(mktemp "$out.XXXXXX")
-  { printf '# %s\n' "${header[@]}"; "$tool" "$@"; } >"$tmp"
+  { printf '# %s\n' "${header[@]}"; "$tool" "$@"; } >"$tmp" || { rm -f "$tmp"; exit 1; }
   chmod 644 "$tmp"
   mv "$tmp" "$out"
   echo "$out"

@@ -46,10 +46,26 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
         }
         return it->second;
     };
+    // --by-process: a root frame per process, made here rather than in the FrameTable, which
+    // lives as long as the run: processes come and go by the million on a busy node.
+    std::unordered_map<uint64_t, uint32_t> process_roots;  // pid term -> location
+    auto process_root = [&](uint64_t pid) {
+        auto [it, added] = process_roots.try_emplace(pid, static_cast<uint32_t>(p.locations.size()));
+        if (added) {
+            Function f;
+            f.kind = FrameKind::vm;
+            f.name = f.system_name = meta.process_root(pid);
+            f.mapping = "[process]";
+            p.functions.push_back(std::move(f));
+            p.locations.push_back(Location{static_cast<uint32_t>(p.functions.size() - 1)});
+        }
+        return it->second;
+    };
     p.samples.reserve(samples_.size());
     for (const auto& [key, count] : samples_) {
         Sample s;
-        s.stack.reserve(key.stack.size());
+        s.stack.reserve(key.stack.size() + 1);
+        if (key.who.erl_pid && meta.process_root) s.stack.push_back(process_root(key.who.erl_pid));
         for (uint32_t id : key.stack) s.stack.push_back(location(id));
         s.count = count;
         if (key.who.erl_pid && meta.pid_text) s.pid = meta.pid_text(key.who.erl_pid);

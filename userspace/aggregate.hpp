@@ -28,6 +28,9 @@ struct ProfileMeta {
     bool lines = false;
     // Texts of a pid term and of a scheduler (type << 16 | number); unset: left empty.
     std::function<std::string(uint64_t)> pid_text, process_text;
+    // --by-process: the root frame of a process's samples ("my_server <0.85.0>"); unset: none.
+    // Samples of no process keep their own root ("[no Erlang process]").
+    std::function<std::string(uint64_t)> process_root;
     std::function<std::string(uint32_t)> sched_text;
 };
 

@@ -128,7 +128,7 @@ int run(int argc, char** argv) {
     const char* unit = count_calls ? "calls" : "samples";
     Reporter rep(s, o, unit, {.rows = o.top, .by_total = true, .erlang_only = true});
     auto st = run_loop(
-        vm, sampler, sym, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
+        s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
     auto c = sampler.counters();
     if (st.records == 0) {

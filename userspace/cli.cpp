@@ -64,7 +64,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                                BB_MAX_FRAMES))
         ->capture_default_str();
     app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
-    app.add_option("--process", o.process, "only samples of this Erlang process, e.g. '<0.85.0>'");
+    app.add_option("--process", o.process,
+                   "only samples of this Erlang process: a pid ('<0.85.0>') or a registered name "
+                   "(my_server, MyApp.Repo), looked up when sampling starts");
+    app.add_flag("--by-process", o.by_process,
+                 "group samples by Erlang process: each stack gets a root frame naming its process "
+                 "(registered name, else process label, else initial call; then the pid), in every format");
     app.add_option("--every", o.every,
                    "continuous profiling: write a report every SECONDS, each to the files -o names "
                    "with %t replaced by its start time (e.g. -o 'prof-%t.pb.gz'), for Pyroscope, Parca or "
@@ -96,8 +101,8 @@ void validate(const CommonOptions& o) {
         throw UserError(fmt::format("--format {}: several formats need -o PREFIX (each gets its own file)", o.format));
     if (is_binary(formats.front()) && to_stdout && isatty(STDOUT_FILENO))
         throw UserError(fmt::format("--format {} writes binary data: give -o FILE or redirect stdout", o.format));
-    if (!o.process.empty() && !PidLayout{60, 28, false}.parse(o.process))
-        throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>", o.process));
+    if (o.process.starts_with('<') && !PidLayout{60, 28, false}.parse(o.process))
+        throw UserError(fmt::format("--process {}: expected a local pid like <0.85.0>, or a registered name", o.process));
 }
 
 std::string describe_event(const CommonOptions& o) {
@@ -210,7 +215,24 @@ const CommonOptions& checked(const CommonOptions& o) {
 Session::Session(const CommonOptions& o)
     : out((checked(o), o)),
       vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
-      sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}) {}
+      sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
+      names(vm, o.raw_names) {
+    if (o.process.empty()) return;
+    if (o.process.starts_with('<')) {
+        const PidLayout& pids = vm.release().pids;
+        if (!(only_pid = vm.parse_pid(o.process)))
+            throw UserError(fmt::format("--process {}: not a pid of OTP {} (numbers below 2^{}, serials below 2^{})",
+                                        o.process, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
+        return;
+    }
+    if (!names.unavailable().empty())
+        throw UserError(fmt::format("--process {}: registered names cannot be read here: {}; give a pid", o.process,
+                                    names.unavailable()));
+    auto pid = names.whereis(o.process);
+    if (!pid) throw UserError(fmt::format("--process {}: no process is registered under that name", o.process));
+    only_pid = *pid & vm.release().pids.mask();  // as parse_pid() gives it: the bits run_loop compares
+    fmt::print(stderr, "beam-bpf: --process {} is {}\n", o.process, vm.format_pid(*only_pid));
+}
 
 void Session::start(SamplerConfig cfg, const std::string& what) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
@@ -227,6 +249,8 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
                vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
                sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", what);
     if (!vm.caveat().empty()) fmt::print(stderr, "beam-bpf: warning: {}\n", vm.caveat());
+    if (!names.unavailable().empty())
+        fmt::print(stderr, "beam-bpf: warning: processes are shown by pid only: {}\n", names.unavailable());
 }
 
 std::string sched_name(uint8_t type, uint16_t no) {
@@ -247,6 +271,12 @@ void Reporter::tick(uint64_t now_ns) {
 
 void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 
+void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
+    Who who = who_of(r);
+    if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
+    agg_.add(frames, 1, who);
+}
+
 void Reporter::write(uint64_t now_ns) {
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {})", s_.vm.exe(), s_.vm.pid(), s_.vm.release().major);
@@ -259,6 +289,8 @@ void Reporter::write(uint64_t now_ns) {
     m.duration_ns = now_ns - interval_start_ns_;
     m.lines = o_.lines;
     m.pid_text = [&](uint64_t pid) { return s_.vm.format_pid(pid); };
+    m.process_text = [&](uint64_t pid) { return s_.names.known(pid); };
+    if (o_.by_process) m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
     Profile p = agg_.profile(s_.sym.frames(), m);
     if (o_.every > 0) s_.out.open(m.start_unix_ns);
@@ -275,7 +307,7 @@ void Reporter::write(uint64_t now_ns) {
     interval_start_ns_ = now_ns;
 }
 
-RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
+RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
                   const std::function<bool()>& done, const std::function<void(uint64_t)>& tick) {
     struct sigaction sa{};
@@ -283,12 +315,12 @@ RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonO
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
 
-    RunStats st;
+    const Vm& vm = s.vm;
+    Sampler& sampler = *s.sampler;
+    Symbolizer& sym = s.sym;
+    const std::optional<uint64_t> only_pid = s.only_pid;
     const PidLayout& pids = vm.release().pids;
-    std::optional<uint64_t> only_pid;
-    if (!o.process.empty() && !(only_pid = vm.parse_pid(o.process)))
-        throw UserError(fmt::format("--process {}: not a pid of OTP {} (numbers below 2^{}, serials below 2^{})",
-                                    o.process, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
+    RunStats st;
     std::vector<uint32_t> frames;
     uint64_t start = monotonic_ns(), last_vm_check = start;
     auto handle = [&](const bb_record& r) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "aggregate.hpp"
+#include "processes.hpp"
 #include "report/report.hpp"
 #include "sampler.hpp"
 #include "symbolizer.hpp"
@@ -35,7 +36,8 @@ struct CommonOptions {
     uint32_t max_depth = 512;
     std::string output;       // empty: stdout
     std::string offsets_file;
-    std::string process;      // "<0.85.0>": only this Erlang process
+    std::string process;      // "<0.85.0>" or a registered name: only this Erlang process
+    bool by_process = false;  // a root frame per process: name, then pid
     std::string stats_file;   // JSON figures of the run, for scripts/bench.sh
     double every = 0;         // --every: one report per this many seconds, -o names them by %t
 };
@@ -83,6 +85,8 @@ public:
     Output out;
     Vm vm;
     Symbolizer sym;
+    ProcessNames names;
+    std::optional<uint64_t> only_pid;  // --process, as a pid term
     std::optional<Sampler> sampler;
     uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
 };
@@ -115,7 +119,7 @@ class Reporter {
 public:
     // `unit`: what a sample counts ("samples", "calls").
     Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top);
-    void add(const bb_record& r, std::span<const uint32_t> frames) { agg_.add(frames, 1, who_of(r)); }
+    void add(const bb_record& r, std::span<const uint32_t> frames);
     // From the run loop: writes and starts a new interval when --every has passed.
     void tick(uint64_t now_ns);
     // The last interval (or the only report).
@@ -134,10 +138,10 @@ private:
     uint64_t interval_start_ns_ = 0;  // monotonic
 };
 
-// Drains `sampler` until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or `done`
-// returning true. Each record is symbolized into root-first frame ids and handed to `on_stack`;
-// `tick` gets the monotonic time once per drain while the run goes on.
-RunStats run_loop(const Vm& vm, Sampler& sampler, Symbolizer& sym, const CommonOptions& o,
+// Drains the session's sampler until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or
+// `done` returning true. Each record (of --process only) is symbolized into root-first frame ids
+// and handed to `on_stack`; `tick` gets the monotonic time once per drain while the run goes on.
+RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
                   const std::function<bool()>& done = {},
                   const std::function<void(uint64_t)>& tick = {});

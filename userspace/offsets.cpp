@@ -287,7 +287,14 @@ bool take(Wanted& w, Dwarf_Die* die, VmOffsets& o, std::vector<std::string>& mis
                 o.*f->member = uint32_t(size);
             continue;
         }
-        auto off = path_offset(agg, f->path);
+        // "a.b|c": the first of the paths the build has (a member renamed between releases).
+        std::optional<uint64_t> off;
+        for (std::string_view paths = f->path; !off;) {
+            size_t bar = paths.find('|');
+            off = path_offset(agg, paths.substr(0, bar));
+            if (bar == std::string_view::npos) break;
+            paths.remove_prefix(bar + 1);
+        }
         if (!off || *off > UINT32_MAX)
             missing.push_back(std::string(w.what) + " member " + f->path);
         else

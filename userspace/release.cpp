@@ -80,11 +80,11 @@ constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_"
 constexpr PidLayout kPids28{28, 15, false}, kPids60{60, 28, true};
 
 constexpr std::array<OtpRelease, 5> kReleases{{
-    {25, Support::Tested, kOldNormal, kOldDirtyCpu, kOldDirtyIo, kPids28, false, false, 25},
-    {26, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, false, 25},
-    {27, Support::Tested, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, true, 27},
-    {28, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, true, 27},
-    {29, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, true, 27},
+    {25, Support::Tested, kOldNormal, kOldDirtyCpu, kOldDirtyIo, kPids28, false, false, false, 25},
+    {26, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, false, false, 25},
+    {27, Support::Tested, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, false, true, true, 27},
+    {28, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, true, true, 27},
+    {29, Support::Described, kNewNormal, kNewDirtyCpu, kNewDirtyIo, kPids60, true, true, true, 27},
 }};
 
 }  // namespace

@@ -78,6 +78,9 @@ struct OtpRelease {
     PidLayout pids;
     // Atom text: a pointer to the name bytes (up to 27), or a binary term (28 and later).
     bool atom_text_is_binary;
+    // Binaries on the heap: ErlHeapBits, sized in bits (27 and later, when bitstrings became
+    // one type); before, ErlHeapBin, sized in bytes (terms.hpp).
+    bool heap_bits;
     // The JIT unregisters purged modules from the GDB JIT interface (27 and later); before, it
     // only ever adds entries.
     bool jit_unregisters;

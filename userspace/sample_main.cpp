@@ -32,8 +32,8 @@ int run(int argc, char** argv) {
     bool pstack = false;
     add_common_options(app, o);
     app.add_flag("--pstack", pstack,
-                 "print one stack of each scheduler that is running a process (its Erlang pid and "
-                 "every frame, leaf first), then quit");
+                 "print one stack of each scheduler that is running a process (its Erlang pid, its "
+                 "name if it has one, and every frame, leaf first), then quit");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -42,11 +42,9 @@ int run(int argc, char** argv) {
     Session s(o);
     auto scheds = s.vm.sched_threads();
     s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
-    auto &out = s.out;
-    auto &vm = s.vm;
-    auto &sym = s.sym;
-    auto &sampler_slot = s.sampler;
-    Sampler& sampler = *sampler_slot;
+    auto& out = s.out;
+    auto& sym = s.sym;
+    Sampler& sampler = *s.sampler;
 
     if (pstack) {
         // One stack of each running scheduler. A sample in JIT code is preferred: in C code
@@ -63,7 +61,7 @@ int run(int argc, char** argv) {
         CommonOptions po = o;
         po.duration = o.duration > 0 ? o.duration : 2.0;  // idle schedulers are never sampled
         auto st = run_loop(
-            vm, sampler, sym, po,
+            s, po,
             [&](const bb_record& r, std::span<const uint32_t> frames) {
                 if (!(r.flags & BB_F_PROC) || r.sched_type == BB_SCHED_NONE) return;
                 SchedKey k{r.sched_type, r.sched_no};
@@ -104,8 +102,9 @@ int run(int argc, char** argv) {
                 continue;
             }
             const auto& [r, frames] = it->second;
-            fmt::print(os, "{} (tid {}): {}\n", sched_name(r.sched_type, r.sched_no), r.tid,
-                       s.vm.format_pid(r.erl_pid));
+            const std::string& name = s.names.name(r);
+            fmt::print(os, "{} (tid {}): {}{}{}\n", sched_name(r.sched_type, r.sched_no), r.tid,
+                       s.vm.format_pid(r.erl_pid), name.empty() ? "" : " ", name);
             for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.frames().label(*f, o.lines));
             fmt::print(os, "\n");
         }
@@ -116,7 +115,7 @@ int run(int argc, char** argv) {
 
     Reporter rep(s, o, "samples", {.rows = o.top});
     auto st = run_loop(
-        vm, sampler, sym, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
+        s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
     rep.finish(monotonic_ns());
     print_summary(st, sampler.counters(), sym, "samples");

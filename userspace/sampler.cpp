@@ -152,7 +152,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->vm = o.layout();
     // Vm::attach checked that each Process field is a whole word inside Process.
     uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_state,
-                                  o.proc_scheduler_data});
+                                  o.proc_scheduler_data, o.proc_reg, o.proc_initial + 16});
     if (span > 1024) throw UserError(fmt::format("offsets ({}): Process fields beyond 1024 bytes", o.origin));
     s->rodata->proc_span = span;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)

@@ -126,8 +126,6 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
         uint32_t leaf = erlang_frame(r.ip, r.time_ns, false);
         if (!opt_.only_erlang || frames_.is_erlang(leaf)) out.push_back(leaf);
     } else if (!opt_.only_erlang) {
-        if (!(r.flags & BB_F_PROC))
-            out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);
         if (auto id = native_frame(r.ip)) {
             out.push_back(*id);
         } else {
@@ -136,7 +134,11 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
         }
     }
     if ((r.flags & BB_F_KERNEL) && !opt_.only_erlang) out.push_back(kernel_);
-    if (opt_.only_erlang && !(r.flags & BB_F_PROC)) out.clear();
+    // No process: rooted under what says so (and --by-process adds no root of its own).
+    if (!(r.flags & BB_F_PROC)) {
+        if (opt_.only_erlang) out.clear();
+        else out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);
+    }
 }
 
 }  // namespace bb

@@ -86,10 +86,10 @@ std::string other_stacks(const std::map<std::string, long>& stacks, const std::s
     return s.empty() ? "  (none)\n" : s;
 }
 
-// --pstack output: `scheduler N (tid T): <pid>|idle` then the frames, leaf first, indented.
+// --pstack output: `scheduler N (tid T): <pid> [name]|idle` then the frames, leaf first, indented.
 // Dirty schedulers (`dirty cpu scheduler N ...`) are listed too; only the process matters here.
 std::map<std::string, std::vector<std::string>> pstack_by_process(const std::string& out) {
-    static const std::regex head(R"(^(dirty (cpu|io) )?scheduler \d+ \(tid \d+\): (\S+)\s*$)");
+    static const std::regex head(R"(^(dirty (cpu|io) )?scheduler \d+ \(tid \d+\): (\S+)( .*)?$)");
     std::map<std::string, std::vector<std::string>> by_pid;
     std::vector<std::string>* current = nullptr;
     for (const auto& line : lines_of(out)) {

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -136,6 +137,78 @@ TEST_F(ReportTest, FormatErrorsAreOneLine) {
         std::string line = expect_one_line_error(run_tool(kTool, a, 30s), kTool);
         EXPECT_NE(line.find(says), std::string::npos) << line;
     }
+}
+
+// Per-process views, on every test VM: four processes run the same code under a registered
+// name (two), a process label, and proc_lib's initial call. --by-process must tell them apart,
+// each under its own root frame, with the shares of CPU the VM's own trace of their scheduling
+// gives for the same interval; pprof carries the same names as each sample's `process` label
+// (read by go tool pprof); --process takes a registered name.
+class ProcessReportTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, ProcessReportTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+
+TEST_P(ProcessReportTest, ByProcessMatchesTheVmsTrace) {
+    ErlVm erl(vm(), "bb_work:main(named)", {"+S", "2"});
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, pids[4];
+    ready >> word >> pids[0] >> pids[1] >> pids[2] >> pids[3];
+    ASSERT_TRUE(pids[3].starts_with("<")) << erl.output();
+    const std::string names[4] = {"bb_alpha", "bb_beta", "{bb_gamma,3}", "bb_work:named_root/3"};
+
+    std::string prefix = ::testing::TempDir() + "bb_by_process_" + std::to_string(getpid());
+    RunningTool t = start_tool(kTool, {"--by-process", "--format", "folded,pprof", "-o", prefix, pid_arg(erl)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "attached", 30s, &err)) << err;
+    erl.send_line("runtime_start");
+    std::this_thread::sleep_for(5s);
+    erl.send_line("runtime_stop");
+    std::istringstream runtime(erl.wait_line("runtime"));
+    ToolResult r = finish_tool(t, true);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    std::map<std::string, double> traced_us;  // pid -> time on a scheduler
+    std::string pid;
+    double us;
+    runtime >> word;
+    while (runtime >> pid >> us) traced_us[pid] = us;
+    std::ifstream folded(prefix + ".folded");
+    std::stringstream text;
+    text << folded.rdbuf();
+    std::map<std::string, long> under;  // root frame -> samples in named_spin/3 under it
+    for (const auto& [stack, count] : parse_folded(text.str())) {
+        auto frames = split_frames(stack);
+        if (std::find(frames.begin(), frames.end(), "bb_work:named_spin/3") != frames.end()) under[frames[0]] += count;
+    }
+    double traced_all = 0;
+    long sampled_all = 0;
+    for (int i = 0; i < 4; i++) {
+        traced_all += traced_us[pids[i]];
+        sampled_all += under[names[i] + " " + pids[i]];
+    }
+    ASSERT_GT(sampled_all, 3000) << text.str();
+    long other = 0;
+    for (const auto& [root, count] : under) other += count;
+    EXPECT_EQ(other, sampled_all) << "named_spin/3 under roots other than the four processes:\n" << text.str();
+    for (int i = 0; i < 4; i++) {
+        double sampled = 100.0 * under[names[i] + " " + pids[i]] / sampled_all;
+        double traced = 100.0 * traced_us[pids[i]] / traced_all;
+        std::cout << names[i] << " " << pids[i] << ": " << sampled << "% of the samples, " << traced
+                  << "% of the traced time\n";
+        EXPECT_NEAR(sampled, traced, 3.0) << names[i];
+    }
+
+    ToolResult tags = run_command({"go", "tool", "pprof", "-tags", prefix + ".pb.gz"});
+    ASSERT_EQ(tags.exit_code, 0) << describe(tags);
+    for (const auto& n : names) EXPECT_NE(tags.out.find(": " + n + "\n"), std::string::npos) << n << "\n" << tags.out;
+
+    ToolResult only = run_tool(kTool, {"-d", "2", "--folded", "--process", "bb_beta", pid_arg(erl)}, 60s);
+    ASSERT_EQ(only.exit_code, 0) << describe(only);
+    EXPECT_NE(only.err.find("--process bb_beta is " + pids[1]), std::string::npos) << only.err;
+    long beta = 0;
+    for (const auto& [stack, count] : parse_folded(only.out)) beta += count;
+    EXPECT_GT(beta, 200) << only.out;
+    std::string line = expect_one_line_error(run_tool(kTool, {"--process", "bb_nobody", pid_arg(erl)}, 30s), kTool);
+    EXPECT_NE(line.find("no process is registered under that name"), std::string::npos) << line;
 }
 
 }  // namespace

@@ -344,16 +344,17 @@ struct SchedulerBlock {
     int number = 0;
     long tid = 0;
     std::string what;  // `<0.85.0>` or `idle`
+    std::string name;  // the process's name, "" if none
     std::vector<std::string> frames;  // leaf first
 };
 
 std::vector<SchedulerBlock> parse_pstack(const std::string& out) {
-    static const std::regex head(R"(^scheduler (\d+) \(tid (\d+)\): (\S+)\s*$)");
+    static const std::regex head(R"(^scheduler (\d+) \(tid (\d+)\): (\S+)(?: (.+))?$)");
     std::vector<SchedulerBlock> blocks;
     for (const auto& line : lines_of(out)) {
         std::smatch m;
         if (std::regex_match(line, m, head)) {
-            blocks.push_back({std::stoi(m[1]), std::stol(m[2]), m[3], {}});
+            blocks.push_back({std::stoi(m[1]), std::stol(m[2]), m[3], m[4], {}});
         } else if (!blocks.empty() && (line[0] == ' ' || line[0] == '\t')) {
             blocks.back().frames.push_back(line.substr(line.find_first_not_of(" \t")));
         } else {
@@ -409,6 +410,8 @@ TEST_P(SampleVmTest, Pstack) {
         for (auto [pid, leaf, caller] : {std::tuple{pid_a, "bb_work:spin_a/2", "bb_work:caller_a/1"},
                                          std::tuple{pid_b, "bb_work:spin_b/2", "bb_work:caller_b/1"}}) {
             const auto& f = busy[pid]->frames;
+            // spawn/3 started it: its initial call names it.
+            EXPECT_EQ(busy[pid]->name, caller) << r.out;
             auto at_caller = std::find(f.begin(), f.end(), caller);
             ASSERT_TRUE(at_caller != f.end()) << pid << " should show " << caller << "\n" << r.out;
             auto at_leaf = std::find(f.begin(), at_caller, leaf);
@@ -447,7 +450,7 @@ TEST_P(SampleVmTest, StaleDirtySchedulerNotAttributed) {
         ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         std::map<std::string, int> shown;  // pid -> schedulers showing it
-        static const std::regex head(R"(^(dirty (cpu|io) )?scheduler \d+ \(tid \d+\): (<[0-9.]+>)\s*$)");
+        static const std::regex head(R"(^(dirty (cpu|io) )?scheduler \d+ \(tid \d+\): (<[0-9.]+>)( .*)?$)");
         for (const auto& line : lines_of(r.out)) {
             std::smatch m;
             if (!std::regex_match(line, m, head)) continue;

@@ -116,6 +116,21 @@ TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
     EXPECT_NE(out.str().find("100.0"), std::string::npos);  // root: in every sample
 }
 
+// --by-process: one root frame per process over the same code, none for samples of no process.
+TEST(Aggregate, ByProcessRootsEachProcess) {
+    Fixture f;
+    Aggregator a;
+    std::vector<uint32_t> s1{f.root, f.leaf};
+    a.add(s1, 3, {.erl_pid = 0x53});
+    a.add(s1, 2, {.erl_pid = 0x63});
+    a.add(std::vector<uint32_t>{f.native}, 1);
+    bb::ProfileMeta m;
+    m.process_root = [](uint64_t pid) { return pid == 0x53 ? "alpha <0.5.0>" : "<0.6.0>"; };
+    std::ostringstream out;
+    bb::write_folded(a.profile(f.frames, m), out);
+    EXPECT_EQ(out.str(), "<0.6.0>;m:root/0;m:leaf/2 2\nalpha <0.5.0>;m:root/0;m:leaf/2 3\nmemcpy 1\n");
+}
+
 TEST(Names, CxxSymbolsDemangledWithoutParameters) {
     EXPECT_EQ(bb::short_demangled("_Z17beam_jit_call_bifP7processPmPKvPFmS0_S1_S3_Em"), "beam_jit_call_bif");
     EXPECT_EQ(bb::short_demangled("_ZNK3foo3barEv"), "foo::bar");

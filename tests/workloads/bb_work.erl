@@ -9,7 +9,8 @@
 -module(bb_work).
 -export([main/1, main/2, serve/1]).  % serve/1: for the other workload modules
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
--export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0]).
+-export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0,
+         named_root/3, procs_hold/2]).
 
 %% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
 %% value it never takes (-1) that the compiler cannot see, because it comes from spawn's
@@ -30,17 +31,74 @@ main(Name, Arg) -> serve(start(Name, Arg)).
 %% The protocol, for other workload modules too: `ready` and Info, then commands until quit.
 serve(Info) ->
     io:format("ready~s~n", [[[$\s | fmt(P)] || P <- Info]]),
-    command_loop().
+    command_loop([P || P <- Info, is_pid(P)], undefined).
 
 fmt(Pid) when is_pid(Pid) -> pid_to_list(Pid);
 fmt(Term) -> io_lib:format("~p", [Term]).
 
-command_loop() ->
+%% `runtime_start` and `runtime_stop`: the time each worker process spent on a scheduler in
+%% between, from the VM's own trace of it being scheduled in and out (an oracle for shares of
+%% CPU per process); printed as `runtime <pid> <microseconds> ...` in the order of `ready`.
+command_loop(Pids, Tracer) ->
     case io:get_line('') of
         "quit" ++ _ -> erlang:halt(0);
         eof -> erlang:halt(0);         % the test that owned our stdin is gone
         {error, _} -> erlang:halt(0);
-        _ -> command_loop()
+        "runtime_start" ++ _ ->
+            Self = self(),
+            T = spawn(fun() -> runtime_tracer(Pids, Self) end),
+            receive {T, tracing} -> ok end,
+            command_loop(Pids, T);
+        "info" ++ _ ->
+            print_info(Pids),
+            command_loop(Pids, Tracer);
+        "runtime_stop" ++ _ when is_pid(Tracer) ->
+            Tracer ! {stop, self()},
+            receive {Tracer, Us} ->
+                    io:format("runtime~s~n", [[io_lib:format(" ~s ~p", [pid_to_list(P), maps:get(P, Us, 0)])
+                                               || P <- Pids]])
+            end,
+            command_loop(Pids, undefined);
+        _ -> command_loop(Pids, Tracer)
+    end.
+
+%% `info`: what process_info/2 says of each worker, one `pinfo` line each, then `pinfo_end` with
+%% the VM's process count: the oracle for beam-bpf-procs.
+print_info(Pids) ->
+    Keys = [registered_name, status, message_queue_len, heap_size, total_heap_size, stack_size,
+            reductions, memory, current_function],
+    [begin
+         Info = erlang:process_info(P, Keys),
+         {current_function, {M, F, A}} = lists:keyfind(current_function, 1, Info),
+         Reg = case lists:keyfind(registered_name, 1, Info) of
+                   {registered_name, []} -> "-";
+                   {registered_name, R} -> atom_to_list(R)
+               end,
+         io:format("pinfo ~s reg=~s status=~p msgq=~p heap=~p total_heap=~p stack=~p reds=~p memory=~p "
+                   "current=~s:~s/~p~n",
+                   [pid_to_list(P), Reg | [element(2, lists:keyfind(K, 1, Info))
+                                           || K <- [status, message_queue_len, heap_size, total_heap_size,
+                                                    stack_size, reductions, memory]]] ++ [M, F, A])
+     end || P <- Pids],
+    io:format("pinfo_end ~p~n", [erlang:system_info(process_count)]).
+
+runtime_tracer(Pids, From) ->
+    [erlang:trace(P, true, [running, monotonic_timestamp]) || P <- Pids],
+    From ! {self(), tracing},
+    runtime_collect(#{}, #{}).
+
+runtime_collect(In, Sum) ->
+    receive
+        {trace_ts, P, in, _, T} ->
+            runtime_collect(In#{P => T}, Sum);
+        {trace_ts, P, out, _, T} when is_map_key(P, In) ->
+            runtime_collect(maps:remove(P, In), Sum#{P => maps:get(P, Sum, 0) + T - maps:get(P, In)});
+        {stop, From} ->
+            Now = erlang:monotonic_time(),
+            All = maps:fold(fun(P, T0, S) -> S#{P => maps:get(P, S, 0) + Now - T0} end, Sum, In),
+            From ! {self(), maps:map(fun(_, T) -> erlang:convert_time_unit(T, native, microsecond) end, All)};
+        _ ->
+            runtime_collect(In, Sum)
     end.
 
 %% --- split532 ---------------------------------------------------------------------------
@@ -101,10 +159,76 @@ start(dirty_gc, _) ->
     Busy ++ [spawn(?MODULE, big_gc_loop, [[{I, I} || I <- lists:seq(1, 1000000)]]),
              spawn(?MODULE, sorter, [])];
 
+%% --- named ------------------------------------------------------------------------------
+%% Processes that run the same code (named_root/3 -> named_loop/3 -> named_spin/3) under
+%% different names, for --by-process: bb_alpha (registered) never pauses, bb_beta
+%% (registered) spins 5 ms then sleeps 10, a process labelled {bb_gamma,3} (as
+%% proc_lib:set_label/1 does it, in the dictionary) and one started by proc_lib (so its
+%% initial call is proc_lib's, and its dictionary names bb_work:named_root/3) spin 2 ms
+%% then sleep 10. `runtime_start`/`runtime_stop` measure their shares independently.
+%% Prints `ready <alpha> <beta> <gamma> <delta>`.
+start(named, _) ->
+    [spawn(?MODULE, named_root, [{register, bb_alpha}, 0, ?NEVER]),
+     spawn(?MODULE, named_root, [{register, bb_beta}, 5, ?NEVER]),
+     spawn(?MODULE, named_root, [{label, {bb_gamma, 3}}, 2, ?NEVER]),
+     proc_lib:spawn(?MODULE, named_root, [none, 2, ?NEVER])];
+
+%% --- procs ------------------------------------------------------------------------------
+%% Processes with known contents, for beam-bpf-procs, all waiting in a receive that never
+%% matches: bb_queue with 10,000 messages queued, bb_big_heap holding a list of 65,536 integers
+%% (over 1 MiB of heap), bb_refc holding a 4 MiB binary (off the heap), and one registered
+%% under an Elixir module's name. `info` prints what process_info/2 says of them. Prints
+%% `ready <queue> <big heap> <refc> <elixir>`.
+start(procs, _) ->
+    Q = spawn(?MODULE, procs_hold, [bb_queue, none]),
+    [Q ! {msg, I} || I <- lists:seq(1, 10000)],
+    Procs = [Q, spawn(?MODULE, procs_hold, [bb_big_heap, lists:seq(1, 65536)]),
+             spawn(?MODULE, procs_hold, [bb_refc, binary:copy(<<1>>, 4 * 1024 * 1024)]),
+             spawn(?MODULE, procs_hold, ['Elixir.BbProcs.Worker', {state, 1}])],
+    wait_registered([bb_queue, bb_big_heap, bb_refc, 'Elixir.BbProcs.Worker']),
+    Procs;
+
 %% --- idle -------------------------------------------------------------------------------
 %% Nothing runs: a VM to attach to (errors, privileges) without load.
 start(idle, _) ->
     [].
+
+%% procs ------------------------------------------------------------------------------------
+procs_hold(Name, Term) ->
+    register(Name, self()),
+    receive {stop, From} -> From ! Term end.
+
+wait_registered(Names) ->
+    case [N || N <- Names, whereis(N) =:= undefined] of
+        [] -> timer:sleep(100);  % and let each reach its receive
+        _ -> timer:sleep(10), wait_registered(Names)
+    end.
+
+%% named ------------------------------------------------------------------------------------
+named_root(How, SpinMs, Never) ->
+    case How of
+        {register, Name} -> register(Name, self());
+        {label, Label} -> put('$process_label', Label);
+        none -> ok
+    end,
+    R = named_loop(SpinMs, Never, erlang:monotonic_time(millisecond)),
+    exit({returned, R}).
+
+%% SpinMs = 0: spin without pause; else spin SpinMs, sleep 10 ms, again.
+named_loop(SpinMs, Never, Start) ->
+    _ = named_spin(200000, 0, Never),
+    Now = erlang:monotonic_time(millisecond),
+    if
+        SpinMs > 0, Now - Start >= SpinMs ->
+            receive after 10 -> ok end,
+            named_loop(SpinMs, Never, erlang:monotonic_time(millisecond));
+        true ->
+            named_loop(SpinMs, Never, Start)
+    end.
+
+named_spin(0, Acc, _Never) -> Acc;
+named_spin(N, Acc, Never) when N =:= Never -> Acc;
+named_spin(N, Acc, Never) -> named_spin(N - 1, (Acc + 7) band 16#ffffff, Never).
 
 %% dirty_gc ---------------------------------------------------------------------------------
 big_gc_loop(Live) ->

@@ -1,0 +1,145 @@
+// The term printer on terms laid out by hand as the VM lays them out, in a buffer that stands
+// for the target's memory: what it prints, and that garbage never makes it crash or loop.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "terms.hpp"
+
+namespace {
+
+using namespace bb::term;
+
+// Target memory: words at kBase onwards.
+constexpr uint64_t kBase = 0x7f0000100000;
+
+struct Heap {
+    std::vector<uint64_t> words;
+    std::map<uint64_t, std::string> atoms;  // index -> text
+
+    uint64_t atom(const std::string& text) {
+        uint64_t ix = atoms.size() + 1;
+        atoms[ix] = text;
+        return ix << 6 | 0x0b;
+    }
+    static uint64_t small(int64_t v) { return static_cast<uint64_t>(v) << 4 | 0xf; }
+    uint64_t at() const { return kBase + 8 * words.size(); }
+    uint64_t tuple(std::initializer_list<uint64_t> elements) {
+        uint64_t p = at();
+        words.push_back(tuple_header(elements.size()));
+        words.insert(words.end(), elements);
+        return p + 2;
+    }
+    uint64_t cons(uint64_t head, uint64_t tail) {
+        uint64_t p = at();
+        words.push_back(head);
+        words.push_back(tail);
+        return p + 1;
+    }
+    uint64_t string(const std::string& s) {
+        uint64_t t = kNil;
+        for (auto c = s.rbegin(); c != s.rend(); ++c) t = cons(small(*c), t);
+        return t;
+    }
+    uint64_t binary(const std::string& bytes, bool heap_bits) {
+        uint64_t p = at();
+        size_t data_words = (bytes.size() + 7) / 8;
+        words.push_back((1 + data_words) << 6 | (heap_bits ? 0x20 : 0x24));
+        words.push_back(heap_bits ? bytes.size() * 8 : bytes.size());
+        size_t first = words.size();
+        words.resize(words.size() + data_words);
+        std::memcpy(&words[first], bytes.data(), bytes.size());
+        return p + 2;
+    }
+
+    TermSource source(bool heap_bits = false) const {
+        TermSource s;
+        s.read = [this](uint64_t addr, std::span<std::byte> dst) {
+            if (addr < kBase || addr - kBase + dst.size() > 8 * words.size() || addr + dst.size() < addr) return false;
+            if (dst.empty()) return true;
+            std::memcpy(dst.data(), reinterpret_cast<const char*>(words.data()) + (addr - kBase), dst.size());
+            return true;
+        };
+        s.atom_text = [this](uint64_t a) -> std::optional<std::string> {
+            auto it = atoms.find(atom_index(a));
+            if (it == atoms.end()) return std::nullopt;
+            return it->second;
+        };
+        s.pid_text = [](uint64_t p) { return "<0." + std::to_string(p >> 4) + ".0>"; };
+        s.heap_bits = heap_bits;
+        return s;
+    }
+};
+
+TEST(Terms, PrintsAsErlangDoes) {
+    for (bool heap_bits : {false, true}) {
+        Heap h;
+        h.words.reserve(256);  // addresses are taken as the terms are built
+        uint64_t label = h.tuple({h.atom("conn"), Heap::small(-7), h.string("ab\"c"), h.binary("db", heap_bits),
+                                  h.atom("Elixir.MyApp"), 0x853, kNil});
+        EXPECT_EQ(text(h.source(heap_bits), label), R"({conn,-7,"ab\"c",<<"db">>,'Elixir.MyApp',<0.133.0>,[]})");
+        uint64_t list = h.cons(Heap::small(1), h.cons(h.atom("end"), Heap::small(3)));  // improper
+        EXPECT_EQ(text(h.source(heap_bits), list), "[1,'end'|3]");
+        EXPECT_EQ(text(h.source(heap_bits), h.binary(std::string("\x01\x02", 2), heap_bits)), "<<1,2>>");
+    }
+}
+
+TEST(Terms, BinariesOfTheOtherReleaseAreNotRead) {
+    Heap h;
+    uint64_t b = h.binary("db", /*heap_bits=*/true);
+    EXPECT_EQ(text(h.source(false), b), "...");
+}
+
+TEST(Terms, LongAndDeepAndCyclicTermsStop) {
+    Heap h;
+    h.words.reserve(4096);
+    EXPECT_EQ(text(h.source(), h.string(std::string(200, 'x')), 10), "\"xxxxxxxxx...");
+    uint64_t deep = h.atom("leaf");
+    for (int i = 0; i < 20; i++) deep = h.tuple({deep});
+    EXPECT_EQ(text(h.source(), deep), "{{{{{{{...}}}}}}}");
+    // A cons cell whose tail is itself: an endless list in memory that changed under us.
+    uint64_t cell = h.at() + 1;
+    h.words.push_back(Heap::small(1));
+    h.words.push_back(cell);
+    auto looped = text(h.source(), cell, 1000);
+    ASSERT_TRUE(looped);
+    EXPECT_TRUE(looped->ends_with("|...]")) << *looped;
+}
+
+TEST(Terms, UnreadableOrMalformedIsNothing) {
+    Heap h;
+    EXPECT_EQ(text(h.source(), kBase + 8 * 1000 + 2), std::nullopt);  // boxed, outside memory
+    EXPECT_EQ(text(h.source(), 99ull << 6 | 0x0b), std::nullopt);    // an atom the table lacks
+    h.words.push_back(0x3);                                          // a header with bad tag bits
+    EXPECT_EQ(text(h.source(), kBase + 2), std::nullopt);
+}
+
+TEST(Terms, GarbageNeverCrashes) {
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 2000; round++) {
+        Heap h;
+        for (int i = 0; i < 64; i++) {
+            uint64_t w = rng();
+            // Many words point back into the buffer, with every tag.
+            if (i % 2) w = kBase + 8 * (rng() % 64) + (rng() % 4);
+            h.words.push_back(w);
+        }
+        for (int i = 0; i < 8; i++) h.atoms[i] = "a";
+        (void)text(h.source(round % 2), h.words[rng() % 64]);
+    }
+}
+
+TEST(Terms, PrintedAtoms) {
+    EXPECT_EQ(printed_atom("init"), "init");
+    EXPECT_EQ(printed_atom("gen_server@x"), "gen_server@x");
+    EXPECT_EQ(printed_atom("Elixir.Foo"), "'Elixir.Foo'");
+    EXPECT_EQ(printed_atom("$process_label"), "'$process_label'");
+    EXPECT_EQ(printed_atom("after"), "'after'");
+    EXPECT_EQ(printed_atom("it's"), "'it\\'s'");
+    EXPECT_EQ(printed_atom(""), "''");
+}
+
+}  // namespace
