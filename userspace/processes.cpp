@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frames.hpp"
+#include "process_table.hpp"
 #include "terms.hpp"
 
 namespace bb {
@@ -182,32 +183,12 @@ std::string ProcessNames::root_frame(uint64_t pid_term) const {
 
 std::optional<uint64_t> ProcessNames::whereis(std::string_view wanted) {
     if (!unavailable_.empty()) return std::nullopt;
-    const VmOffsets& o = vm_.offsets();
-    const RemoteMemory& mem = vm_.mem();
-    uint64_t ptab = vm_.symbol_address("erts_proc");
-    auto tab = mem.read<uint64_t>(ptab + o.ptab_tab);
-    auto max = mem.read<uint32_t>(ptab + o.ptab_max);
-    if (!tab || !max) return std::nullopt;
-    // 'Elixir.MyApp.Repo' answers to MyApp.Repo as well.
-    auto is_wanted = [&](const std::string& text) {
-        return text == wanted || (text.starts_with("Elixir.") && std::string_view(text).substr(7) == wanted) ||
-               printed_atom(text) == wanted;
-    };
-    constexpr uint32_t kChunk = 8192;
-    std::vector<uint64_t> slots;
-    for (uint32_t first = 0; first < *max; first += kChunk) {
-        slots.resize(std::min(kChunk, *max - first));
-        if (!mem.read(*tab + 8ull * first, std::as_writable_bytes(std::span(slots)))) return std::nullopt;
-        for (uint64_t p : slots) {
-            if (p == 0 || (p & 7)) continue;
-            auto reg = mem.read<uint64_t>(p + o.proc_reg);
-            if (!reg || *reg == 0) continue;
-            auto name = mem.read<uint64_t>(*reg + o.regproc_name);
-            auto text = name ? atoms_.text(*name) : std::nullopt;
-            if (!text || !is_wanted(*text)) continue;
-            auto id = mem.read<uint64_t>(p + o.proc_id);
-            if (id && is_local_pid(*id)) return *id;
-        }
+    for (const ProcessEntry& e : read_process_table(vm_).processes) {
+        auto text = e.reg_name ? atoms_.text(e.reg_name) : std::nullopt;
+        // 'Elixir.MyApp.Repo' answers to MyApp.Repo as well.
+        if (text && (*text == wanted || printed_atom(*text) == wanted ||
+                     (text->starts_with("Elixir.") && std::string_view(*text).substr(7) == wanted)))
+            return e.pid;
     }
     return std::nullopt;
 }
