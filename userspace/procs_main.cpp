@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
