@@ -60,8 +60,7 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     e.heap_span = (hend - heap) / 8;
     e.reds = field<uint64_t>(proc, o.proc_reds);
     e.msgq_len = field<int64_t>(proc, o.proc_msgq_len);
-    auto reg = field<uint64_t>(proc, o.proc_reg);
-    e.reg_name = reg;  // a RegProc *, until read_process_table() reads its name
+    e.reg = field<uint64_t>(proc, o.proc_reg);
     for (int k = 0; k < 3; k++) e.initial[k] = field<uint64_t>(proc, o.proc_initial + 8 * k);
     e.current = field<uint64_t>(proc, o.proc_current);
     e.i = field<uint64_t>(proc, o.proc_i);
@@ -95,8 +94,8 @@ ProcessTable read_process_table(const Vm& vm) {
             // exits between the two reads is gone.
             std::optional<ProcessEntry> e;
             if (!(p & 7) && mem.read(p, proc)) e = parse_process(proc, p, o);
-            if (e && e->reg_name) {
-                auto name = mem.read<uint64_t>(e->reg_name + o.regproc_name);
+            if (e && e->reg) {
+                auto name = mem.read<uint64_t>(e->reg + o.regproc_name);
                 e->reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;
             }
             if (e) t.processes.push_back(*e);

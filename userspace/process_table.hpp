@@ -25,7 +25,8 @@ struct ProcessEntry {
     uint64_t heap_span = 0;  // hend - heap: heap_sz, unless a GC abandoned that heap for a new one
     uint64_t reds = 0;      // reductions up to its last time on a scheduler
     int64_t msgq_len = 0;   // messages in its own queue (sig_qs.len)
-    uint64_t reg_name = 0;  // atom, 0 if not registered
+    uint64_t reg = 0;       // its RegProc *, 0 if not registered
+    uint64_t reg_name = 0;  // the atom it is registered under (read_process_table() reads it), or 0
     std::array<uint64_t, 3> initial{};  // module, function, arity
     uint64_t current = 0;   // const ErtsCodeMFA *, 0 when the VM has not set it
     uint64_t i = 0;         // where it runs, or resumes

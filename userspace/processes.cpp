@@ -26,6 +26,7 @@ constexpr int kMaxAtomBytes = 255 * 4;
 constexpr uint32_t kMaxDictSlots = 4096;
 // Names kept before the cache starts over (each is read again at its process's next sample).
 constexpr size_t kMaxNames = 100'000;
+const std::string kNoName;
 
 }  // namespace
 
@@ -98,33 +99,37 @@ std::string ProcessNames::mfa_text(uint64_t m, uint64_t f, uint64_t a) {
     return raw_names_ ? vm_name : display_name(vm_name);
 }
 
-std::optional<uint64_t> ProcessNames::dictionary_get(uint64_t c_p, std::string_view key) {
+ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
+    DictNames found;
     const VmOffsets& o = vm_.offsets();
     const RemoteMemory& mem = vm_.mem();
     auto dict = mem.read<uint64_t>(c_p + o.proc_dictionary);
-    if (!dict || *dict == 0 || (*dict & 7)) return std::nullopt;
+    if (!dict || *dict == 0 || (*dict & 7)) return found;
     auto used = mem.read<uint32_t>(*dict + o.pdict_used_slots);
-    if (!used || *used == 0 || *used > kMaxDictSlots) return std::nullopt;
+    if (!used || *used == 0 || *used > kMaxDictSlots) return found;
     std::vector<uint64_t> slots(*used);
-    if (!mem.read(*dict + o.pdict_data, std::as_writable_bytes(std::span(slots)))) return std::nullopt;
+    if (!mem.read(*dict + o.pdict_data, std::as_writable_bytes(std::span(slots)))) return found;
     // A slot holds nothing, a {Key, Value} tuple, or a list of them (keys that collide).
-    auto match = [&](uint64_t t) -> std::optional<uint64_t> {
-        if (!is_boxed(t)) return std::nullopt;
+    auto take = [&](uint64_t t) {
+        if (!is_boxed(t)) return;
         std::array<uint64_t, 3> kv;
-        if (!mem.read(t - 2, std::as_writable_bytes(std::span(kv))) || kv[0] != tuple_header(2)) return std::nullopt;
-        if (!is_atom(kv[1]) || atoms_.text(kv[1]) != key) return std::nullopt;
-        return kv[2];
+        if (!mem.read(t - 2, std::as_writable_bytes(std::span(kv))) || kv[0] != tuple_header(2) || !is_atom(kv[1]))
+            return;
+        auto key = atoms_.text(kv[1]);
+        if (key == "$process_label") found.label = kv[2];
+        else if (key == "$initial_call") found.initial_call = kv[2];
     };
     for (uint64_t t : slots) {
-        if (auto v = match(t)) return v;
+        take(t);
         for (int n = 0; is_list(t) && n < 64; n++) {
             auto cell = mem.read<std::array<uint64_t, 2>>(t - 1);
             if (!cell) break;
-            if (auto v = match((*cell)[0])) return v;
+            take((*cell)[0]);
             t = (*cell)[1];
         }
+        if (found.label && found.initial_call) break;
     }
-    return std::nullopt;
+    return found;
 }
 
 std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
@@ -142,8 +147,7 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
     const RemoteMemory& mem = vm_.mem();
     auto same = [&] { return mem.read<uint64_t>(c_p + vm_.offsets().proc_id) == pid; };
     if (c_p && same()) {
-        auto label = dictionary_get(c_p, "$process_label");
-        auto initial = dictionary_get(c_p, "$initial_call");
+        auto [label, initial] = read_dictionary(c_p);
         std::string text;
         if (label) text = term::text(terms_, *label).value_or("");
         if (text.empty() && initial && is_boxed(*initial)) {
@@ -157,22 +161,21 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
 }
 
 const std::string& ProcessNames::name(const bb_record& r) {
-    if (!(r.flags & BB_F_PROC)) return known(0);
+    if (!(r.flags & BB_F_PROC)) return kNoName;
     return name(r.erl_pid, r.c_p, r.reg_name, {r.initial[0], r.initial[1], r.initial[2]});
 }
 
 const std::string& ProcessNames::name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
                                       const std::array<uint64_t, 3>& initial) {
-    if (!unavailable_.empty() || pid == 0) return known(0);
+    if (!unavailable_.empty() || pid == 0) return kNoName;
     if (auto it = names_.find(pid); it != names_.end()) return it->second;
     if (names_.size() >= kMaxNames) names_.clear();
     return names_.emplace(pid, read_name(pid, c_p, reg_name, initial)).first->second;
 }
 
 const std::string& ProcessNames::known(uint64_t pid_term) const {
-    static const std::string none;
     auto it = names_.find(pid_term);
-    return it == names_.end() ? none : it->second;
+    return it == names_.end() ? kNoName : it->second;
 }
 
 std::string ProcessNames::root_frame(uint64_t pid_term) const {

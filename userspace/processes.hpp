@@ -58,8 +58,12 @@ public:
 
 private:
     std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
-    // The value of an atom key in the dictionary of the process at c_p, if it has one.
-    std::optional<uint64_t> dictionary_get(uint64_t c_p, std::string_view key);
+    // The values of '$process_label' and '$initial_call' in the dictionary of the process at
+    // c_p, in one pass over it.
+    struct DictNames {
+        std::optional<uint64_t> label, initial_call;
+    };
+    DictNames read_dictionary(uint64_t c_p);
 
     const Vm& vm_;
     bool raw_names_;
