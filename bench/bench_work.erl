@@ -20,11 +20,19 @@
 %%     over all G modules, so the samples' stacks reference all of them.
 %%     Prints `ready MODULES` with the number of modules the VM has loaded in all.
 %%
+%% procs, N
+%%     N processes waiting in a receive, each holding a list of 0 to 49 integers, plus a churner
+%%     that keeps spawning and ending short-lived processes (about 2,000 a second), so a reader of
+%%     the process table meets processes dying under it. Prints `ready PROCESS_COUNT`. Command:
+%%     `info` walks every process with process_info/2 (memory, message_queue_len, reductions:
+%%     what beam-bpf-procs reads) inside the VM and prints `info MS COUNT`, the in-VM way of
+%%     getting the same table, for comparison.
+%%
 %% gen_modules(Dir, G) compiles the G small modules into Dir (run once, in its own VM, so the
 %% profiled VM does not also load the compiler).
 -module(bench_work).
 -export([main/2, gen_modules/2]).
--export([worker/3, walker/4]).
+-export([worker/3, walker/4, holder/1, churn/0]).
 
 -define(DEPTH, 8).          % module-to-module calls per chain
 -define(LEAF_SPIN, 400).    % iterations of the leaf loop per chain
@@ -44,10 +52,28 @@ main(modules, {Dir, G}) when is_integer(G), G > 0 ->
     N = erlang:system_info(schedulers_online),
     [spawn(?MODULE, walker, [G, I, N, ?DEPTH]) || I <- lists:seq(1, N)],
     io:format("ready ~p~n", [length(code:all_loaded())]),
+    command_loop();
+main(procs, N) when is_integer(N), N > 0 ->
+    [spawn(?MODULE, holder, [lists:seq(1, I rem 50)]) || I <- lists:seq(1, N)],
+    spawn(?MODULE, churn, []),
+    io:format("ready ~p~n", [erlang:system_info(process_count)]),
     command_loop().
+
+holder(Term) -> receive {stop, From} -> From ! Term end.
+
+churn() ->
+    [spawn(fun() -> receive after I rem 7 -> ok end end) || I <- lists:seq(1, 20)],
+    timer:sleep(10),
+    churn().
 
 command_loop() ->
     case io:get_line('') of
+        "info" ++ _ ->
+            T0 = erlang:monotonic_time(),
+            Infos = [erlang:process_info(P, [memory, message_queue_len, reductions]) || P <- processes()],
+            Ms = erlang:convert_time_unit(erlang:monotonic_time() - T0, native, microsecond) / 1000,
+            io:format("info ~.1f ~p~n", [Ms, length([I || I <- Infos, I =/= undefined])]),
+            command_loop();
         "quit" ++ _ -> erlang:halt(0);
         eof -> erlang:halt(0);
         {error, _} -> erlang:halt(0);

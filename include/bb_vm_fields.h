@@ -33,6 +33,17 @@
 	X(proc_mbuf_sz, "struct process", "mbuf_sz")                             \
 	X(proc_reds, "struct process", "reds")                                   \
 	X(proc_msgq_len, "struct process", "sig_qs.mq_len|sig_qs.len")           \
+	X(proc_old_htop, "struct process", "old_htop")                           \
+	X(proc_mbuf, "struct process", "mbuf")                                   \
+	X(proc_sig_first, "struct process", "sig_qs.first")                      \
+	X(proc_sig_cont, "struct process", "sig_qs.cont")                        \
+	X(hfrag_next, "ErlHeapFragment", "next")                                 \
+	X(hfrag_used_size, "ErlHeapFragment", "used_size")                       \
+	X(hfrag_mem, "ErlHeapFragment", "mem")                                   \
+	X(msg_next, "ErtsMessage", "next")                                       \
+	X(msg_data, "ErtsMessage", "data")                                       \
+	X(msg_m, "ErtsMessage", "m")                                             \
+	X(msg_hfrag, "ErtsMessage", "hfrag")                                     \
 	X(regproc_name, "RegProc", "name")                                       \
 	X(atom_len, "Atom", "len")                                               \
 	X(atom_name, "Atom", "name")                                             \

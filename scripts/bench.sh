@@ -12,6 +12,8 @@
 #   5. Start-up (launch to first record) and peak RSS of the tool, from every --stats run.
 #   6. A busy neighbour process's throughput while a VM is profiled at 9,999 Hz, per-thread
 #      events against --per-cpu (bench/neighbour.py; not with --quick).
+#   7. beam-bpf-procs on a VM with 200,000 processes: snapshot wall time and the tool's peak RSS,
+#      next to the VM's own process_info/2 of every process (bench/procs.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module 100 times a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares.
@@ -699,3 +701,5 @@ if [ "$QUICK" != 1 ]; then
   log "6. a busy neighbour's throughput, per-thread events vs --per-cpu (bench/neighbour.py)"
   python3 "$ROOT/bench/neighbour.py" --json "${JSON%.json}-neighbour.json"
 fi
+log "7. beam-bpf-procs on 200,000 processes (bench/procs.py)"
+python3 "$ROOT/bench/procs.py" --json "${JSON%.json}-procs.json"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "beam_bpf.h"
 
@@ -37,6 +38,19 @@ const char* ProcessEntry::status() const {
     return "waiting";
 }
 
+bool ProcessEntry::busy() const {
+    return state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS | BB_PSFLG_DIRTY_RUNNING | BB_PSFLG_DIRTY_RUNNING_SYS |
+                    kGc | kExiting);
+}
+
+bool ProcessEntry::unchanged_since(const ProcessEntry& o) const {
+    auto key = [](const ProcessEntry& e) {
+        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.mbuf, e.mbuf_sz,
+                        e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
+    };
+    return key(*this) == key(o) && !busy();
+}
+
 std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint64_t c_p, const VmOffsets& o) {
     if (proc.size() < o.proc_size) return std::nullopt;
     ProcessEntry e;
@@ -46,11 +60,13 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     auto heap = field<uint64_t>(proc, o.proc_heap), htop = field<uint64_t>(proc, o.proc_htop);
     auto stop = field<uint64_t>(proc, o.proc_stop), hend = field<uint64_t>(proc, o.proc_hend);
     auto old_heap = field<uint64_t>(proc, o.proc_old_heap), old_hend = field<uint64_t>(proc, o.proc_old_hend);
+    auto old_htop = field<uint64_t>(proc, o.proc_old_htop);
     if ((e.pid & 0xf) != 0x3 || (e.state & kFree)) return std::nullopt;
     if (!(heap && heap <= htop && htop <= stop && stop <= hend) || (hend - heap) / 8 > kMaxWords || (heap & 7) ||
         (stop & 7))
         return std::nullopt;
     if (old_heap > old_hend || (old_hend - old_heap) / 8 > kMaxWords) return std::nullopt;
+    if (old_heap && !(old_heap <= old_htop && old_htop <= old_hend)) return std::nullopt;
     e.heap_sz = field<uint64_t>(proc, o.proc_heap_sz);
     e.mbuf_sz = field<uint64_t>(proc, o.proc_mbuf_sz);
     // The young heap is [heap, hend) unless a GC left it abandoned, when heap_sz is the new one.
@@ -64,6 +80,11 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     for (int k = 0; k < 3; k++) e.initial[k] = field<uint64_t>(proc, o.proc_initial + 8 * k);
     e.current = field<uint64_t>(proc, o.proc_current);
     e.i = field<uint64_t>(proc, o.proc_i);
+    e.heap = heap, e.htop = htop, e.stop = stop, e.hend = hend, e.old_heap = old_heap, e.old_htop = old_htop;
+    e.mbuf = field<uint64_t>(proc, o.proc_mbuf);
+    e.sig_first = field<uint64_t>(proc, o.proc_sig_first);
+    e.sig_cont = field<uint64_t>(proc, o.proc_sig_cont);
+    e.dictionary = field<uint64_t>(proc, o.proc_dictionary);
     return e;
 }
 

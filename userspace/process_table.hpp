@@ -30,6 +30,11 @@ struct ProcessEntry {
     std::array<uint64_t, 3> initial{};  // module, function, arity
     uint64_t current = 0;   // const ErtsCodeMFA *, 0 when the VM has not set it
     uint64_t i = 0;         // where it runs, or resumes
+    // Where its memory is: the young heap [heap, htop), the stack [stop, hend), the old heap
+    // [old_heap, old_htop), heap fragments (mbuf), the inner and middle message queues and the
+    // dictionary (a ProcDict *).
+    uint64_t heap = 0, htop = 0, stop = 0, hend = 0, old_heap = 0, old_htop = 0, mbuf = 0;
+    uint64_t sig_first = 0, sig_cont = 0, dictionary = 0;
 
     uint64_t total_heap_sz() const { return heap_sz + old_heap_sz + mbuf_sz; }
     // process_info(P, memory) without what lies outside the Process and its heaps: links,
@@ -37,6 +42,10 @@ struct ProcessEntry {
     uint64_t memory(uint32_t proc_size) const { return proc_size + 8 * total_heap_sz(); }
     // process_info(P, status): exiting, garbage_collecting, suspended, running, runnable, waiting.
     const char* status() const;
+    // Running, collecting or exiting: its memory changes under a reader.
+    bool busy() const;
+    // The same memory as `o`, as far as a reader can tell: heap pointers, queues, reductions.
+    bool unchanged_since(const ProcessEntry& o) const;
 };
 
 struct ProcessTable {

@@ -63,7 +63,7 @@ ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(r
     terms_.read = [&vm](uint64_t addr, std::span<std::byte> dst) { return vm.mem().read(addr, dst); };
     terms_.atom_text = [this](uint64_t atom) { return atoms_.text(atom); };
     terms_.pid_text = [&vm](uint64_t pid) { return vm.format_pid(pid); };
-    terms_.heap_bits = vm.release().heap_bits;
+    terms_.otp27 = vm.release().terms27;
     if (vm.release().atom_text_is_binary) {
         unavailable_ = fmt::format("OTP {} keeps atom text in binaries, which beam-bpf does not read yet",
                                    vm.release().major);

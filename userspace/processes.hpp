@@ -55,6 +55,8 @@ public:
     // The pid term of the process now registered as `name` (a scan of the process table);
     // nullopt when none is.
     std::optional<uint64_t> whereis(std::string_view name);
+    // Atom and pid text for the term printer (reads go to the VM's memory).
+    const term::TermSource& term_source() const { return terms_; }
 
 private:
     std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);

@@ -78,9 +78,9 @@ struct OtpRelease {
     PidLayout pids;
     // Atom text: a pointer to the name bytes (up to 27), or a binary term (28 and later).
     bool atom_text_is_binary;
-    // Binaries on the heap: ErlHeapBits, sized in bits (27 and later, when bitstrings became
-    // one type); before, ErlHeapBin, sized in bytes (terms.hpp).
-    bool heap_bits;
+    // The term layout of OTP 27 on: bitstrings as one type (ErlHeapBits sized in bits,
+    // ErlSubBits, BinRef), funs sized in their header, header subtags renumbered (terms.hpp).
+    bool terms27;
     // The JIT unregisters purged modules from the GDB JIT interface (27 and later); before, it
     // only ever adds entries.
     bool jit_unregisters;

@@ -1,4 +1,4 @@
-// libFuzzer target: the term printer (terms.hpp), whose input is the target VM's memory. The
+// libFuzzer target: the term printer and sizer (terms.hpp), whose input is the target VM's memory. The
 // input is that memory, at a fixed address; its first word is the term to print.
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return std::string(bb::term::atom_index(atom) % 40, 'a');
     };
     src.pid_text = [](uint64_t) { return std::string("<0.1.0>"); };
-    src.heap_bits = data[0] & 0x80;
+    src.otp27 = data[0] & 0x80;
     uint64_t term;
     std::memcpy(&term, data, 8);
-    if (auto t = bb::term::text(src, term, 80); t && t->size() > 83) __builtin_trap();  // the cap holds
+    src.read_off_heap = src.read;
+    bb::term::Limits limits{.max_chars = 80, .depth = static_cast<int>(data[1] % 10) - 1, .max_reads = 4096};
+    if (auto t = bb::term::text(src, term, limits); t && t->size() > 83) __builtin_trap();  // the cap holds
+    bb::term::flat_size(src, term, 100'000);
     return 0;
 }

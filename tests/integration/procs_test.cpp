@@ -1,6 +1,7 @@
 // beam-bpf-procs against the VM's own erlang:process_info/2, on every test VM: processes with
 // known contents (a 10,000-message queue, a 1 MiB heap, a large refc binary, an Elixir name),
 // all waiting, asked by the VM just before and just after the tool reads them from outside.
+#include <algorithm>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -113,6 +114,136 @@ TEST_P(ProcsVmTest, AgreesWithProcessInfo) {
 
     std::string line = expect_one_line_error(run_tool(kTool, {"--sort", "size", std::to_string(erl.os_pid())}, 30s), kTool);
     EXPECT_NE(line.find("--sort size: the orders are"), std::string::npos) << line;
+}
+
+// --inspect against the VM's own printing (io_lib:format ~p) and sizing (erts_debug:flat_size/1)
+// of the same values: a gen_server's state (a map, a list, refc and sub binaries, bignums, a
+// string, a pid) and dictionary entry, and another process's queued messages.
+TEST_P(ProcsVmTest, InspectAgreesWithTheVm) {
+    ErlVm erl(vm(), "bb_state:main()");
+    struct Expect {
+        std::string kind;
+        long words;
+        std::string text;
+    };
+    std::vector<Expect> expected;
+    for (int k = 0; k < 5; k++) {
+        std::istringstream in(erl.wait_line("expect"));
+        Expect e;
+        std::string word;
+        in >> word >> e.kind >> e.words;
+        std::getline(in >> std::ws, e.text);
+        expected.push_back(e);
+    }
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, state_pid, box_pid;
+    ready >> word >> state_pid >> box_pid;
+
+    auto inspect = [&](const std::string& proc) {
+        ToolResult r = run_tool(kTool, {"--inspect", proc, "--depth", "0", "--width", "0", "--all", "--json",
+                                        std::to_string(erl.os_pid())}, 60s);
+        EXPECT_EQ(r.exit_code, 0) << describe(r);
+        return nlohmann::json::parse(r.out);
+    };
+    // The state is one of the gen_server loop's Y registers; the dictionary value is under bb_key.
+    auto state = inspect("bb_state");
+    EXPECT_EQ(state["pid"], state_pid);
+    EXPECT_EQ(state["name"], "bb_state");
+    EXPECT_EQ(state["current_function"], "gen_server:loop/7");
+    auto find = [](const nlohmann::json& j, const std::string& kind, const std::string& text) -> const nlohmann::json* {
+        for (const auto& r : j["roots"])
+            if (r["kind"] == kind && r["term"] == text) return &r;
+        return nullptr;
+    };
+    const auto* s = find(state, "stack", expected[0].text);
+    ASSERT_NE(s, nullptr) << "state " << expected[0].text << " not among\n" << state.dump(1);
+    EXPECT_EQ((*s)["words"], expected[0].words);
+    EXPECT_EQ((*s)["function"], "gen_server:loop/7");
+    EXPECT_EQ((*s)["off_heap_bytes"], 1024);  // the refc binary; the sub-binary is of it, counted again
+    const auto* d = find(state, "dictionary", expected[1].text);
+    ASSERT_NE(d, nullptr) << state.dump(1);
+    EXPECT_EQ((*d)["where"], "bb_key");
+    EXPECT_EQ((*d)["words"], expected[1].words);
+
+    // The messages, in the order they were sent.
+    auto box = inspect(box_pid);
+    EXPECT_EQ(box["name"], "bb_mailbox");
+    EXPECT_EQ(box["message_queue_len"], 3);
+    std::vector<nlohmann::json> messages;
+    for (const auto& r : box["roots"])
+        if (r["kind"] == "message") messages.push_back(r);
+    std::sort(messages.begin(), messages.end(), [](const auto& a, const auto& b) {
+        return std::stoi(a["where"].template get<std::string>().substr(1)) <
+               std::stoi(b["where"].template get<std::string>().substr(1));
+    });
+    ASSERT_EQ(messages.size(), 3u) << box.dump(1);
+    for (int k = 0; k < 3; k++) {
+        EXPECT_EQ(messages[k]["term"], expected[2 + k].text);
+        EXPECT_EQ(messages[k]["words"], expected[2 + k].words);
+    }
+
+    // Abbreviated: ~P's depth, then the width.
+    ToolResult r = run_tool(kTool, {"--inspect", "bb_state", "--depth", "3", "--json", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto shallow = nlohmann::json::parse(r.out);
+    EXPECT_NE(find(shallow, "stack", "{bb_state,#{...},...}"), nullptr) << shallow.dump(1);
+
+    std::string line = expect_one_line_error(run_tool(kTool, {"--inspect", "bb_nobody", std::to_string(erl.os_pid())}, 30s), kTool);
+    EXPECT_NE(line.find("no process is registered under that name"), std::string::npos) << line;
+}
+
+// A process that never stops running (it allocates in a loop): --inspect either catches it
+// between two time slices, and then every term decodes, or says it is busy. Never a term read
+// from a heap that moved under the copy.
+TEST_P(ProcsVmTest, InspectOfARunningProcess) {
+    ErlVm erl(vm(), "bb_work:main(alloc_arith)");
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, alloc;
+    ready >> word >> alloc;
+    int copied = 0, busy = 0;
+    for (int k = 0; k < 10; k++) {
+        ToolResult r = run_tool(kTool, {"--inspect", alloc, "--all", "--json", std::to_string(erl.os_pid())}, 30s);
+        if (r.exit_code == 0) {
+            copied++;
+            auto j = nlohmann::json::parse(r.out);
+            for (const auto& root : j["roots"]) EXPECT_TRUE(root["decoded"].get<bool>()) << root.dump();
+        } else {
+            std::string line = expect_one_line_error(r, kTool);
+            EXPECT_NE(line.find("busy, try again"), std::string::npos) << line;
+            busy++;
+        }
+    }
+    std::cout << "[          ] running process: " << copied << " copies, " << busy << " busy\n";
+}
+
+// --watch: a process whose queue grows by a message every 5 ms ranks first by queue growth, and
+// the growth it shows is the change in its queue between two readings.
+TEST_P(ProcsVmTest, WatchShowsGrowth) {
+    ErlVm erl(vm(), "bb_state:main()");
+    erl.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"--watch", "0.5", "--count", "2", "--json", "--sort", "queue", "-t", "3",
+                                    std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 2u) << r.out;
+    long len[2];
+    for (int k = 0; k < 2; k++) {
+        auto j = nlohmann::json::parse(lines[k]);
+        ASSERT_FALSE(j["processes"].empty()) << lines[k];
+        const auto& top = j["processes"][0];
+        EXPECT_EQ(top["name"], "bb_growing") << lines[k];
+        long growth = top["message_queue_growth"];
+        EXPECT_GE(growth, 20) << lines[k];  // 100 sent in 0.5 s; a loaded machine sends fewer
+        len[k] = top["message_queue_len"];
+        if (k == 1) {
+            EXPECT_EQ(growth, len[1] - len[0]);
+        }
+        long last = growth;
+        for (const auto& p : j["processes"]) {
+            EXPECT_LE(p["message_queue_growth"].get<long>(), last) << lines[k];
+            last = p["message_queue_growth"];
+        }
+    }
 }
 
 }  // namespace

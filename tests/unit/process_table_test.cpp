@@ -28,6 +28,7 @@ struct Copy {
         set(o.proc_heap_sz, 1000);
         set(o.proc_old_heap, 0x7f1000000000);
         set(o.proc_old_hend, 0x7f1000000000 + 8 * 2000);
+        set(o.proc_old_htop, 0x7f1000000000 + 8 * 1500);
         set(o.proc_mbuf_sz, 5);
         set(o.proc_reds, 777);
         set(o.proc_msgq_len, 3);

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""beam-bpf-procs on a VM with many processes: how long a snapshot of the whole process table
+takes and the tool's peak RSS (targets: under 2 s and 256 MiB for 200,000 processes), while a
+churner spawns and ends ~2,000 processes a second (they must be skipped, never fatal). Next to
+it, in the same run, the in-VM way of getting the same table: process_info/2 of every process,
+timed inside the VM.
+
+Each run is `beam-bpf-procs --json -t 20 PID` (the whole table is read and sorted; 20 rows are
+named and printed). Wall time is measured around the tool's process, RSS from its rusage. Run as
+root after scripts/setup.sh:
+
+    bench/procs.py [--processes 200000] [--runs 5] [--json FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROCS = os.path.join(ROOT, "build", "beam-bpf-procs")
+
+
+def start_vm(beam_dir, n):
+    vm = subprocess.Popen(["erl", "+P", str(max(2 * n, 262144)), "-noshell", "-pa", beam_dir,
+                           "-eval", f"bench_work:main(procs, {n})"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for line in vm.stdout:
+        if line.startswith("ready"):
+            return vm, int(line.split()[1])
+    raise SystemExit("procs.py: the VM did not start")
+
+
+def run_tool(vm_pid):
+    """One snapshot: (exit status, stdout, stderr, wall seconds, peak RSS in KiB of the tool)."""
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        t0 = time.monotonic()
+        p = subprocess.Popen([PROCS, "--json", "-t", "20", str(vm_pid)], stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)  # the tool's own rusage, not the VM's or erlc's
+        wall = time.monotonic() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read(), err.read(), wall, usage.ru_maxrss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=200000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", default="bench-procs.json")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("procs.py: run as root")
+    with tempfile.TemporaryDirectory() as beams:
+        subprocess.run(["erlc", "-o", beams, os.path.join(ROOT, "bench", "bench_work.erl")], check=True)
+        vm, count = start_vm(beams, a.processes)
+        try:
+            runs = []
+            for i in range(a.runs):
+                code, out, err, wall, rss_kib = run_tool(vm.pid)
+                if code != 0:
+                    raise SystemExit(f"procs.py: beam-bpf-procs failed: {err.strip()}")
+                j = json.loads(out)
+                runs.append({"wall_s": wall, "read_ms": j["read_ms"], "processes": j["processes_total"],
+                             "unreadable": j["unreadable"], "rss_kib": rss_kib})
+                vm.stdin.write("info\n")
+                vm.stdin.flush()
+                line = vm.stdout.readline().split()
+                runs[-1]["in_vm_process_info_ms"] = float(line[1])
+                print(f"run {i + 1}: {wall:.2f} s wall, table read in {j['read_ms']:.0f} ms, "
+                      f"{j['processes_total']} processes, {j['unreadable']} unreadable; "
+                      f"in the VM, process_info/2 of all took {line[1]} ms", flush=True)
+        finally:
+            vm.stdin.write("quit\n")
+            vm.stdin.flush()
+            vm.wait(timeout=30)
+    result = {
+        "processes_in_vm": count,
+        "runs": runs,
+        "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+        "wall_s_max": max(r["wall_s"] for r in runs),
+        "read_ms_median": statistics.median(r["read_ms"] for r in runs),
+        "peak_rss_mib": max(r["rss_kib"] for r in runs) / 1024,
+        "unreadable_max": max(r["unreadable"] for r in runs),
+        "in_vm_process_info_ms_median": statistics.median(r["in_vm_process_info_ms"] for r in runs),
+        "targets": {"wall_s": 2.0, "rss_mib": 256},
+    }
+    print(f"beam-bpf-procs on {count} processes: snapshot {result['wall_s_median']:.2f} s median "
+          f"(max {result['wall_s_max']:.2f}; target < 2 s), table read {result['read_ms_median']:.0f} ms, "
+          f"peak RSS {result['peak_rss_mib']:.1f} MiB (target < 256); in the VM, process_info/2 of every "
+          f"process: {result['in_vm_process_info_ms_median']:.0f} ms of the VM's own time")
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

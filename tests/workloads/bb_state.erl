@@ -1,0 +1,59 @@
+%% The workload for beam-bpf-procs --inspect: a gen_server, registered as bb_state, whose state
+%% holds a known map, list and binary, and a dictionary entry; and a plain process, bb_mailbox,
+%% with three messages it never receives. Both wait in a receive. And bb_growing, whose queue
+%% grows by a message every 5 ms (for --watch).
+%%   erl -noshell -pa DIR -eval 'bb_state:main()'
+%% prints one `expect <what> <flat size in words> <term as ~p prints it>` line per value the tool
+%% must find (the state, the dictionary value, each message, from the VM's own
+%% erts_debug:flat_size/1 and io_lib:format/2), then `ready <state pid> <mailbox pid>`, then serves
+%% bb_work's commands (`quit`, or end of input, halts).
+-module(bb_state).
+-behaviour(gen_server).
+-export([main/0, init/1, handle_call/3, handle_cast/2, mailbox/0, growing/0, feed/0]).
+
+state() ->
+    Map = #{alpha => 1, beta => [1, 2, 3], gamma => <<"text">>, delta => 3.14,
+            eps => 12345678901234567890123, zeta => {nested, [a, b | c]}},
+    List = lists:seq(1, 100),
+    Refc = binary:copy(<<"abcdefgh">>, 128),  % 1 KiB: off the heap
+    Sub = binary:part(Refc, 8, 16),
+    {bb_state, Map, List, Refc, Sub, -(1 bsl 70), "a string", self()}.
+
+init([]) ->
+    put(bb_key, {value, [1.5, 2.5], <<"dict">>}),
+    {ok, state()}.
+
+handle_call(state, _From, S) -> {reply, S, S};
+handle_call(dict, _From, S) -> {reply, get(bb_key), S}.
+
+handle_cast(_, S) -> {noreply, S}.
+
+mailbox() ->
+    register(bb_mailbox, self()),
+    receive never -> ok end.
+
+growing() ->
+    register(bb_growing, self()),
+    receive never -> ok end.
+
+feed() ->
+    timer:sleep(5),
+    bb_growing ! {more, erlang:monotonic_time()},
+    feed().
+
+main() ->
+    {ok, Pid} = gen_server:start({local, bb_state}, ?MODULE, [], []),
+    Box = spawn(?MODULE, mailbox, []),
+    Msgs = [{msg, 1, <<"one">>}, #{two => 2}, [3, 3, 3]],
+    [Box ! M || M <- Msgs],
+    spawn(?MODULE, growing, []),
+    timer:sleep(100),  % every process in its receive
+    spawn(?MODULE, feed, []),
+    [expect(What, T) || {What, T} <- [{state, gen_server:call(bb_state, state)},
+                                      {dict, gen_server:call(bb_state, dict)} |
+                                      [{message, M} || M <- Msgs]]],
+    bb_work:serve([Pid, Box]).
+
+expect(What, Term) ->
+    Text = re:replace(io_lib:format("~9999p", [Term]), "\n\\s*", "", [global, {return, list}]),
+    io:format("expect ~p ~p ~s~n", [What, erts_debug:flat_size(Term), Text]).
