@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
-# the hottest functions, one stack of each scheduler, its processes, who triggers GC, and flame
+# the hottest functions, one stack of each scheduler, its processes (and one's heap), who
+# triggers GC, and flame
 # graphs (also by process), pprof and folded-stack files. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,12 @@ echo "== beam-bpf-sample --pstack $vm: what each scheduler runs right now"
 build/beam-bpf-sample --pstack "$vm"
 echo "== beam-bpf-procs -t 8 $vm: the processes holding the most memory, read from outside"
 build/beam-bpf-procs -t 8 "$vm"
+echo
+echo "== beam-bpf-procs --inspect demo_cache -t 6 $vm: what one process's heap holds, biggest first"
+build/beam-bpf-procs --inspect demo_cache -t 6 "$vm"
+echo
+echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second"
+build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
 echo
 echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"

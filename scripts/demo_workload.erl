@@ -12,6 +12,8 @@ start() ->
     spawn_link(fun() -> put('$process_label', {ets_writer, demo}), ets_writer(ets:new(demo, [set, public])) end),
     Server = spawn_link(fun() -> register(demo_counter, self()), counter_server(0) end),
     spawn_link(fun() -> counter_client(Server) end),
+    Cache = spawn_link(fun() -> register(demo_cache, self()), cache(#{}, []) end),
+    spawn_link(fun() -> cache_filler(Cache, 0) end),
     io:format("demo workload running in ~s~n", [os:getpid()]),
     receive stop -> ok end.
 
@@ -38,6 +40,21 @@ ets_writer(T) ->
     [ets:insert(T, {K, K * 2}) || K <- lists:seq(1, 5000)],
     [ets:lookup(T, K) || K <- lists:seq(1, 5000)],
     ets_writer(T).
+
+%% A cache that keeps what it is sent: a map of sessions and the last few payloads (binaries
+%% off the heap), filled a little every 100 ms. beam-bpf-procs --inspect demo_cache shows them.
+cache(Sessions, Recent) ->
+    receive
+        {put, Id, Session, Payload} ->
+            cache(Sessions#{Id => Session}, lists:sublist([Payload | Recent], 5))
+    end.
+
+cache_filler(Cache, N) ->
+    Id = N rem 50,
+    Cache ! {put, Id, #{user => list_to_binary(["user", integer_to_list(Id)]), hits => N},
+             binary:copy(<<N:8>>, 100000)},
+    timer:sleep(100),
+    cache_filler(Cache, N + 1).
 
 %% Message passing: a client calling a server in a loop.
 counter_server(N) ->

@@ -192,7 +192,10 @@ int run_watch(Context& c, const Options& o) {
             if (o.sort == "queue") return r.d_queue;
             return r.d_memory;  // memory, heap and stack: what the process holds
         };
-        std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return growth(a) > growth(b); });
+        // Ties (most processes grow by nothing) go to the one that ran the most.
+        std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+            return std::pair(growth(a), a.d_reds) > std::pair(growth(b), b.d_reds);
+        });
         if (!o.all && rows.size() > o.top) rows.resize(o.top);
         for (Row& r : rows) {
             Row named = make_row(c, *r.p);

@@ -127,7 +127,7 @@ TEST_P(ProcsVmTest, InspectAgreesWithTheVm) {
         std::string text;
     };
     std::vector<Expect> expected;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 7; k++) {
         std::istringstream in(erl.wait_line("expect"));
         Expect e;
         std::string word;
@@ -164,6 +164,17 @@ TEST_P(ProcsVmTest, InspectAgreesWithTheVm) {
     ASSERT_NE(d, nullptr) << state.dump(1);
     EXPECT_EQ((*d)["where"], "bb_key");
     EXPECT_EQ((*d)["words"], expected[1].words);
+    // A hash map and a fun: their sizes (a fun prints as #Fun<...>, a hash map in hash order).
+    for (int k : {5, 6}) {
+        bool found = false;
+        for (const auto& r : state["roots"])
+            if (r["kind"] == "dictionary" && r["where"] == expected[k].kind) {
+                found = true;
+                EXPECT_EQ(r["words"], expected[k].words) << expected[k].kind << " " << r.dump();
+                EXPECT_TRUE(r["decoded"].get<bool>()) << r.dump();
+            }
+        EXPECT_TRUE(found) << expected[k].kind << " not in\n" << state.dump(1);
+    }
 
     // The messages, in the order they were sent.
     auto box = inspect(box_pid);

@@ -4,7 +4,8 @@
 %% grows by a message every 5 ms (for --watch).
 %%   erl -noshell -pa DIR -eval 'bb_state:main()'
 %% prints one `expect <what> <flat size in words> <term as ~p prints it>` line per value the tool
-%% must find (the state, the dictionary value, each message, from the VM's own
+%% must find (the state, the dictionary value, each message, then a hash map and a fun held in
+%% the dictionary, whose sizes only are compared; from the VM's own
 %% erts_debug:flat_size/1 and io_lib:format/2), then `ready <state pid> <mailbox pid>`, then serves
 %% bb_work's commands (`quit`, or end of input, halts).
 -module(bb_state).
@@ -21,10 +22,17 @@ state() ->
 
 init([]) ->
     put(bb_key, {value, [1.5, 2.5], <<"dict">>}),
-    {ok, state()}.
+    put(bb_big_map, big_map()),  % a hash map (over 32 keys)
+    S = state(),
+    put(bb_fun, closure(S)),
+    {ok, S}.
+
+big_map() -> maps:from_list([{I, {I}} || I <- lists:seq(1, 40)]).
+
+closure(S) -> fun(X) -> {X, element(3, S)} end.
 
 handle_call(state, _From, S) -> {reply, S, S};
-handle_call(dict, _From, S) -> {reply, get(bb_key), S}.
+handle_call({dict, Key}, _From, S) -> {reply, get(Key), S}.
 
 handle_cast(_, S) -> {noreply, S}.
 
@@ -50,8 +58,9 @@ main() ->
     timer:sleep(100),  % every process in its receive
     spawn(?MODULE, feed, []),
     [expect(What, T) || {What, T} <- [{state, gen_server:call(bb_state, state)},
-                                      {dict, gen_server:call(bb_state, dict)} |
-                                      [{message, M} || M <- Msgs]]],
+                                      {dict, gen_server:call(bb_state, {dict, bb_key})} |
+                                      [{message, M} || M <- Msgs]] ++
+                                     [{K, gen_server:call(bb_state, {dict, K})} || K <- [bb_big_map, bb_fun]]],
     bb_work:serve([Pid, Box]).
 
 expect(What, Term) ->
