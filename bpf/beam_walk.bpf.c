@@ -36,6 +36,7 @@ const volatile __u64 jit_descriptor = 0;          /* &__jit_debug_descriptor in 
 const volatile struct bb_vm_layout vm = {};
 /* Bytes of struct process the walk needs, from its start: read in one go. */
 const volatile __u32 proc_span = 0;
+const volatile __u32 alloc_mode = 0;              /* -e alloc: weigh GC entries by words allocated */
 const volatile __u32 nr_blame_ranges = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
 
@@ -57,6 +58,20 @@ struct {
 } records SEC(".maps");
 
 #define PROC_SPAN_MAX 1024
+
+/* -e alloc: what a process had allocated when last seen at a GC entry (alloc_weight()). */
+struct alloc_seen {
+	__u64 pid, high_water;
+	__u64 heap_words, frag_words;  /* young heap use and mbuf_sz at the last GC entry */
+	__u64 frag_counted;            /* words of erts_heap_alloc fragments since */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u64);               /* Process * */
+	__type(value, struct alloc_seen);
+} alloc_seen SEC(".maps");
 
 struct scratch {
 	struct bb_record rec;
@@ -374,8 +389,53 @@ static __always_inline void name_process(struct scratch *s, struct bb_record *re
 	rec->initial[2] = s->proc[(vm.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
 }
 
+/*
+ * -e alloc: the words a process allocated, from two kinds of probe.
+ * - GC entries: a collection leaves high_water at the heap top, so above it is what was
+ *   allocated on the young heap since. An entry that did not collect (a delayed GC, or entry
+ *   points calling each other) leaves high_water where it was: then only the growth since the
+ *   last entry counts, so no word is counted twice.
+ * - erts_heap_alloc(p, need, xtra): a heap fragment (a BIF's result that did not fit on the
+ *   heap), counted at once with the stack that asked for it (`need` words).
+ * The rest of the growth of mbuf_sz between two GC entries, fragments that did not come from
+ * erts_heap_alloc (received messages, NIF environments), goes to rec->frag_words, which is
+ * reported apart and weighs no stack. false if high_water is not inside the heap.
+ */
+static __always_inline bool alloc_weight(struct scratch *s, struct bb_record *rec, __u64 c_p, __u64 id,
+					 __u64 heap, __u64 htop, __u64 need)
+{
+	struct alloc_seen now = { .pid = id }, *prev;
+	__u64 young, mbuf, grown;
+
+	now.high_water = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	mbuf = s->proc[(vm.proc_mbuf_sz / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	if (now.high_water < heap || now.high_water > htop || (now.high_water & 7))
+		return false;
+	prev = bpf_map_lookup_elem(&alloc_seen, &c_p);
+	/* Otherwise a collection since (or the first sight): all above high_water is new. */
+	if (prev && prev->pid == id && prev->high_water == now.high_water) {
+		now.heap_words = prev->heap_words;
+		now.frag_words = prev->frag_words;
+		now.frag_counted = prev->frag_counted;
+	}
+	if (need) {
+		rec->alloc_words = need;
+		now.frag_counted += need;
+	} else {
+		young = (htop - now.high_water) / 8;
+		grown = mbuf > now.frag_words ? mbuf - now.frag_words : 0;
+		rec->alloc_words = young > now.heap_words ? young - now.heap_words : 0;
+		rec->frag_words = grown > now.frag_counted ? grown - now.frag_counted : 0;
+		now.heap_words = young;
+		now.frag_words = mbuf;
+		now.frag_counted = 0;
+	}
+	bpf_map_update_elem(&alloc_seen, &c_p, &now, BPF_ANY);
+	return true;
+}
+
 static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
-					 bool fast)
+					 bool fast, __u64 arg_p, __u64 need)
 {
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
@@ -398,6 +458,7 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 	rec->nframes = 0;
 	rec->reg_name = 0;
 	rec->initial[0] = rec->initial[1] = rec->initial[2] = 0;
+	rec->alloc_words = rec->frag_words = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
 
@@ -459,6 +520,14 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK,
 					  .limit = jit ? max_frames - 1 : max_frames };
 
+			/* erts_heap_alloc for another process's heap (a message built in it), or
+			 * during a collection (the VM's own, a gc trace message's), is not the running
+			 * code's allocation. */
+			if (alloc_mode && ((need && (arg_p != c_p || (state & BB_PSFLG_GC))) ||
+					   !alloc_weight(s, rec, c_p, id, heap, htop, need))) {
+				count(BB_C_FILTERED);
+				return 0;
+			}
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = id;
@@ -486,14 +555,20 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 			flags |= BB_F_BAD_PROC;
 		}
 	}
+	/* An allocation profile weighs stacks by words: a record of nothing adds nothing. */
+	if (alloc_mode && !(rec->alloc_words + rec->frag_words)) {
+		count(BB_C_FILTERED);
+		return 0;
+	}
 	rec->flags = flags;
 	return emit(rec);
 }
 
-static __always_inline int sample(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast)
+static __always_inline int sample(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
+				  __u64 arg_p, __u64 need)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ip, sp, bp, r13, flags, fast);
+	int ret = walk_and_emit(ip, sp, bp, r13, flags, fast, arg_p, need);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -509,21 +584,33 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast);
+		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	return sample(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
-		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast);
+		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0);
 }
 
-/* beam-bpf-blame --count: one record per call of the probed native function. */
+/* beam-bpf-blame --count and -e alloc's GC entries: one record per call of the probed native
+ * function. */
 static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 {
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
-	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast);
+	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0);
+}
+
+/* -e alloc: erts_heap_alloc(Process *p, Uint need, Uint xtra), a heap fragment of `need` words. */
+static __always_inline int heap_alloc_sample(struct pt_regs *ctx, bool fast)
+{
+	__u64 need = PT_REGS_PARM2(ctx);
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !need)
+		return 0;
+	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
+		      fast, PT_REGS_PARM1(ctx), need);
 }
 
 /*
@@ -579,3 +666,9 @@ int on_call(struct pt_regs *ctx) { return call_sample(ctx, false); }
 
 SEC("uprobe")
 int on_call_fast(struct pt_regs *ctx) { return call_sample(ctx, true); }
+
+SEC("uprobe")
+int on_heap_alloc(struct pt_regs *ctx) { return heap_alloc_sample(ctx, false); }
+
+SEC("uprobe")
+int on_heap_alloc_fast(struct pt_regs *ctx) { return heap_alloc_sample(ctx, true); }

@@ -34,6 +34,7 @@
 	X(proc_reds, "struct process", "reds")                                   \
 	X(proc_msgq_len, "struct process", "sig_qs.mq_len|sig_qs.len")           \
 	X(proc_old_htop, "struct process", "old_htop")                           \
+	X(proc_high_water, "struct process", "high_water")                       \
 	X(proc_mbuf, "struct process", "mbuf")                                   \
 	X(proc_sig_first, "struct process", "sig_qs.first")                      \
 	X(proc_sig_cont, "struct process", "sig_qs.cont")                        \

@@ -56,6 +56,7 @@ enum bb_flags {
 	BB_F_UPROBE = 1u << 11,       /* from the entry probe of beam-bpf-blame --count */
 	BB_F_NOT_RUNNING = 1u << 12,  /* the scheduler pointed at a process that does not run there
 				       * (a stale current_process): the sample is the scheduler's */
+	BB_F_HEAP_FRAG = 1u << 13,    /* -e alloc: from erts_heap_alloc (a heap fragment), not a GC entry */
 };
 
 struct bb_record {
@@ -75,6 +76,13 @@ struct bb_record {
 	 * function atoms, arity), both 0 unless BB_F_PROC. */
 	__u64 reg_name;
 	__u64 initial[3];
+	/* beam-bpf-sample -e alloc: the words the running code allocated, on the young heap since
+	 * the process's last GC entry (a GC entry's record), or in the heap fragment asked for
+	 * (BB_F_HEAP_FRAG); and, in a GC entry's record, the words of other heap fragments
+	 * since (received messages, NIF environments), which no stack is charged with. 0 in
+	 * other records. */
+	__u64 alloc_words;
+	__u64 frag_words;
 	/* Continuation pointers (return addresses into JIT code), leaf-most first.
 	 * The bottom one, if reached, is the VM's normal-exit stub. */
 	__u64 frames[BB_MAX_FRAMES];
@@ -109,6 +117,8 @@ struct bb_vm_layout {
 #define BB_PSFLG_RUNNING_SYS (1u << 21)
 #define BB_PSFLG_DIRTY_RUNNING (1u << 29)
 #define BB_PSFLG_DIRTY_RUNNING_SYS (1u << 30)
+/* The process is being garbage collected (ERTS_PSFLG_GC). */
+#define BB_PSFLG_GC (1u << 17)
 
 /* Value of the tid -> scheduler map that user space fills from thread names. */
 struct bb_sched {
@@ -129,7 +139,8 @@ enum bb_counter {
 	BB_C_SEEN = 0,      /* samples of the target's threads */
 	BB_C_EMITTED,       /* records written to the ring buffer */
 	BB_C_DROPPED,       /* records lost: ring buffer full */
-	BB_C_FILTERED,      /* blame: samples where FUNC was not running */
+	BB_C_FILTERED,      /* blame: samples where FUNC was not running; alloc: GC entries
+			     * with nothing allocated, or not of a process that verified */
 	BB_C_WALK_NS,       /* with measure_walk: ns spent in the handler for the target */
 	BB_C_CODE_EVENTS,   /* code (un)registrations written to the ring buffer */
 	BB_C_CODE_EVENTS_LOST, /* ... and lost (unreadable descriptor, or ring buffer full) */

@@ -14,6 +14,8 @@
 #      events against --per-cpu (bench/neighbour.py; not with --quick).
 #   7. beam-bpf-procs on a VM with 200,000 processes: snapshot wall time and the tool's peak RSS,
 #      next to the VM's own process_info/2 of every process (bench/procs.py).
+#   8. beam-bpf-sample -e alloc: its cost on a GC-heavy loop and on ordinary work, next to OTP 27's
+#      tprof call_memory, and its bias on BIF allocations (bench/alloc.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module 100 times a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares.
@@ -703,3 +705,5 @@ if [ "$QUICK" != 1 ]; then
 fi
 log "7. beam-bpf-procs on 200,000 processes (bench/procs.py)"
 python3 "$ROOT/bench/procs.py" --json "${JSON%.json}-procs.json"
+log "8. beam-bpf-sample -e alloc: cost and bias (bench/alloc.py)"
+python3 "$ROOT/bench/alloc.py" --json "${JSON%.json}-alloc.json"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
-# the hottest functions, one stack of each scheduler, its processes (and one's heap), who
-# triggers GC, and flame
-# graphs (also by process), pprof and folded-stack files. Run as root.
+# the hottest functions, one stack of each scheduler, its processes (and one's heap), which
+# code allocates, who triggers GC, and flame graphs (also by process), pprof and folded-stack
+# files. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,6 +28,9 @@ build/beam-bpf-procs --inspect demo_cache -t 6 "$vm"
 echo
 echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second"
 build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
+echo
+echo "== beam-bpf-sample -e alloc -d 5 $vm: which Erlang code allocates the words that drive GC"
+build/beam-bpf-sample -e alloc -d 5 -t 12 "$vm"
 echo
 echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"

@@ -2,8 +2,6 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include <algorithm>
-
 #include "aggregate.hpp"
 #include "cli.hpp"
 #include "clock.hpp"
@@ -11,70 +9,6 @@
 using namespace bb;
 
 namespace {
-
-struct Match {
-    ElfSymbol sym;
-    std::string file;    // as mapped in the target
-    uint64_t start = 0;  // runtime address
-};
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-    for (size_t i = 1; i <= a.size(); i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); j++) {
-            size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
-// FUNC in beam.smp first, then in the libraries the VM has mapped (libc, NIF libraries).
-std::vector<Match> resolve(const Vm& vm, const std::string& func, bool exact) {
-    auto matches = [&](const std::string& name) { return exact ? name == func : name.rfind(func, 0) == 0; };
-    std::vector<Match> found;
-    std::vector<std::string> all;
-    for (const auto& f : vm.mapped_files()) {
-        std::optional<ElfFile> elf;
-        uint64_t bias;
-        if (f.path == vm.exe()) {
-            bias = vm.load_bias();
-        } else {
-            try {
-                elf.emplace(fmt::format("/proc/{}/root{}", vm.pid(), f.path));
-            } catch (const std::exception&) {
-                continue;  // not ELF (a data file mapped from offset 0)
-            }
-            bias = f.start - elf->first_load_vaddr();
-        }
-        const ElfFile& e = elf ? *elf : vm.elf();
-        for (const auto& s : e.symbols()) {
-            if (!s.is_func || s.size == 0) continue;
-            if (matches(s.name))
-                found.push_back({s, f.path, s.value + bias});
-            else if (found.empty())
-                all.push_back(s.name);
-        }
-        if (!found.empty()) break;  // the first file that has FUNC is the one meant
-    }
-    if (found.empty()) {
-        std::sort(all.begin(), all.end());
-        all.erase(std::unique(all.begin(), all.end()), all.end());
-        std::stable_sort(all.begin(), all.end(), [&](const std::string& a, const std::string& b) {
-            return edit_distance(func, a) < edit_distance(func, b);
-        });
-        std::string near;
-        for (size_t i = 0; i < all.size() && i < 5; i++) near += (i ? ", " : "") + all[i];
-        throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func,
-                                    exact ? "" : "*", vm.exe(), near));
-    }
-    std::sort(found.begin(), found.end(), [](const Match& a, const Match& b) { return a.sym.name < b.sym.name; });
-    return found;
-}
 
 int run(int argc, char** argv) {
     CLI::App app{
@@ -104,7 +38,8 @@ int run(int argc, char** argv) {
     auto &vm = s.vm;
     auto &sym = s.sym;
     auto &sampler_slot = s.sampler;
-    auto found = resolve(vm, func, exact);
+    if (o.event == "alloc") throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
+    auto found = resolve_functions(vm, func, exact);
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
     std::string where = found.front().file;
@@ -112,9 +47,7 @@ int run(int argc, char** argv) {
     SamplerConfig cfg = sampler_config(o);
     for (const auto& m : found) {
         if (count_calls) {
-            std::string bin = m.file == vm.exe() ? fmt::format("/proc/{}/exe", vm.pid())
-                                                 : fmt::format("/proc/{}/root{}", vm.pid(), m.file);
-            cfg.entry_probes.push_back({bin, m.sym.file_offset});
+            cfg.entry_probes.push_back(entry_probe(vm, m));
         } else {
             cfg.blame_ranges.push_back({m.start, m.start + m.sym.size});
         }

@@ -25,7 +25,86 @@ std::atomic<bool> g_stop{false};
 const uint64_t g_launch_ns = monotonic_ns();  // static init: as close to exec as we get
 void on_signal(int) { g_stop = true; }
 
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
 }  // namespace
+
+std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func, bool exact) {
+    auto matches = [&](const std::string& name) { return exact ? name == func : name.rfind(func, 0) == 0; };
+    std::vector<NativeMatch> found;
+    std::vector<std::string> all;
+    for (const auto& f : vm.mapped_files()) {
+        std::optional<ElfFile> elf;
+        uint64_t bias;
+        if (f.path == vm.exe()) {
+            bias = vm.load_bias();
+        } else {
+            try {
+                elf.emplace(fmt::format("/proc/{}/root{}", vm.pid(), f.path));
+            } catch (const std::exception&) {
+                continue;  // not ELF (a data file mapped from offset 0)
+            }
+            bias = f.start - elf->first_load_vaddr();
+        }
+        const ElfFile& e = elf ? *elf : vm.elf();
+        for (const auto& s : e.symbols()) {
+            if (!s.is_func || s.size == 0) continue;
+            if (matches(s.name))
+                found.push_back({s, f.path, s.value + bias});
+            else if (found.empty())
+                all.push_back(s.name);
+        }
+        if (!found.empty()) break;  // the first file that has FUNC is the one meant
+    }
+    if (found.empty()) {
+        std::sort(all.begin(), all.end());
+        all.erase(std::unique(all.begin(), all.end()), all.end());
+        std::stable_sort(all.begin(), all.end(), [&](const std::string& a, const std::string& b) {
+            return edit_distance(func, a) < edit_distance(func, b);
+        });
+        std::string near;
+        for (size_t i = 0; i < all.size() && i < 5; i++) near += (i ? ", " : "") + all[i];
+        throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func,
+                                    exact ? "" : "*", vm.exe(), near));
+    }
+    std::sort(found.begin(), found.end(), [](const NativeMatch& a, const NativeMatch& b) { return a.sym.name < b.sym.name; });
+    return found;
+}
+
+SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {
+    std::string bin = m.file == vm.exe() ? fmt::format("/proc/{}/exe", vm.pid())
+                                         : fmt::format("/proc/{}/root{}", vm.pid(), m.file);
+    return {bin, m.sym.file_offset};
+}
+
+std::string human_bytes(uint64_t b) {
+    if (b < 10 * 1024) return fmt::format("{} B", b);
+    if (b < 10 * 1024 * 1024) return fmt::format("{} KiB", b / 1024);
+    return fmt::format("{} MiB", b / (1024 * 1024));
+}
+
+const std::vector<std::string>& gc_entry_points() {
+    // Every way into the VM's garbage_collect() (erl_gc.c, OTP 25 to 29): the JIT's heap test,
+    // BIFs and the emulator's helpers, after a BIF that built heap fragments, hibernation,
+    // literal-area collection; dirty GCs go through erts_garbage_collect_nobump too.
+    static const std::vector<std::string> names{"erts_garbage_collect_nobump", "erts_garbage_collect",
+                                                "erts_gc_after_bif_call_lhf",  "erts_gc_after_bif_call",
+                                                "erts_garbage_collect_hibernate", "erts_garbage_collect_literals"};
+    return names;
+}
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option("PID", o.pid, "OS pid of the running beam.smp")->required();
@@ -36,8 +115,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
                  "threads: every process on the machine then takes the sampling interrupts (see README)");
     app.add_option("-e,--event", o.event,
-                   "what counts towards a sample: cpu-clock (CPU time, works everywhere) or cycles (CPU "
-                   "cycles from the hardware PMU, with the most precise IP the PMU gives; not in most VMs)")
+                   "what counts towards a sample: cpu-clock (CPU time, works everywhere), cycles (CPU "
+                   "cycles from the hardware PMU, with the most precise IP the PMU gives; not in most VMs), "
+                   "or alloc (beam-bpf-sample: an allocation profile, stacks weighed by the words each "
+                   "process allocated on its heap, taken at every garbage collection; see README)")
         ->capture_default_str();
     app.add_option("--period", o.period_ns,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
@@ -84,8 +165,8 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
 void validate(const CommonOptions& o) {
     if (o.period_ns == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
-    if (o.event != "cpu-clock" && o.event != "cycles")
-        throw UserError(fmt::format("-e {}: the events are cpu-clock and cycles", o.event));
+    if (o.event != "cpu-clock" && o.event != "cycles" && o.event != "alloc")
+        throw UserError(fmt::format("-e {}: the events are cpu-clock, cycles and alloc", o.event));
     if (o.period_ns && o.period_ns < 10000)
         throw UserError(fmt::format("--period {}: at least 10000 {}", o.period_ns,
                                     o.event == "cycles" ? "cycles" : "ns"));
@@ -106,6 +187,7 @@ void validate(const CommonOptions& o) {
 }
 
 std::string describe_event(const CommonOptions& o) {
+    if (o.event == "alloc") return "alloc: words allocated, at every GC entry";
     std::string rate = o.period_ns ? fmt::format("every {} {}", o.period_ns, o.event == "cycles" ? "cycles" : "ns of CPU")
                                    : fmt::format("{} Hz", o.frequency);
     return fmt::format("{} {} {}", o.event, rate, o.per_cpu ? "per CPU" : "per VM thread");
@@ -117,6 +199,7 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.period_ns = o.period_ns;
     c.per_cpu = o.per_cpu;
     c.cycles = o.event == "cycles";
+    c.alloc = o.event == "alloc";
     c.max_frames = o.max_depth;
     c.measure_walk = !o.stats_file.empty();
     return c;
@@ -263,7 +346,8 @@ std::string sched_name(uint8_t type, uint16_t no) {
 }
 
 Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top)
-    : s_(s), o_(o), unit_(unit), top_(top), interval_start_ns_(s.start_ns) {}
+    : s_(s), o_(o), unit_(unit), weigh_words_(std::string_view(unit) == "words"), top_(top),
+      interval_start_ns_(s.start_ns) {}
 
 void Reporter::tick(uint64_t now_ns) {
     if (o_.every > 0 && now_ns - interval_start_ns_ >= static_cast<uint64_t>(o_.every * 1e9)) write(now_ns);
@@ -274,7 +358,9 @@ void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
-    agg_.add(frames, 1, who);
+    // An allocation profile weighs each record by the words the code on its stack allocated.
+    if (weigh_words_ && r.alloc_words == 0) return;  // only fragments counted apart
+    agg_.add(frames, weigh_words_ ? r.alloc_words : 1, who);
 }
 
 void Reporter::write(uint64_t now_ns) {
@@ -327,6 +413,8 @@ RunStats run_loop(Session& s, const CommonOptions& o,
         if (r.where == BB_WHERE_CODE_EVENT) return sym.code_event(r);
         if (only_pid && (r.erl_pid & pids.mask()) != *only_pid) return;
         if (st.records++ == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
+        st.alloc_words += r.alloc_words;
+        st.frag_words += r.frag_words;
         if (r.flags & BB_F_TRUNCATED) st.truncated++;
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;
         if (r.flags & BB_F_NOT_RUNNING) st.not_running++;
@@ -403,6 +491,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"truncated", s.truncated},
         {"unreadable", s.unreadable},
         {"not_running", s.not_running},
+        {"alloc_words", s.alloc_words},
+        {"message_words", s.frag_words},
         {"handler_errors", c.handler_errors},
         {"code_events", c.code_events},
         {"code_events_lost", c.code_events_lost},

@@ -46,6 +46,21 @@ void add_common_options(CLI::App& app, CommonOptions& o);
 // Checks -F/--period/--max-depth/--process beyond what CLI11 can; throws UserError.
 void validate(const CommonOptions& o);
 SamplerConfig sampler_config(const CommonOptions& o);
+// A native function of the VM found by name: FUNC in beam.smp first, then in the libraries the
+// VM has mapped (libc, NIF libraries); as a prefix unless `exact`. UserError naming the closest
+// names when none matches.
+struct NativeMatch {
+    ElfSymbol sym;
+    std::string file;    // as mapped in the target
+    uint64_t start = 0;  // runtime address
+};
+std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func, bool exact);
+// An entry probe on it, for SamplerConfig::entry_probes.
+SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);
+// "512 B", "37 KiB", "12 MiB": whole units, up to 10 of the next.
+std::string human_bytes(uint64_t bytes);
+// The VM's GC entry points (exact names), which -e alloc probes.
+const std::vector<std::string>& gc_entry_points();
 // "cpu-clock 999 Hz per VM thread", for the attach line.
 std::string describe_event(const CommonOptions& o);
 // Root, or the three capabilities; UserError naming the missing ones otherwise.
@@ -101,6 +116,9 @@ struct RunStats {
     uint64_t truncated = 0, unreadable = 0;
     uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
     uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
+    // -e alloc: words allocated by the code on the records' stacks, and the words of other heap
+    // fragments (received messages, NIF environments) counted apart.
+    uint64_t alloc_words = 0, frag_words = 0;
     double seconds = 0;
     bool vm_exited = false;
     bool interrupted = false;
@@ -117,7 +135,7 @@ inline Who who_of(const bb_record& r) {
 // the end of each interval (then forgets them: memory stays flat however long it runs).
 class Reporter {
 public:
-    // `unit`: what a sample counts ("samples", "calls").
+    // `unit`: what a sample counts ("samples", "calls", "words": -e alloc's weights).
     Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top);
     void add(const bb_record& r, std::span<const uint32_t> frames);
     // From the run loop: writes and starts a new interval when --every has passed.
@@ -132,6 +150,7 @@ private:
     Session& s_;
     const CommonOptions& o_;
     const char* unit_;
+    bool weigh_words_;  // unit "words": records weigh what they allocated
     TopOptions top_;
     std::string heading_;
     Aggregator agg_;

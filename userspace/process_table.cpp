@@ -14,7 +14,7 @@ namespace {
 
 // ERTS_PSFLG_* of erl_process.h (the same bits in OTP 25 to 29; beam_bpf.h has the running ones).
 constexpr uint32_t kFree = 1u << 10, kExiting = 1u << 11, kActive = 1u << 13, kSuspended = 1u << 16,
-                   kGc = 1u << 17, kActiveSys = 1u << 20, kDirtyActiveSys = 1u << 28;
+                   kGc = BB_PSFLG_GC, kActiveSys = 1u << 20, kDirtyActiveSys = 1u << 28;
 
 // Larger than any real heap (2^37 words = 1 TiB): a field past this is not a size.
 constexpr uint64_t kMaxWords = 1ull << 37;

@@ -38,12 +38,6 @@ struct Options {
     uint64_t max_heap_mib = 1024;
 };
 
-std::string human_bytes(uint64_t b) {
-    if (b < 10 * 1024) return fmt::format("{} B", b);
-    if (b < 10 * 1024 * 1024) return fmt::format("{} KiB", b / 1024);
-    return fmt::format("{} MiB", b / (1024 * 1024));
-}
-
 std::string signed_bytes(int64_t b) {
     return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b));
 }

@@ -27,7 +27,9 @@ int run(int argc, char** argv) {
         "beam-bpf-sample: the hottest Erlang functions of a running BEAM VM (OS pid of beam.smp).\n"
         "Stacks are read by a BPF program at the instant of each sample: no VM restart, no VM flags,\n"
         "works on stripped distribution builds. Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE.\n"
-        "Default report: SELF% (samples with the function as leaf) and TOTAL% (anywhere on the stack)."};
+        "Default report: SELF% (samples with the function as leaf) and TOTAL% (anywhere on the stack).\n"
+        "-e alloc: an allocation profile instead: at every garbage collection, the collected process's\n"
+        "Erlang stack weighed by the words it allocated since its previous one (SELF% and TOTAL% of words)."};
     CommonOptions o;
     bool pstack = false;
     add_common_options(app, o);
@@ -39,9 +41,23 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    const bool alloc = o.event == "alloc";
+    if (alloc && pstack) throw UserError("--pstack shows where schedulers are now: not with -e alloc");
+    // The native leaf of a GC entry record is the probed entry point itself: not allocation.
+    if (alloc) o.only_erlang = true;
     Session s(o);
     auto scheds = s.vm.sched_threads();
-    s.start(sampler_config(o), fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
+    SamplerConfig cfg = sampler_config(o);
+    if (alloc) {
+        for (const std::string& f : gc_entry_points())
+            for (const NativeMatch& m : resolve_functions(s.vm, f, /*exact=*/true)) cfg.entry_probes.push_back(entry_probe(s.vm, m));
+        for (const NativeMatch& m : resolve_functions(s.vm, "erts_heap_alloc", /*exact=*/true)) {
+            cfg.entry_probes.push_back(entry_probe(s.vm, m));
+            cfg.entry_probes.back().heap_alloc = true;
+        }
+    }
+    s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
+                       : fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
     auto& out = s.out;
     auto& sym = s.sym;
     Sampler& sampler = *s.sampler;
@@ -113,12 +129,17 @@ int run(int argc, char** argv) {
         return st.error.empty() ? 0 : 1;
     }
 
-    Reporter rep(s, o, "samples", {.rows = o.top});
+    Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top});
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
+    if (alloc && o.every == 0)
+        rep.set_heading(fmt::format("{} words ({}) allocated on process heaps by the code on these stacks; {} more "
+                                    "arrived in received messages and other heap fragments (counted apart); shares "
+                                    "of words:",
+                                    st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
     rep.finish(monotonic_ns());
-    print_summary(st, sampler.counters(), sym, "samples");
+    print_summary(st, sampler.counters(), sym, alloc ? "allocation records" : "samples");
     write_stats(o, st, sampler.counters(), sym);
     return st.error.empty() ? 0 : 1;
 }

@@ -66,6 +66,9 @@ int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
 // the reader drains every 100 ms and is woken at a quarter full, and the ring's pages end up
 // resident in the tool (scripts/bench.sh: 32 MiB of a 60 MiB peak before the cap).
 uint32_t ring_bytes_for(const SamplerConfig& cfg) {
+    // Entry probes fire as often as the VM calls the function: a busy VM collects garbage tens
+    // of thousands of times a second.
+    if (!cfg.entry_probes.empty()) return 32u << 20;
     uint64_t rate = cfg.period_ns ? 1000000000ull / cfg.period_ns : cfg.frequency_hz;
     uint64_t cpus = std::max(1, libbpf_num_possible_cpus());
     uint64_t want = rate * cpus * bb_record_size(cfg.max_frames) / 5;
@@ -146,6 +149,8 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     bpf_program__set_autoload(s->progs.on_call, !fast);
     bpf_program__set_autoload(s->progs.on_sample_fast, fast);
     bpf_program__set_autoload(s->progs.on_call_fast, fast);
+    bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
+    bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
 
     s->rodata->target_tgid = static_cast<uint32_t>(vm.pid());
     s->rodata->max_frames = cfg.max_frames;
@@ -153,6 +158,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     // Vm::attach checked that each Process field is a whole word inside Process.
     uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_state,
                                   o.proc_scheduler_data, o.proc_reg, o.proc_initial + 16});
+    if (cfg.alloc) span = std::max({span, o.proc_high_water + 8, o.proc_mbuf_sz + 8});
     if (span > 1024) throw UserError(fmt::format("offsets ({}): Process fields beyond 1024 bytes", o.origin));
     s->rodata->proc_span = span;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
@@ -166,6 +172,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     uint32_t ring_bytes = cfg.ring_bytes ? cfg.ring_bytes : ring_bytes_for(cfg);
     s->rodata->wakeup_bytes = ring_bytes / 4;
     s->rodata->measure_walk = cfg.measure_walk;
+    s->rodata->alloc_mode = cfg.alloc;
     s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
     s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
@@ -187,6 +194,7 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     auto* s = impl_->skel.get();
     bpf_program* on_sample = fast ? s->progs.on_sample_fast : s->progs.on_sample;
     bpf_program* on_call = fast ? s->progs.on_call_fast : s->progs.on_call;
+    bpf_program* on_heap_alloc = fast ? s->progs.on_heap_alloc_fast : s->progs.on_heap_alloc;
     refresh_vm_state();
 
     impl_->on_sample = on_sample;
@@ -206,8 +214,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         }
     } else {
         for (const auto& p : cfg.entry_probes) {
-            bpf_link* l = bpf_program__attach_uprobe(on_call, false, vm.pid(), p.binary.c_str(),
-                                                     p.file_offset);
+            bpf_link* l = bpf_program__attach_uprobe(p.heap_alloc ? on_heap_alloc : on_call, false, vm.pid(),
+                                                     p.binary.c_str(), p.file_offset);
             if (!l) {
                 int err = errno;
                 throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.binary,

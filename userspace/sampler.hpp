@@ -27,8 +27,12 @@ struct SamplerConfig {
     struct Probe {
         std::string binary;       // path as the kernel can open it
         uint64_t file_offset = 0;
+        bool heap_alloc = false;  // erts_heap_alloc, for -e alloc (its own program)
     };
     std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
+    // With entry probes on the VM's GC entry points and erts_heap_alloc: each record carries the
+    // words its process allocated (bb_record.alloc_words); records of none are not sent.
+    bool alloc = false;
     bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;                // the JIT's (JitEmulator): 1 = frame pointers to follow
 };

@@ -11,7 +11,9 @@ golang-github-google-pprof-dev, compiled here with protoc for python3-protobuf) 
 - `go tool pprof -top` reads the file, and its flat counts per function equal the ones the
   proto gives; with --folded (the same run's folded stacks), equal to the leaf counts there;
   with --top (the same run's top table), its flat% equal the table's SELF% to 0.1;
-- `go tool pprof -traces` reads it, and its traces add up to the total.
+- `go tool pprof -traces` reads it, and its traces add up to the total;
+- an allocation profile (-e alloc) has alloc_space in bytes, 8 per word, as its default sample
+  type, and go tool pprof's alloc_space total is 8 times the words.
 
 Prints one `ok: ...` line, or one line saying what failed and exits 1.
 """
@@ -43,8 +45,8 @@ def load_proto_module():
     return importlib.import_module("profile_pb2")
 
 
-def go_pprof(args, path):
-    r = subprocess.run(["go", "tool", "pprof", "-sample_index=samples", *args, path],
+def go_pprof(args, path, index):
+    r = subprocess.run(["go", "tool", "pprof", f"-sample_index={index}", *args, path],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         fail(f"go tool pprof {' '.join(args)} failed: {r.stderr.strip().splitlines()[-1:]}")
@@ -112,7 +114,8 @@ def main():
         fail(f"{len(set(locations) - used)} locations no sample uses")
 
     # go tool pprof -top: "flat flat% sum% cum cum% name" rows.
-    top = go_pprof(["-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0"], a.file)
+    index = types[0][0]  # samples, calls, or alloc_words (-e alloc)
+    top = go_pprof(["-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0"], a.file, index)
     go_flat = {}
     for line in top.splitlines():
         m = re.match(r"\s*(\d+)\s+([\d.]+)%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
@@ -149,7 +152,7 @@ def main():
         if rows == 0:
             fail("no rows in the top table")
 
-    traces = go_pprof(["-traces"], a.file)
+    traces = go_pprof(["-traces"], a.file, index)
     # Each trace: its labels ("       pid:  <0.79.0>"), then its value and leaf ("      12   f/1").
     traced = 0
     for block in re.split(r"^-+\+-+$", traces, flags=re.M)[1:]:
@@ -160,6 +163,18 @@ def main():
                 break
     if traced != total:
         fail(f"go tool pprof -traces adds up to {traced}, the samples to {total}")
+
+    # An allocation profile: space in bytes next to the words, and pprof's default view.
+    if ("alloc_space", "bytes") in types:
+        k = types.index(("alloc_space", "bytes"))
+        if any(smp.value[k] != 8 * smp.value[0] for smp in p.sample):
+            fail("alloc_space is not 8 bytes per word of alloc_words")
+        if s[p.default_sample_type] != "alloc_space":
+            fail(f"default sample type {s[p.default_sample_type]!r}, not alloc_space")
+        space = go_pprof(["-top", "-nodecount=100000", "-nodefraction=0", "-unit=B"], a.file, "alloc_space")
+        m = re.search(r"of ([\d.]+)B total", space)
+        if not m or abs(float(m.group(1)) - 8 * total) > 1e-6 * 8 * total + 1:
+            fail(f"go tool pprof -sample_index=alloc_space total is not {8 * total} B: {space.splitlines()[:6]}")
 
     print(f"ok: {total} {types[0][0]} in {len(p.sample)} distinct stacks, {len(locations)} locations, "
           f"{len(functions)} functions; go tool pprof -top and -traces agree")

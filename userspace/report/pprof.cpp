@@ -58,7 +58,14 @@ void write_pprof(const Profile& p, std::ostream& out) {
         t->set_type(str(type));
         t->set_unit(str(unit));
     };
-    add_type(pp.add_sample_type(), p.unit.c_str(), "count");
+    // An allocation profile (-e alloc) counts words: as pprof's heap profiles do, space in
+    // bytes, the default view.
+    const bool words = p.unit == "words";
+    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), "count");
+    if (words) {
+        add_type(pp.add_sample_type(), "alloc_space", "bytes");
+        pp.set_default_sample_type(str("alloc_space"));
+    }
     if (cpu) {
         add_type(pp.add_sample_type(), "cpu", "nanoseconds");
         add_type(pp.mutable_period_type(), "cpu", "nanoseconds");
@@ -108,6 +115,7 @@ void write_pprof(const Profile& p, std::ostream& out) {
         for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it) ps->add_location_id(*it + 1);  // leaf first
         ps->add_value(static_cast<int64_t>(s.count));
         if (cpu) ps->add_value(static_cast<int64_t>(s.count * p.period_ns));
+        if (words) ps->add_value(static_cast<int64_t>(s.count * 8));
         auto label = [&](const char* key, const std::string& value) {
             if (value.empty()) return;
             pb::Label* l = ps->add_label();

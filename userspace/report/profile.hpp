@@ -50,7 +50,7 @@ struct Profile {
     std::vector<Function> functions;
     std::vector<Location> locations;
     std::vector<Sample> samples;
-    std::string unit = "samples";  // or "calls" (beam-bpf-blame --count)
+    std::string unit = "samples";  // or "calls" (beam-bpf-blame --count), "words" (-e alloc)
     uint64_t period_ns = 0;        // CPU time one sample stands for; 0 when counts are not time
     uint64_t start_unix_ns = 0;    // wall clock at the start of the profiled interval
     uint64_t duration_ns = 0;
