@@ -97,9 +97,10 @@ std::string human_bytes(uint64_t b) {
 }
 
 const std::vector<std::string>& gc_entry_points() {
-    // Every way into the VM's garbage_collect() (erl_gc.c, OTP 25 to 29): the JIT's heap test,
-    // BIFs and the emulator's helpers, after a BIF that built heap fragments, hibernation,
-    // literal-area collection; dirty GCs go through erts_garbage_collect_nobump too.
+    // Every way into the VM's garbage_collect() (erl_gc.c; read in OTP 25's and 27's source):
+    // the JIT's heap test, BIFs and the emulator's helpers, after a BIF that built heap
+    // fragments, hibernation, literal-area collection; dirty GCs go through
+    // erts_garbage_collect_nobump too. The first is the one every build must have.
     static const std::vector<std::string> names{"erts_garbage_collect_nobump", "erts_garbage_collect",
                                                 "erts_gc_after_bif_call_lhf",  "erts_gc_after_bif_call",
                                                 "erts_garbage_collect_hibernate", "erts_garbage_collect_literals"};

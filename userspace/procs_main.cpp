@@ -228,23 +228,28 @@ int run_watch(Context& c, const Options& o) {
     return 0;
 }
 
-// The process `text` names: a pid (<0.85.0>) or a registered name.
+// The process `text` names: a pid (<0.85.0>) or a registered name. A running process's
+// Process may not verify in one reading of the table (its heap pointers move), so a miss is
+// read again a few times before it is believed.
 ProcessEntry find_process(Context& c, const std::string& text) {
     std::optional<uint64_t> pid;
     if (text.starts_with('<')) {
         pid = c.vm.parse_pid(text);
         if (!pid) throw UserError(fmt::format("--inspect {}: not a pid of OTP {}", text, c.vm.release().major));
-    } else {
-        if (!c.names.unavailable().empty())
-            throw UserError(fmt::format("--inspect {}: registered names cannot be read here: {}; give a pid", text,
-                                        c.names.unavailable()));
-        pid = c.names.whereis(text);
-        if (!pid) throw UserError(fmt::format("--inspect {}: no process is registered under that name", text));
+    } else if (!c.names.unavailable().empty()) {
+        throw UserError(fmt::format("--inspect {}: registered names cannot be read here: {}; give a pid", text,
+                                    c.names.unavailable()));
     }
     const uint64_t mask = c.vm.release().pids.mask();
-    for (const ProcessEntry& e : read_table(c.vm).processes)
-        if ((e.pid & mask) == (*pid & mask)) return e;
-    throw UserError(fmt::format("--inspect {}: no such process", text));
+    for (int attempt = 0; attempt < 10; attempt++) {
+        if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::optional<uint64_t> want = pid ? pid : c.names.whereis(text);
+        if (!want) continue;
+        for (const ProcessEntry& e : read_table(c.vm).processes)
+            if ((e.pid & mask) == (*want & mask)) return e;
+    }
+    throw UserError(fmt::format("--inspect {}: {}", text,
+                                pid ? "no such process" : "no process is registered under that name"));
 }
 
 int run_inspect(Context& c, const Options& o) {

@@ -14,6 +14,8 @@
 %%            recent_size + mbuf_size of each gc_*_start: the young heap above the high-water
 %%            mark, and heap fragments), and the number of collections (calls of the VM's
 %%            garbage_collect(): a minor collection falling back to a major one is one).
+%%   cpu N    N rounds with the trace off (for a CPU profile of the same work); prints
+%%            `cpu_done`.
 %%   tprof N  (OTP 27 on) N rounds under tprof's call_memory tracing, in a new process; prints
 %%            `tprof M:F/A WORDS` for each function it saw allocate, then `tprof_end`.
 %%   time N   (bench/alloc.py) a new, untraced process runs N rounds of gc_heavy/1, which only
@@ -52,6 +54,15 @@ command_loop(Worker, Tracer) ->
             receive {trace_delivered, Worker, Ref} -> ok end,
             Tracer ! {sum, self()},
             receive {Tracer, {Words, Gcs}} -> io:format("gc_words ~p gcs ~p~n", [Words, Gcs]) end,
+            command_loop(Worker, Tracer);
+        "cpu " ++ N ->
+            %% The same work untraced: the trace messages of its collections would show in a
+            %% CPU profile.
+            erlang:trace(Worker, false, [garbage_collection]),
+            Worker ! {go, list_to_integer(string:trim(N)), self()},
+            receive {Worker, done} -> ok end,
+            1 = erlang:trace(Worker, true, [garbage_collection, {tracer, Tracer}]),
+            io:format("cpu_done~n"),
             command_loop(Worker, Tracer);
         "tprof " ++ N ->
             Rounds = list_to_integer(string:trim(N)),
