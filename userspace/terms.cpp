@@ -7,6 +7,7 @@
 #include <bit>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -107,13 +108,17 @@ std::optional<BinaryRef> binary_ref(Reader& r, const TermSource& src, uint64_t p
 
 // A float as Erlang's ~p prints it: the shortest digits that read back (float_to_list(F,
 // [short])), in fixed notation for exponents -4 to 20, else as 1.5e-7.
+// "" for an infinity or a NaN, which no Erlang float is (memory that is not a float).
 std::string float_text(double d) {
+    if (!std::isfinite(d)) return "";
     char buf[64];
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-    if (ec != std::errc()) return "...";
+    if (ec != std::errc()) return "";
     std::string s(buf, end);
     auto e = s.find('e');
-    int exp = std::stoi(s.substr(e + 1));
+    if (e == std::string::npos) return "";
+    int exp = 0;
+    std::from_chars(s.data() + e + 1 + (s[e + 1] == '+'), s.data() + s.size(), exp);
     std::string mant = s.substr(0, e);
     bool neg = mant[0] == '-';
     if (neg) mant.erase(0, 1);
@@ -384,7 +389,9 @@ private:
             binary(p, *hdr);
         } else if (sub == kFloat) {
             auto bits = word(p + 8);
-            if (bits) out_ += float_text(std::bit_cast<double>(*bits));
+            std::string f = bits ? float_text(std::bit_cast<double>(*bits)) : "";
+            if (bits && f.empty()) bad_ = true;
+            out_ += f;
         } else if (sub == kPosBig || sub == kNegBig) {
             if (arity == 0 || arity > kMaxThing) {
                 bad_ = true;

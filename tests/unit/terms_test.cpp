@@ -167,6 +167,14 @@ TEST(Terms, MapsFloatsBignumsAndSizes) {
         h.words.insert(h.words.end(), {1u << 6 | 0x18u, std::bit_cast<uint64_t>(3.14)});
         EXPECT_EQ(text(h.source(otp27), f), "3.14");
         EXPECT_EQ(flat_size(h.source(otp27), f)->words, 2u);
+        // Not a float Erlang has: a NaN or an infinity is memory that is not a float
+        // (fuzz_terms found the printer throwing on one).
+        uint64_t nan = h.at() + 2;
+        h.words.insert(h.words.end(), {1u << 6 | 0x18u, 0x7ff8000000000000ull});
+        EXPECT_EQ(text(h.source(otp27), nan), std::nullopt);
+        uint64_t small_f = h.at() + 2;
+        h.words.insert(h.words.end(), {1u << 6 | 0x18u, std::bit_cast<uint64_t>(1.0e-7)});
+        EXPECT_EQ(text(h.source(otp27), small_f), "1.0e-7");
         uint64_t big = h.at() + 2;  // -(2^70): two digits, negative
         h.words.insert(h.words.end(), {2u << 6 | 0x0cu, 0, 64});
         EXPECT_EQ(text(h.source(otp27), big), "-1180591620717411303424");
