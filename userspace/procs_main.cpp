@@ -261,7 +261,11 @@ int run_inspect(Context& c, const Options& o) {
                               .max_reads = 50'000'000};
     const term::Limits key_limits{.max_chars = 40, .depth = 4, .max_reads = 4096};
     const ProcessEntry& p = snap.proc;
-    std::vector<Root> roots = root_set(snap, c.function(p.current, p.i), [&](uint64_t cp) {
+    // Named as in the table: the copy's own RegProc is not followed, the table's reading is.
+    ProcessEntry named = p;
+    named.reg_name = e.reg_name;
+    const Row row = make_row(c, named);
+    std::vector<Root> roots = root_set(snap, row.current, [&](uint64_t cp) {
         std::string f = c.function(0, cp);
         return f.empty() ? fmt::format("{:#x}", cp) : f;
     });
@@ -286,23 +290,13 @@ int run_inspect(Context& c, const Options& o) {
     auto shown = [](const Root& r) {
         return r.text ? *r.text : fmt::format("<bad term at {:#x}>", r.term & ~3ull);
     };
-    const std::string pid = c.vm.format_pid(p.pid), name = c.names.name(e.pid, e.c_p, e.reg_name, e.initial);
-    const std::string current = c.function(p.current, p.i);
 
     if (o.json) {
-        nlohmann::json j{{"pid", pid},
-                         {"name", name},
-                         {"status", p.status()},
-                         {"current_function", current},
-                         {"heap_size", p.heap_sz},
-                         {"old_heap_size", p.old_heap_sz},
-                         {"heap_fragments_size", p.mbuf_sz},
-                         {"stack_size", p.stack_sz},
-                         {"message_queue_len", p.msgq_len},
-                         {"undecoded_messages", snap.undecoded_messages},
-                         {"attempts", snap.attempts},
-                         {"bytes_copied", snap.bytes_copied()},
-                         {"roots", nlohmann::json::array()}};
+        nlohmann::json j = row_json(row, c.vm.offsets().proc_size);
+        j["undecoded_messages"] = snap.undecoded_messages;
+        j["attempts"] = snap.attempts;
+        j["bytes_copied"] = snap.bytes_copied();
+        j["roots"] = nlohmann::json::array();
         for (const Root& r : roots) {
             nlohmann::json k{{"kind", kind_name(r.kind)}, {"where", r.where}, {"term", shown(r)}, {"decoded", r.text.has_value()}};
             if (!r.function.empty()) k["function"] = r.function;
@@ -316,8 +310,8 @@ int run_inspect(Context& c, const Options& o) {
         std::cout << j.dump(1) << "\n";
         return 0;
     }
-    fmt::print("beam-bpf-procs: {} {}, {} in {}\n", pid, name.empty() ? "(no name)" : name, p.status(),
-               current.empty() ? "?" : current);
+    fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
+               row.current.empty() ? "?" : row.current);
     fmt::print("  heap {} words, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
                p.heap_sz, p.old_heap_sz, p.mbuf_sz, p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()),
                snap.attempts);
