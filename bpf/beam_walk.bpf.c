@@ -37,6 +37,10 @@ const volatile struct bb_vm_layout vm = {};
 /* Bytes of struct process the walk needs, from its start: read in one go. */
 const volatile __u32 proc_span = 0;
 const volatile __u32 alloc_mode = 0;              /* -e alloc: weigh GC entries by words allocated */
+/* Native frames to unwind at most (0: none, --only-erlang), and whether to add the kernel's
+ * (--kernel). */
+const volatile __u32 max_native_frames = 0;
+const volatile __u32 kernel_stacks = 0;
 const volatile __u32 nr_blame_ranges = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
 
@@ -44,6 +48,18 @@ const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
  * update only costs frames of one sample, because ranges are appended, never moved. */
 __u32 nr_code_ranges = 0;
 struct bb_range code_ranges[BB_MAX_CODE_RANGES] = {};
+
+/* The unwind rows of the target's executable files (userspace/unwind_table.cpp), appended as
+ * it maps more: a module's rows are in place before nr_unwind_modules counts it. */
+__u32 nr_unwind_modules = 0;
+struct bb_unwind_module unwind_modules[BB_MAX_UNWIND_MODULES] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);           /* sized by user space */
+	__type(key, __u32);
+	__type(value, struct bb_unwind_row);
+} unwind_rows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -73,8 +89,18 @@ struct {
 	__type(value, struct alloc_seen);
 } alloc_seen SEC(".maps");
 
+/* The native walk's state (native_step()): in map memory, like scan_chunk's, so the verifier
+ * does not follow its values frame by frame (that cost 5x the load time). */
+struct native_walk {
+	__u64 ip, sp, bp;
+	__u32 n, limit;   /* frames[] index of the next frame, and the end of the room */
+	__u32 flags;
+	__u32 clean;      /* ended in JIT code or at the thread's root */
+};
+
 struct scratch {
 	struct bb_record rec;
+	struct native_walk native;
 	__u64 words[BB_STACK_CHUNK_WORDS];
 	__u64 proc[PROC_SPAN_MAX / 8];
 	/* scan_chunk's loop state, kept in map memory so the verifier does not follow its
@@ -325,13 +351,154 @@ static __always_inline __u32 scan_words(struct scan *c, __u32 budget, bool fast)
 }
 
 /*
- * beam-bpf-blame: is FUNC running? Either the IP is in it, or a return address into it sits
- * on the native stack between rsp and the top of the scheduler's runtime stack. A bounded
- * scan can see a stale return address in an uninitialized slot; unwinding from .eh_frame
- * would not, and is where this goes next.
+ * Native frames, unwound with the rows of .eh_frame: for each frame, the row of its address
+ * gives the CFA (the caller's rsp) from rsp or rbp; the return address is at CFA - 8 and the
+ * caller's rbp, if this frame saved it, at CFA + 8 * rbp_slot. The walk ends at a return
+ * address into JIT code (where a scheduler entered C from Erlang: the Erlang stack follows), at
+ * the thread's root, or where the rows give out (flagged).
+ */
+struct native_walk_ctx {
+	struct scratch *s;
+};
+
+/*
+ * The row that covers `pc` (the last one starting at or below it), as its 8 bytes; 0 (a
+ * BB_CFA_NONE row) if none. A global function: the verifier checks it once, not at each call.
+ */
+__noinline __u64 find_row(__u64 pc)
+{
+	__u32 nr = nr_unwind_modules, lo = 0, n = 0;
+	__u64 rel = 0, row;
+	bool found = false;
+
+	for (__u32 i = 0; i < BB_MAX_UNWIND_MODULES; i++) {
+		if (i >= nr)
+			break;
+		if (pc >= unwind_modules[i].start && pc < unwind_modules[i].end) {
+			lo = unwind_modules[i].first_row;
+			n = unwind_modules[i].nrows;
+			rel = pc - unwind_modules[i].bias;
+			found = true;
+			break;
+		}
+	}
+	if (!found || n == 0 || rel > 0xffffffffULL)
+		return 0;
+	/* lo stays on a row at or below rel while n halves: 24 steps cover 16M rows. */
+	for (int k = 0; k < 24; k++) {
+		__u32 half = n / 2, mid = lo + half;
+		struct bb_unwind_row *r;
+
+		if (n <= 1)
+			break;
+		r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= rel)
+			lo = mid;
+		n -= half;
+	}
+	struct bb_unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!r || r->pc > rel)
+		return 0;
+	__builtin_memcpy(&row, r, sizeof(row));
+	return row;
+}
+
+static long native_step(__u32 i, struct native_walk_ctx *ctx)
+{
+	struct native_walk *w = &ctx->s->native;
+	struct bb_unwind_row row;
+	__u64 ip = w->ip, cfa, saved[2], bits;
+	__u32 n = w->n;
+
+	if (n >= w->limit) {
+		w->flags |= BB_F_NATIVE_TRUNCATED;
+		return 1;
+	}
+	ctx->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = ip;
+	w->n = n + 1;
+	if (i > 0 && in_jit_code(ip)) {
+		w->clean = 1;
+		return 1;
+	}
+	/* A return address may be just past its function (a call to a noreturn one): look up the
+	 * call instruction. */
+	bits = find_row(i > 0 ? ip - 1 : ip);
+	__builtin_memcpy(&row, &bits, sizeof(row));
+	if (row.cfa_rule == BB_CFA_NONE) {
+		w->flags |= BB_F_NATIVE_NO_ROW;
+		return 1;
+	}
+	if (row.cfa_rule == BB_CFA_END) {
+		w->clean = 1;
+		return 1;
+	}
+	if (row.cfa_rule == BB_CFA_BAD) {
+		w->flags |= BB_F_NATIVE_BAD;
+		return 1;
+	}
+	cfa = (row.cfa_rule == BB_CFA_RSP ? w->sp : w->bp) + 8 * (__u64)row.cfa_words;
+	/* Each caller's frame is further up the stack: garbage cannot make the walk go round. */
+	if (cfa <= w->sp || (cfa & 7)) {
+		w->flags |= BB_F_NATIVE_BAD;
+		return 1;
+	}
+	if (row.rbp_slot == -2) {
+		/* push rbp right after the call: the saved rbp and the return address together */
+		if (bpf_probe_read_user(saved, sizeof(saved), (void *)(cfa - 16))) {
+			w->flags |= BB_F_READ_FAULT;
+			return 1;
+		}
+		w->bp = saved[0];
+		w->ip = saved[1];
+	} else {
+		if (bpf_probe_read_user(&saved[1], 8, (void *)(cfa - 8)) ||
+		    (row.rbp_slot && bpf_probe_read_user(&saved[0], 8, (void *)(cfa + 8 * (__s64)row.rbp_slot)))) {
+			w->flags |= BB_F_READ_FAULT;
+			return 1;
+		}
+		if (row.rbp_slot)
+			w->bp = saved[0];
+		w->ip = saved[1];
+	}
+	w->sp = cfa;
+	if (w->ip == 0) {
+		w->clean = 1;
+		return 1;
+	}
+	return 0;
+}
+
+struct blame_frames {
+	struct scratch *s;
+	__u32 first, n;
+	bool found;
+};
+
+/* Is the i-th return address of the unwound native frames one into FUNC? */
+static long blame_frame(__u32 i, struct blame_frames *b)
+{
+	__u32 k = b->first + i;
+
+	if (k >= b->n)
+		return 1;
+	if (in_blame_func(b->s->rec.frames[k & (BB_MAX_FRAMES - 1)] - 1)) {
+		b->found = true;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * beam-bpf-blame: is FUNC running? Either the IP is in it, or a return address into it is one
+ * of the unwound native frames. Where the unwind stopped short (no row for an address), a
+ * bounded scan of the native stack between rsp and the top of the scheduler's runtime stack
+ * decides instead, flagged: it can see a stale return address in an uninitialized slot.
  */
 static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, bool jit,
-					 const struct bb_sched *sch, __u64 c_p, bool fast)
+					 const struct bb_sched *sch, __u64 c_p, bool fast,
+					 const struct native_walk *nw, __u32 first)
 {
 	struct scan c = { .s = s, .lo = sp, .mode = SCAN_NATIVE_FOR_BLAME };
 
@@ -342,11 +509,19 @@ static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, 
 	 * there is a stale return address of an earlier call. */
 	if (jit || !c_p)
 		return 0;
+	struct blame_frames b = { .s = s, .first = first + 1, .n = nw->n };
+
+	bpf_loop(BB_MAX_NATIVE_FRAMES, blame_frame, &b, 0);
+	if (b.found)
+		return BB_F_BLAME_CALLER;
+	if (nw->clean)
+		return 0;
+	c.lo = nw->sp;  /* what was unwound is known: scan only above it */
 	c.hi = sp + (__u64)blame_scan_words * 8;
 	if (sch && sch->runtime_top > sp && sch->runtime_top < c.hi)
 		c.hi = sch->runtime_top;
 	scan_words(&c, blame_scan_words, fast);
-	return c.found ? BB_F_BLAME_CALLER : 0;
+	return c.found ? BB_F_BLAME_CALLER | BB_F_BLAME_SCAN : 0;
 }
 
 static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 state, __u64 sched_data)
@@ -434,9 +609,11 @@ static __always_inline bool alloc_weight(struct scratch *s, struct bb_record *re
 	return true;
 }
 
-static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
+static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
 					 bool fast, __u64 arg_p, __u64 need)
 {
+	struct native_walk *nw;
+	__u32 base = 0;
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
 	struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
@@ -449,6 +626,9 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		return 0;
 	count(BB_C_SEEN);
 	rec = &s->rec;
+	nw = &s->native;
+	nw->flags = 0;
+	nw->clean = 0;
 	rec->time_ns = bpf_ktime_get_ns();
 	rec->ip = ip;
 	rec->tid = tid;
@@ -456,6 +636,8 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 	rec->c_p = 0;
 	rec->erl_pid = 0;
 	rec->nframes = 0;
+	rec->nkernel = 0;
+	rec->nnative = 0;
 	rec->reg_name = 0;
 	rec->initial[0] = rec->initial[1] = rec->initial[2] = 0;
 	rec->alloc_words = rec->frag_words = 0;
@@ -473,8 +655,28 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		rec->where = BB_WHERE_OTHER;
 	}
 
+	/* Kernel frames first (leaf first), then native, then Erlang. */
+	if (kernel_stacks && ctx && (flags & BB_F_KERNEL)) {
+		long got = bpf_get_stack(ctx, rec->frames, BB_MAX_KERNEL_FRAMES * 8, 0);
+
+		if (got > 0)
+			base = rec->nkernel = got / 8;
+	}
+	nw->n = base;
+	nw->sp = sp;
+	if (!jit && (max_native_frames || nr_blame_ranges)) {
+		struct native_walk_ctx nctx = { .s = s };
+
+		nw->ip = ip;
+		nw->bp = bp;
+		nw->limit = base + (max_native_frames ? max_native_frames : BB_MAX_NATIVE_FRAMES);
+		bpf_loop(BB_MAX_NATIVE_FRAMES, native_step, &nctx, 0);
+		/* nw.flags joins the record's flags only at the end: were they in `flags` now,
+		 * every test of it below would fork the verifier's states (4x the load time). */
+	}
+
 	if (nr_blame_ranges) {
-		__u32 m = blame_match(s, ip, sp, jit, sch, c_p, fast);
+		__u32 m = blame_match(s, ip, sp, jit, sch, c_p, fast, nw, base);
 
 		if (!m) {
 			count(BB_C_FILTERED);
@@ -482,6 +684,16 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		}
 		flags |= m;
 	}
+	/* Blame unwinds to decide; the record keeps native frames only if asked for. */
+	if (max_native_frames) {
+		__u32 n = nw->n;
+
+		if (n > base && n <= BB_MAX_FRAMES) {
+			rec->nnative = n - base;
+			base = n;
+		}
+	}
+	rec->nframes = base;
 
 	if (c_p) {
 		/* One read for all fields: each user-memory read costs more than the copy. */
@@ -517,8 +729,11 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		    E <= hend && (E & 7) == 0) {
 			/* max_frames counts Erlang frames, and in JIT code the running function is
 			 * one of them. */
-			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK,
-					  .limit = jit ? max_frames - 1 : max_frames };
+			struct scan c = { .s = s, .lo = E, .hi = hend, .mode = SCAN_ERLANG_STACK, .n = base,
+					  .limit = base + (jit ? max_frames - 1 : max_frames) };
+
+			if (c.limit > BB_MAX_FRAMES)
+				c.limit = BB_MAX_FRAMES;
 
 			/* erts_heap_alloc for another process's heap (a message built in it), or
 			 * during a collection (the VM's own, a gc trace message's), is not the running
@@ -560,15 +775,15 @@ static __always_inline int walk_and_emit(__u64 ip, __u64 sp, __u64 bp, __u64 r13
 		count(BB_C_FILTERED);
 		return 0;
 	}
-	rec->flags = flags;
+	rec->flags = flags | nw->flags;
 	return emit(rec);
 }
 
-static __always_inline int sample(__u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
+static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
 				  __u64 arg_p, __u64 need)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ip, sp, bp, r13, flags, fast, arg_p, need);
+	int ret = walk_and_emit(ctx, ip, sp, bp, r13, flags, fast, arg_p, need);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -584,12 +799,12 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0);
+		return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	return sample(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
+	return sample(ctx, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
 		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0);
 }
 
@@ -599,7 +814,7 @@ static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 {
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
-	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0);
+	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0);
 }
 
 /* -e alloc: erts_heap_alloc(Process *p, Uint need, Uint xtra), a heap fragment of `need` words. */
@@ -609,7 +824,7 @@ static __always_inline int heap_alloc_sample(struct pt_regs *ctx, bool fast)
 
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !need)
 		return 0;
-	return sample(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
+	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
 		      fast, PT_REGS_PARM1(ctx), need);
 }
 

@@ -22,6 +22,12 @@
 #define BB_MAX_BLAME_RANGES 32
 /* Words of the Erlang stack read per bounded read. */
 #define BB_STACK_CHUNK_WORDS 256
+/* Native unwinding (--native, the default): executable file mappings whose .eh_frame rows the
+ * walker has (bb_unwind_module), native frames it walks at most, and the kernel frames
+ * (--kernel) a record carries at most. */
+#define BB_MAX_UNWIND_MODULES 128
+#define BB_MAX_NATIVE_FRAMES 128
+#define BB_MAX_KERNEL_FRAMES 64
 
 /* Where the sampled thread was. */
 enum bb_where {
@@ -57,6 +63,11 @@ enum bb_flags {
 	BB_F_NOT_RUNNING = 1u << 12,  /* the scheduler pointed at a process that does not run there
 				       * (a stale current_process): the sample is the scheduler's */
 	BB_F_HEAP_FRAG = 1u << 13,    /* -e alloc: from erts_heap_alloc (a heap fragment), not a GC entry */
+	/* How the native walk ended, when it did not end in JIT code or at the thread's root: */
+	BB_F_NATIVE_NO_ROW = 1u << 14,    /* an address no unwind row covers (unknown code, a gap) */
+	BB_F_NATIVE_BAD = 1u << 15,       /* a rule it cannot follow, or a frame that does not go up */
+	BB_F_NATIVE_TRUNCATED = 1u << 16, /* more native frames than max_native_frames */
+	BB_F_BLAME_SCAN = 1u << 17,       /* blame decided by the stack-word scan: the unwind stopped short */
 };
 
 struct bb_record {
@@ -70,7 +81,12 @@ struct bb_record {
 	__u8 where;      /* enum bb_where */
 	__u8 sched_type; /* enum bb_sched_type */
 	__u16 sched_no;  /* 1-based scheduler number within its type, 0 if not a scheduler */
-	__u16 nframes;   /* valid entries of frames[] */
+	__u16 nframes;   /* valid entries of frames[]: nkernel + nnative + the Erlang frames */
+	__u16 nkernel;   /* --kernel: kernel return addresses, leaf first, at frames[0..nkernel) */
+	__u16 nnative;   /* native frames at frames[nkernel..nkernel+nnative), leaf first: the
+			  * sampled ip, then return addresses; the last one may be the return
+			  * address into JIT code where the walk met the Erlang side */
+	__u32 pad;
 	/* Who the process is, read at the sample (it may be gone before user space looks):
 	 * its registered name (an atom term, 0 if none) and its initial call (module and
 	 * function atoms, arity), both 0 unless BB_F_PROC. */
@@ -83,8 +99,9 @@ struct bb_record {
 	 * other records. */
 	__u64 alloc_words;
 	__u64 frag_words;
-	/* Continuation pointers (return addresses into JIT code), leaf-most first.
-	 * The bottom one, if reached, is the VM's normal-exit stub. */
+	/* Kernel frames, native frames, then the Erlang stack's continuation pointers (return
+	 * addresses into JIT code), each part leaf-most first. The bottom continuation pointer,
+	 * if reached, is the VM's normal-exit stub. */
 	__u64 frames[BB_MAX_FRAMES];
 };
 
@@ -132,6 +149,33 @@ struct bb_sched {
 
 struct bb_range {
 	__u64 start, end;   /* [start, end) */
+};
+
+/*
+ * .eh_frame compiled into rows (userspace/unwind_table.cpp), one per address range with the same
+ * rules, as the OpenTelemetry profiler's "stack deltas": how to find the caller's frame from here.
+ * On x86-64 the return address is always at CFA - 8 (rows where it is not become BB_CFA_BAD).
+ */
+enum bb_cfa_rule {
+	BB_CFA_NONE = 0,  /* no FDE covers this range: the walk stops (BB_F_NATIVE_NO_ROW) */
+	BB_CFA_RSP = 1,   /* CFA = rsp + 8 * cfa_words */
+	BB_CFA_RBP = 2,   /* CFA = rbp + 8 * cfa_words */
+	BB_CFA_END = 3,   /* the return address is undefined: the thread's outermost frame */
+	BB_CFA_BAD = 4,   /* an expression or register the walker does not follow (BB_F_NATIVE_BAD) */
+};
+
+struct bb_unwind_row {
+	__u32 pc;          /* link-time address where the row starts; it ends where the next starts */
+	__u8 cfa_rule;     /* enum bb_cfa_rule */
+	__s8 rbp_slot;     /* the caller's rbp is saved at CFA + 8 * rbp_slot; 0: rbp unchanged */
+	__u16 cfa_words;   /* whole words: x86-64 frames are (a stack offset not so is BB_CFA_BAD) */
+};
+
+/* One executable mapping whose rows are rows[first_row .. first_row + nrows). */
+struct bb_unwind_module {
+	__u64 start, end;  /* [start, end) in the target */
+	__u64 bias;        /* runtime address - link-time address */
+	__u32 first_row, nrows;
 };
 
 /* Per-CPU counters, summed by user space for the run summary. */

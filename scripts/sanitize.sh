@@ -21,7 +21,7 @@ build-san/unit_tests
 build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25'
 
 mkdir -p build-san/fuzz-artifacts
-for target in jit_symfile offsets_table vm_build elf terms; do
+for target in jit_symfile offsets_table vm_build elf terms unwind; do
   corpus=$(mktemp -d)  # the committed seeds stay as they are; what the run finds is thrown away
   echo "sanitize.sh: fuzz_$target for ${seconds}s"
   build-san/fuzz_"$target" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \

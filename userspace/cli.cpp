@@ -139,7 +139,16 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "name functions as the VM's atoms ('Elixir.MyApp.Repo':all/2) instead of as Elixir "
                  "writes them (MyApp.Repo.all/2)");
     app.add_flag("--only-erlang", o.only_erlang,
-                 "show Erlang frames only; samples without an Erlang process are left out");
+                 "show Erlang frames only; samples without an Erlang process are left out (and no native "
+                 "frames are unwound)");
+    app.add_option("--native-depth", o.native_depth,
+                   fmt::format("native frames unwound in the kernel per sample, from the .eh_frame of beam.smp and "
+                               "every library it maps, below the Erlang ones (0 to {}; 0: the native leaf only)",
+                               BB_MAX_NATIVE_FRAMES))
+        ->capture_default_str();
+    app.add_flag("--kernel", o.kernel,
+                 "add the kernel's frames to samples taken in a system call or fault (named from "
+                 "/proc/kallsyms), as perf shows them");
     app.add_option("--max-depth", o.max_depth,
                    fmt::format("Erlang frames kept per sample, the running function and the leaf-most callers (2 to {}); deeper "
                                "stacks are counted as truncated",
@@ -174,6 +183,9 @@ void validate(const CommonOptions& o) {
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration < 0) throw UserError("-d must not be negative");
+    if (o.native_depth > BB_MAX_NATIVE_FRAMES)
+        throw UserError(fmt::format("--native-depth {}: must be 0 to {}", o.native_depth, BB_MAX_NATIVE_FRAMES));
+    if (o.kernel && o.only_erlang) throw UserError("--kernel adds kernel frames: not with --only-erlang");
     auto formats = formats_of(o);
     bool to_stdout = o.output.empty() || o.output == "-";
     if (o.every < 0 || (o.every > 0 && o.every < 1)) throw UserError(fmt::format("--every {}: at least 1 second", o.every));
@@ -202,6 +214,8 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.cycles = o.event == "cycles";
     c.alloc = o.event == "alloc";
     c.max_frames = o.max_depth;
+    c.max_native_frames = o.only_erlang ? 0 : o.native_depth;
+    c.kernel_stacks = o.kernel;
     c.measure_walk = !o.stats_file.empty();
     return c;
 }
@@ -320,6 +334,16 @@ Session::Session(const CommonOptions& o)
 
 void Session::start(SamplerConfig cfg, const std::string& what) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
+    std::string native = "Erlang frames only";
+    if (cfg.max_native_frames || !cfg.blame_ranges.empty()) {
+        uint64_t t0 = monotonic_ns();
+        unwind.emplace(vm.pid());
+        cfg.unwind = &*unwind;
+        sym.set_unwind(&*unwind);
+        native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows().size(),
+                             unwind->modules().size(), human_bytes(unwind->table_bytes()),
+                             (monotonic_ns() - t0) / 1e6);
+    }
     sampler.emplace(vm, cfg);
     start_ns = monotonic_ns();
     start_unix_ns = unix_now_ns();
@@ -329,9 +353,11 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
         fmt::print(stderr, "beam-bpf: warning: code loads and purges are timed by re-reading the module list ({}); "
                            "a sample in code reloaded within about a second may go unnamed, or be named from the version before\n", c.code_events_off);
     fmt::print(stderr,
-               "beam-bpf: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}\n",
+               "beam-bpf: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}\n",
                vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
-               sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", what);
+               sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what);
+    if (unwind)
+        for (const auto& why : unwind->skipped()) fmt::print(stderr, "beam-bpf: warning: no native frames through {}\n", why);
     if (!vm.caveat().empty()) fmt::print(stderr, "beam-bpf: warning: {}\n", vm.caveat());
     if (!names.unavailable().empty())
         fmt::print(stderr, "beam-bpf: warning: processes are shown by pid only: {}\n", names.unavailable());

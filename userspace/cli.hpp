@@ -34,6 +34,8 @@ struct CommonOptions {
     bool raw_names = false;
     bool only_erlang = false;
     uint32_t max_depth = 512;
+    uint32_t native_depth = 64;  // native frames unwound per sample (0: the leaf only)
+    bool kernel = false;         // the kernel's frames of samples in system calls
     std::string output;       // empty: stdout
     std::string offsets_file;
     std::string process;      // "<0.85.0>" or a registered name: only this Erlang process
@@ -102,6 +104,7 @@ public:
     Symbolizer sym;
     ProcessNames names;
     std::optional<uint64_t> only_pid;  // --process, as a pid term
+    std::optional<NativeUnwind> unwind;  // native unwind tables, when native frames are walked
     std::optional<Sampler> sampler;
     uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
 };

@@ -4,7 +4,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <stdexcept>
 
@@ -115,6 +118,30 @@ std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
         s.offset = addr - start;  // no symbol: relative to where the module is mapped
     }
     return s;
+}
+
+void KernelSymbols::load() {
+    if (loaded_) return;
+    loaded_ = true;
+    std::ifstream in("/proc/kallsyms");
+    std::string line;
+    while (std::getline(in, line)) {
+        // "ffffffff81000000 T _stext [module]": text symbols only.
+        std::istringstream ls(line);
+        std::string addr, type, name;
+        if (!(ls >> addr >> type >> name) || (type != "T" && type != "t")) continue;
+        uint64_t a = std::strtoull(addr.c_str(), nullptr, 16);
+        if (a) syms_.emplace_back(a, std::move(name));
+    }
+    std::sort(syms_.begin(), syms_.end());
+    if (syms_.empty()) unavailable_ = "/proc/kallsyms shows no addresses (kernel.kptr_restrict, or not root)";
+}
+
+std::optional<std::string> KernelSymbols::lookup(uint64_t addr) {
+    load();
+    auto it = std::upper_bound(syms_.begin(), syms_.end(), addr, [](uint64_t a, const auto& s) { return a < s.first; });
+    if (it == syms_.begin() || it == syms_.end()) return std::nullopt;  // past the last: not text we know
+    return std::prev(it)->second;
 }
 
 }  // namespace bb

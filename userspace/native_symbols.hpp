@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace bb {
 
@@ -31,6 +32,21 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+};
+
+// The kernel's function names, from /proc/kallsyms (read on first use; root sees addresses).
+class KernelSymbols {
+public:
+    // "tcp_sendmsg", or nullopt when the address is in no function this reader knows.
+    std::optional<std::string> lookup(uint64_t addr);
+    // Why names are unavailable ("" when they are).
+    const std::string& unavailable() { load(); return unavailable_; }
+
+private:
+    void load();
+    bool loaded_ = false;
+    std::string unavailable_;
+    std::vector<std::pair<uint64_t, std::string>> syms_;  // sorted by address
 };
 
 }  // namespace bb

@@ -110,7 +110,9 @@ struct Sampler::Impl {
     bool open_event(pid_t tid, int cpu);
     void follow_threads();
     void follow_code_events();
+    void load_unwind_rows();
     std::string code_events_off;
+    size_t unwind_modules_loaded = 0;
 
     static int on_ring(void* ctx, void* data, size_t size) {
         auto* self = static_cast<Impl*>(ctx);
@@ -151,6 +153,11 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     bpf_program__set_autoload(s->progs.on_call_fast, fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
+    // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
+    if (getenv("BB_LIBBPF_DEBUG")) {
+        bpf_program* p;
+        bpf_object__for_each_program(p, s->obj) bpf_program__set_log_level(p, 4);
+    }
 
     s->rodata->target_tgid = static_cast<uint32_t>(vm.pid());
     s->rodata->max_frames = cfg.max_frames;
@@ -175,7 +182,10 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->alloc_mode = cfg.alloc;
     s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
     s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
+    s->rodata->max_native_frames = cfg.unwind ? std::min<uint32_t>(cfg.max_native_frames, BB_MAX_NATIVE_FRAMES) : 0;
+    s->rodata->kernel_stacks = cfg.kernel_stacks;
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
+    bpf_map__set_max_entries(s->maps.unwind_rows, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
     return beam_walk__load(s);
 }
 
@@ -195,10 +205,10 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     bpf_program* on_sample = fast ? s->progs.on_sample_fast : s->progs.on_sample;
     bpf_program* on_call = fast ? s->progs.on_call_fast : s->progs.on_call;
     bpf_program* on_heap_alloc = fast ? s->progs.on_heap_alloc_fast : s->progs.on_heap_alloc;
+    impl_->cfg = cfg;
     refresh_vm_state();
 
     impl_->on_sample = on_sample;
-    impl_->cfg = cfg;
     // Before the sampling events: no sample runs code loaded unannounced.
     impl_->follow_code_events();
     if (cfg.entry_probes.empty()) {
@@ -310,10 +320,33 @@ void Sampler::Impl::follow_code_events() {
     code_link.reset(l);
 }
 
+// The unwind rows of files mapped since the last call (NIF libraries), appended: a module's rows
+// are in the map before the walker can see the module.
+void Sampler::Impl::load_unwind_rows() {
+    NativeUnwind* u = cfg.unwind;
+    if (!u) return;
+    u->refresh();
+    const auto& mods = u->modules();
+    if (mods.size() == unwind_modules_loaded) return;
+    int fd = bpf_map__fd(skel->maps.unwind_rows);
+    const auto& rows = u->rows();
+    uint32_t first = unwind_modules_loaded ? mods[unwind_modules_loaded].first_row : 0;
+    uint32_t count = static_cast<uint32_t>(rows.size() - first);
+    std::vector<uint32_t> keys(count);
+    for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    if (count && bpf_map_update_batch(fd, keys.data(), rows.data() + first, &count, &opts))
+        throw UserError(fmt::format("cannot load the native unwind rows into the kernel: {}", errno_text(errno)));
+    for (size_t i = unwind_modules_loaded; i < mods.size(); i++) skel->bss->unwind_modules[i] = mods[i];
+    __atomic_store_n(&skel->bss->nr_unwind_modules, static_cast<uint32_t>(mods.size()), __ATOMIC_RELEASE);
+    unwind_modules_loaded = mods.size();
+}
+
 Sampler::~Sampler() = default;
 
 void Sampler::refresh_vm_state() {
     auto* s = impl_->skel.get();
+    impl_->load_unwind_rows();
     if (impl_->on_sample && impl_->events_on && !impl_->cfg.per_cpu && impl_->cfg.entry_probes.empty())
         impl_->follow_threads();
     auto ranges = impl_->vm.jit_code_ranges();

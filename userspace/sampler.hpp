@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "beam_bpf.h"
+#include "unwind_table.hpp"
 #include "vm.hpp"
 
 namespace bb {
@@ -22,6 +23,11 @@ struct SamplerConfig {
     // (followed as threads start): then every process on the machine takes the interrupts.
     bool per_cpu = false;
     uint32_t max_frames = 512;
+    // Native frames below the Erlang ones, unwound with these rows (kept current by
+    // refresh_vm_state()); null or 0 frames: none. beam-bpf-blame needs the rows to decide.
+    NativeUnwind* unwind = nullptr;
+    uint32_t max_native_frames = 0;
+    bool kernel_stacks = false;  // --kernel: the kernel's frames of samples in system calls
     uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
     std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
     struct Probe {

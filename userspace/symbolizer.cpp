@@ -108,6 +108,16 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
         native_misses_.insert(ip);
         return std::nullopt;
     }
+    if (sym->name.empty() && unwind_) {
+        // No symbol (a static function of a stripped binary): its FDE's start names it, so
+        // distinct functions never share one "[beam.smp]" bucket.
+        if (auto f = unwind_->function_at(ip)) {
+            uint32_t id = frames_.other(FrameKind::native, fmt::format("{}+{:#x}", sym->module, f->start), sym->module);
+            native_cache_.emplace(ip, id);
+            native_ranges_[f->start + f->bias] = {f->end + f->bias, id};
+            return id;
+        }
+    }
     uint32_t id = frames_.other(FrameKind::native, sym->name.empty() ? fmt::format("[{}]", sym->module) : sym->name,
                                 sym->module);
     native_cache_.emplace(ip, id);
@@ -115,25 +125,60 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
     return id;
 }
 
+bool Symbolizer::in_native_module(uint64_t addr) const {
+    if (!unwind_) return true;
+    for (const auto& m : unwind_->modules())
+        if (addr >= m.start && addr < m.end) return true;
+    return false;
+}
+
+uint32_t Symbolizer::kernel_frame(uint64_t ip) {
+    if (auto it = kernel_cache_.find(ip); it != kernel_cache_.end()) return it->second;
+    auto name = kernel_syms_.lookup(ip);
+    uint32_t id = name ? frames_.other(FrameKind::kernel, *name, "[kernel]") : kernel_;
+    kernel_cache_.emplace(ip, id);
+    return id;
+}
+
 void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
     out.clear();
     uint64_t normal_exit = emulator() ? emulator()->normal_exit : 0;
-    for (int i = static_cast<int>(r.nframes) - 1; i >= 0; i--) {
+    // frames[]: kernel, native, then Erlang, each leaf first (beam_bpf.h).
+    const int nkernel = std::min<int>(r.nkernel, r.nframes), nnative = std::min<int>(r.nnative, r.nframes - nkernel);
+    const int erlang = nkernel + nnative;
+    for (int i = static_cast<int>(r.nframes) - 1; i >= erlang; i--) {
         if (r.frames[i] == normal_exit) continue;  // bottom of every stack: not a caller
         out.push_back(erlang_frame(r.frames[i], r.time_ns, true));
     }
+    auto native_or_unknown = [&](uint64_t ip) {
+        if (auto id = native_frame(ip)) return *id;
+        unsymbolized_++;
+        return unknown_native_;
+    };
     if (r.where == BB_WHERE_JIT) {
         uint32_t leaf = erlang_frame(r.ip, r.time_ns, false);
         if (!opt_.only_erlang || frames_.is_erlang(leaf)) out.push_back(leaf);
-    } else if (!opt_.only_erlang) {
-        if (auto id = native_frame(r.ip)) {
-            out.push_back(*id);
-        } else {
-            unsymbolized_++;
-            out.push_back(unknown_native_);
+    } else if (!opt_.only_erlang && nnative > 0) {
+        // Root first. The outermost may be the return address into JIT code where a scheduler
+        // entered C (a BIF, a NIF, the collector): the Erlang function or VM routine that called.
+        for (int i = erlang - 1; i >= nkernel; i--) {
+            uint64_t a = r.frames[i];
+            bool return_address = i > nkernel;
+            if (return_address && i == erlang - 1 && !in_native_module(a)) {
+                uint32_t id = erlang_frame(a, r.time_ns, true);
+                out.push_back(id != unknown_jit_ ? id : unknown_native_);  // code in no file, nor the JIT's
+                continue;
+            }
+            // A return address may be just past its function: name the call.
+            out.push_back(native_or_unknown(return_address ? a - 1 : a));
         }
+    } else if (!opt_.only_erlang) {
+        out.push_back(native_or_unknown(r.ip));
     }
-    if ((r.flags & BB_F_KERNEL) && !opt_.only_erlang) out.push_back(kernel_);
+    if ((r.flags & BB_F_KERNEL) && !opt_.only_erlang) {
+        if (nkernel == 0) out.push_back(kernel_);
+        for (int i = nkernel - 1; i >= 0; i--) out.push_back(kernel_frame(i > 0 ? r.frames[i] - 1 : r.frames[i]));
+    }
     // No process: rooted under what says so (and --by-process adds no root of its own).
     if (!(r.flags & BB_F_PROC)) {
         if (opt_.only_erlang) out.clear();

@@ -13,6 +13,7 @@
 #include "frames.hpp"
 #include "jit_code.hpp"
 #include "native_symbols.hpp"
+#include "unwind_table.hpp"
 #include "vm.hpp"
 
 namespace bb {
@@ -36,8 +37,12 @@ public:
     // Whether every code event reaches code_event() (the probe is attached and none was lost):
     // then they alone keep the index current. Turning it on re-reads the module list once.
     void follow_code_events(bool on, uint64_t now_ns);
-    // Root-first location ids of `r` into `out` (cleared). Empty when nothing is left to show.
+    // Root-first location ids of `r` into `out` (cleared): Erlang frames, then native ones,
+    // then the kernel's. Empty when nothing is left to show.
     void frames(const bb_record& r, std::vector<uint32_t>& out);
+    // The unwind tables the sampler uses: they name native functions that have no symbol
+    // ("beam.smp+0x1a2b30", the start of the function's FDE) and tell native code from JIT code.
+    void set_unwind(const NativeUnwind* u) { unwind_ = u; }
 
     const FrameTable& frames() const { return frames_; }
     const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
@@ -47,6 +52,11 @@ public:
 private:
     uint32_t erlang_frame(uint64_t addr, uint64_t t, bool return_address);
     std::optional<uint32_t> native_frame(uint64_t ip);
+    uint32_t kernel_frame(uint64_t ip);
+    bool in_native_module(uint64_t addr) const;
+    const NativeUnwind* unwind_ = nullptr;
+    KernelSymbols kernel_syms_;
+    std::unordered_map<uint64_t, uint32_t> kernel_cache_;
 
     const Vm& vm_;
     FrameOptions opt_;

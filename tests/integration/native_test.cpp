@@ -1,0 +1,179 @@
+// Mixed stacks on every test VM: native frames unwound in BPF from .eh_frame below the Erlang
+// ones (tests/workloads/bb_native.erl). The native leaf shares are checked against `perf record`
+// sampling the same VM over the same seconds; the GC stacks against the caller chain the workload
+// has by construction.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+
+#include "elf_file.hpp"
+#include "harness.hpp"
+#include "unwind_table.hpp"
+
+namespace {
+
+using namespace bbt;
+
+const std::string kTool = "beam-bpf-sample";
+
+class NativeVmTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, NativeVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+
+std::string ready_pid(ErlVm& erl) {
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, pid;
+    ready >> word >> pid;
+    return pid;
+}
+
+// The path and runtime start of the VM's mapping of `name` (a library) at file offset 0.
+std::pair<std::string, uint64_t> mapped(pid_t pid, const std::string& name) {
+    std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        std::istringstream ls(line);
+        std::string range, perms, offset, dev, inode, path;
+        ls >> range >> perms >> offset >> dev >> inode >> path;
+        if (path.find("/" + name) != std::string::npos && std::stoull(offset, nullptr, 16) == 0)
+            return {path, std::stoull(range, nullptr, 16)};
+    }
+    return {};
+}
+
+// A zlib NIF loop: libz's functions as leaves, with their share of the VM's samples equal to
+// what perf gives for the same seconds, and each such stack under its Erlang caller chain.
+TEST_P(NativeVmTest, ZlibLeafSharesAgreeWithPerf) {
+    ErlVm erl(vm(), "bb_native:main(zlib)");
+    ready_pid(erl);
+    const std::string pid = std::to_string(erl.os_pid());
+    auto [libz, libz_start] = mapped(erl.os_pid(), "libz.so");
+    ASSERT_FALSE(libz.empty()) << "the VM maps no libz";
+    const std::string data = ::testing::TempDir() + "/native-perf.data";
+
+    // perf records the VM for the same 5 s as the tool samples it.
+    auto perf = std::async(std::launch::async, [&] {
+        return run_command({"perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", pid, "-o", data, "--",
+                            "sleep", "5"},
+                           60s);
+    });
+    ToolResult r = run_tool(kTool, {"-d", "5", "--folded", pid}, 60s);
+    ToolResult p = perf.get();
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    ASSERT_EQ(p.exit_code, 0) << describe(p);
+    ToolResult script = run_command({"perf", "script", "-i", data, "-F", "ip,dso"}, 120s);
+    ASSERT_EQ(script.exit_code, 0) << describe(script);
+
+    // perf's leaves in libz, named as the tool names them: the exported symbol that holds the
+    // address, else the library and the start of the function's FDE.
+    bb::ElfFile elf(libz);
+    bb::UnwindTable table = bb::compile_unwind_table(libz);
+    const std::string base = libz.substr(libz.rfind('/') + 1);
+    uint64_t bias = libz_start - elf.first_load_vaddr();
+    auto name_of = [&](uint64_t ip) -> std::string {
+        uint64_t at = ip - bias;
+        for (const auto& s : elf.symbols())
+            if (s.is_func && at >= s.value && at < s.value + s.size) return s.name;
+        if (auto f = table.function_at(at)) {
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "+%#llx", static_cast<unsigned long long>(f->first));
+            return base + buf;
+        }
+        return base + "[?]";
+    };
+    std::map<std::string, double> perf_share, tool_share;
+    double perf_all = 0, tool_all = 0;
+    for (const auto& line : lines_of(script.out)) {
+        std::istringstream ls(line);
+        std::string ip, dso;
+        ls >> ip >> dso;
+        perf_all++;
+        if (dso.find(base) != std::string::npos) perf_share[name_of(std::stoull(ip, nullptr, 16))]++;
+    }
+    std::set<std::string> libz_names;
+    for (const auto& s : elf.symbols()) libz_names.insert(s.name);
+    long chained = 0, in_libz = 0;
+    for (const auto& [stack, n] : parse_folded(r.out)) {
+        tool_all += n;
+        auto frames = split_frames(stack);
+        const std::string& leaf = frames.back();
+        if (!leaf.starts_with(base + "+") && !libz_names.count(leaf)) continue;
+        tool_share[leaf] += n;
+        in_libz += n;
+        // Root first: the workload's loop, an Erlang zlib function, then native frames.
+        auto loop = std::find(frames.begin(), frames.end(), "bb_native:zip_loop/3");
+        auto zlib = std::find_if(frames.begin(), frames.end(), [](const std::string& f) { return f.starts_with("zlib:"); });
+        if (loop != frames.end() && zlib != frames.end() && loop < zlib) chained += n;
+    }
+    ASSERT_GT(perf_all, 1000) << script.out.substr(0, 2000);
+    ASSERT_GT(tool_all, 1000) << describe(r);
+    double perf_libz = 0, tool_libz = 0;
+    for (auto& [f, v] : perf_share) perf_libz += v, v = 100 * v / perf_all;
+    for (auto& [f, v] : tool_share) tool_libz += v, v = 100 * v / tool_all;
+    std::cout << "libz leaf share: tool " << 100 * tool_libz / tool_all << "%, perf " << 100 * perf_libz / perf_all
+              << "%; " << chained << " of " << in_libz << " libz samples under bb_native:zip_loop/3 and zlib:\n";
+    EXPECT_GT(100 * tool_libz / tool_all, 20) << "the workload should spend its time in libz";
+    EXPECT_NEAR(100 * tool_libz / tool_all, 100 * perf_libz / perf_all, 2.0);
+    std::set<std::string> names;
+    for (const auto& [f, v] : perf_share) names.insert(f);
+    for (const auto& [f, v] : tool_share) names.insert(f);
+    for (const auto& f : names) {
+        double t = tool_share.count(f) ? tool_share[f] : 0, q = perf_share.count(f) ? perf_share[f] : 0;
+        std::cout << "  " << f << ": tool " << t << "%, perf " << q << "%\n";
+        if (t >= 2 || q >= 2) {
+            EXPECT_NEAR(t, q, 2.0) << f;
+        }
+    }
+    EXPECT_GE(chained, in_libz * 95 / 100) << r.out.substr(0, 4000);
+}
+
+// Samples in the collector: the exact Erlang chain on top (bb_native:gc_root/1 -> gc_mid/1 ->
+// gc_loop/2 -> build/1 ...), then the VM's GC entry and the collector's own frames below it.
+TEST_P(NativeVmTest, GcStacksCarryTheErlangChain) {
+    ErlVm erl(vm(), "bb_native:main(gc)");
+    const std::string worker = ready_pid(erl);
+    ToolResult r = run_tool(kTool, {"-d", "4", "--folded", "--process", worker, std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    long gc = 0, exact = 0, deeper = 0;
+    for (const auto& [stack, n] : parse_folded(r.out)) {
+        auto frames = split_frames(stack);
+        auto entry = std::find(frames.begin(), frames.end(), "erts_garbage_collect_nobump");
+        if (entry == frames.end()) continue;
+        gc += n;
+        // Root first: the chain, then build/1 as deep as the list was when the heap filled,
+        // then JIT or native frames only.
+        std::vector<std::string> want{"bb_native:gc_root/1", "bb_native:gc_mid/1", "bb_native:gc_loop/2"};
+        bool ok = frames.size() > want.size() && std::equal(want.begin(), want.end(), frames.begin());
+        size_t i = want.size();
+        while (ok && i < frames.size() && frames[i] == "bb_native:build/1") i++;
+        for (size_t k = i; ok && k < frames.size(); k++) ok = frames[k].find("bb_native:") == std::string::npos;
+        if (ok) exact += n;
+        if (entry + 1 != frames.end()) deeper += n;
+    }
+    std::cout << gc << " samples in GC, " << exact << " with the exact Erlang chain, " << deeper
+              << " with the collector's frames below its entry\n";
+    ASSERT_GT(gc, 100) << r.out.substr(0, 4000);
+    EXPECT_GE(exact, gc * 95 / 100) << r.out.substr(0, 4000);
+    EXPECT_GE(deeper, gc * 80 / 100) << r.out.substr(0, 4000);
+}
+
+// --only-erlang keeps the Erlang-only view: no native frame in any stack.
+TEST_P(NativeVmTest, OnlyErlangHasNoNativeFrames) {
+    ErlVm erl(vm(), "bb_native:main(gc)");
+    const std::string worker = ready_pid(erl);
+    ToolResult r = run_tool(kTool, {"-d", "2", "--folded", "--only-erlang", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    long all = 0;
+    for (const auto& [stack, n] : parse_folded(r.out)) {
+        all += n;
+        for (const auto& f : split_frames(stack))
+            EXPECT_NE(f.find(':'), std::string::npos) << f;  // Erlang (or the JIT's global::...) only
+    }
+    EXPECT_GT(all, 100);
+}
+
+}  // namespace

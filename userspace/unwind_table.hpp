@@ -1,0 +1,73 @@
+// Native unwinding, user-space half: each executable file's .eh_frame compiled into the rows
+// the BPF walker unwinds with (bb_unwind_row in beam_bpf.h), and the set of them for one process,
+// kept current as it maps NIF libraries. The rows also give every native function's start, which
+// names functions a stripped binary has no symbol for.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "beam_bpf.h"
+
+namespace bb {
+
+struct UnwindTable {
+    std::vector<bb_unwind_row> rows;  // sorted by pc, equal neighbours merged
+    // Each FDE's [start, end), link-time, sorted by start.
+    std::vector<std::pair<uint64_t, uint64_t>> functions;
+    size_t bad_rows = 0;  // ranges whose rules the walker cannot follow (BB_CFA_BAD)
+    std::string error;    // why there are no rows (no .eh_frame_hdr, ...), "" otherwise
+    // [start, end) of the FDE that covers link-time `pc`.
+    std::optional<std::pair<uint64_t, uint64_t>> function_at(uint64_t pc) const;
+};
+
+// Compiles the .eh_frame of the ELF image `bytes` (a whole file). Never throws on bad input: what
+// cannot be read ends up in `error`, bad_rows or as BB_CFA_NONE rows.
+UnwindTable compile_unwind_table(const void* bytes, size_t size);
+// The same from a file; `error` says so when it cannot be read.
+UnwindTable compile_unwind_table(const std::string& path);
+
+// The unwind rows of every executable file a process maps, as the walker's maps hold them:
+// modules and rows only ever appended, so the walker can read them while more are added.
+class NativeUnwind {
+public:
+    // Compiles the tables of what `pid` maps now. The walker's row map gets room for twice
+    // that (at least 1M rows): NIF libraries loaded later must fit.
+    explicit NativeUnwind(pid_t pid);
+    // Re-reads the process's mappings; compiles the files mapped since (NIF and driver
+    // libraries). Returns how many modules were added.
+    size_t refresh();
+    size_t max_rows() const { return max_rows_; }
+    const std::vector<bb_unwind_module>& modules() const { return modules_; }
+    const std::vector<bb_unwind_row>& rows() const { return rows_; }
+    // Files skipped, each with why ("libfoo.so: no .eh_frame_hdr", "too many rows").
+    const std::vector<std::string>& skipped() const { return skipped_; }
+    uint64_t table_bytes() const { return rows_.size() * sizeof(bb_unwind_row) + modules_.size() * sizeof(bb_unwind_module); }
+
+    // The native function at runtime address `addr` by its FDE: the mapped file's path and the
+    // function's link-time start. For naming what has no symbol.
+    struct Function {
+        std::string path;
+        uint64_t start = 0, end = 0;  // link-time
+        uint64_t bias = 0;            // runtime minus link-time address
+    };
+    std::optional<Function> function_at(uint64_t addr) const;
+
+private:
+    pid_t pid_;
+    size_t max_rows_;
+    std::vector<bb_unwind_module> modules_;
+    std::vector<bb_unwind_row> rows_;
+    std::vector<std::string> skipped_;
+    // Per module (same index): its file and table. Tables are shared by a file's mappings.
+    std::vector<std::string> paths_;
+    std::map<std::string, std::shared_ptr<const UnwindTable>> tables_;
+    std::vector<std::shared_ptr<const UnwindTable>> module_tables_;
+};
+
+}  // namespace bb
