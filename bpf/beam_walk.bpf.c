@@ -42,6 +42,9 @@ const volatile __u32 alloc_mode = 0;              /* -e alloc: weigh GC entries 
 const volatile __u32 max_native_frames = 0;
 const volatile __u32 kernel_stacks = 0;
 const volatile __u32 nr_blame_ranges = 0;
+/* Blame by the stack-word scan alone, as before native unwinding (BB_BLAME_SCAN_ONLY=1): only to
+ * measure the scan's false positives against the unwound frames (tests/integration/native_test.cpp). */
+const volatile __u32 blame_scan_only = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
 
 /* Updated by user space while running: the JIT may map more executable code. A torn
@@ -509,14 +512,16 @@ static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, 
 	 * there is a stale return address of an earlier call. */
 	if (jit || !c_p)
 		return 0;
-	struct blame_frames b = { .s = s, .first = first + 1, .n = nw->n };
+	if (!blame_scan_only) {
+		struct blame_frames b = { .s = s, .first = first + 1, .n = nw->n };
 
-	bpf_loop(BB_MAX_NATIVE_FRAMES, blame_frame, &b, 0);
-	if (b.found)
-		return BB_F_BLAME_CALLER;
-	if (nw->clean)
-		return 0;
-	c.lo = nw->sp;  /* what was unwound is known: scan only above it */
+		bpf_loop(BB_MAX_NATIVE_FRAMES, blame_frame, &b, 0);
+		if (b.found)
+			return BB_F_BLAME_CALLER;
+		if (nw->clean)
+			return 0;
+		c.lo = nw->sp;  /* what was unwound is known: scan only above it */
+	}
 	c.hi = sp + (__u64)blame_scan_words * 8;
 	if (sch && sch->runtime_top > sp && sch->runtime_top < c.hi)
 		c.hi = sch->runtime_top;

@@ -446,6 +446,11 @@ RunStats run_loop(Session& s, const CommonOptions& o,
         if (r.flags & BB_F_BAD_PROC) st.unreadable++;
         if (r.flags & BB_F_NOT_RUNNING) st.not_running++;
         if (r.flags & BB_F_FP_WALK) st.fp_walked++;
+        st.native_frames += r.nnative;
+        if (r.flags & BB_F_NATIVE_NO_ROW) st.native_no_row++;
+        if (r.flags & BB_F_NATIVE_BAD) st.native_bad++;
+        if (r.flags & BB_F_NATIVE_TRUNCATED) st.native_truncated++;
+        if (r.flags & BB_F_BLAME_SCAN) st.blame_scan++;
         sym.frames(r, frames);
         on_stack(r, frames);
     };
@@ -524,6 +529,16 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"code_events", c.code_events},
         {"code_events_lost", c.code_events_lost},
         {"fp_walked", s.fp_walked},
+        {"native_frames", s.native_frames},
+        {"native_unwind_stopped", s.native_no_row + s.native_bad + s.native_truncated},
+        {"native_no_row", s.native_no_row},
+        {"native_bad_rule", s.native_bad},
+        {"native_truncated", s.native_truncated},
+        {"blame_by_scan", s.blame_scan},
+        {"unwind_rows", sym.unwind() ? sym.unwind()->rows().size() : 0},
+        {"unwind_files", sym.unwind() ? sym.unwind()->modules().size() : 0},
+        {"unwind_table_bytes", sym.unwind() ? sym.unwind()->table_bytes() : 0},
+        {"unwind_skipped", sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{}},
         {"unsymbolized_frames", sym.unsymbolized()},
         {"bpf_walk_ns_total", c.walk_ns},
         {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},

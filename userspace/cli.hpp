@@ -119,6 +119,9 @@ struct RunStats {
     uint64_t truncated = 0, unreadable = 0;
     uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
     uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
+    // Native frames in the records, and the walks that stopped short: no row for an address, a
+    // rule the walker does not follow, the --native-depth limit; blame decided by the scan.
+    uint64_t native_frames = 0, native_no_row = 0, native_bad = 0, native_truncated = 0, blame_scan = 0;
     // -e alloc: words allocated by the code on the records' stacks, and the words of other heap
     // fragments (received messages, NIF environments) counted apart.
     uint64_t alloc_words = 0, frag_words = 0;

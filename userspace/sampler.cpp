@@ -184,6 +184,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
     s->rodata->max_native_frames = cfg.unwind ? std::min<uint32_t>(cfg.max_native_frames, BB_MAX_NATIVE_FRAMES) : 0;
     s->rodata->kernel_stacks = cfg.kernel_stacks;
+    s->rodata->blame_scan_only = getenv("BB_BLAME_SCAN_ONLY") != nullptr;
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
     bpf_map__set_max_entries(s->maps.unwind_rows, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
     return beam_walk__load(s);

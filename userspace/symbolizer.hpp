@@ -43,6 +43,7 @@ public:
     // The unwind tables the sampler uses: they name native functions that have no symbol
     // ("beam.smp+0x1a2b30", the start of the function's FDE) and tell native code from JIT code.
     void set_unwind(const NativeUnwind* u) { unwind_ = u; }
+    const NativeUnwind* unwind() const { return unwind_; }
 
     const FrameTable& frames() const { return frames_; }
     const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
