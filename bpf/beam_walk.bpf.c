@@ -65,6 +65,13 @@ struct {
 } unwind_rows SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);           /* sized by user space */
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_buckets SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);               /* tid */
@@ -370,25 +377,51 @@ struct native_walk_ctx {
  */
 __noinline __u64 find_row(__u64 pc)
 {
-	__u32 nr = nr_unwind_modules, lo = 0, n = 0;
-	__u64 rel = 0, row;
+	__u32 nr = nr_unwind_modules, first = 0, n = 0, lo = 0, hi = 0, key, *bk;
+	__u64 rel = 0, row, bucket;
 	bool found = false;
 
 	for (__u32 i = 0; i < BB_MAX_UNWIND_MODULES; i++) {
 		if (i >= nr)
 			break;
 		if (pc >= unwind_modules[i].start && pc < unwind_modules[i].end) {
-			lo = unwind_modules[i].first_row;
-			n = unwind_modules[i].nrows;
 			rel = pc - unwind_modules[i].bias;
-			found = true;
+			if (rel < unwind_modules[i].pc_lo || rel > 0xffffffffULL)
+				return 0;
+			first = unwind_modules[i].first_row;
+			n = unwind_modules[i].nrows;
+			bucket = (rel - unwind_modules[i].pc_lo) >> BB_UNWIND_BUCKET_SHIFT;
+			/* Past the last bucket: the last row (a file's rows end with a NONE row). */
+			if (bucket >= unwind_modules[i].nbuckets)
+				bucket = unwind_modules[i].nbuckets - 1;
+			key = unwind_modules[i].first_bucket + (__u32)bucket;
+			hi = bucket + 1 < unwind_modules[i].nbuckets ? key + 1 : 0;
+			found = unwind_modules[i].nbuckets > 0;
 			break;
 		}
 	}
-	if (!found || n == 0 || rel > 0xffffffffULL)
+	if (!found || n == 0)
 		return 0;
-	/* lo stays on a row at or below rel while n halves: 24 steps cover 16M rows. */
-	for (int k = 0; k < 24; k++) {
+	/* [lo, hi): from this bucket's row to the next bucket's (or the file's last row). */
+	bk = bpf_map_lookup_elem(&unwind_buckets, &key);
+	if (!bk)
+		return 0;
+	lo = *bk;
+	if (hi) {
+		bk = bpf_map_lookup_elem(&unwind_buckets, &hi);
+		if (!bk)
+			return 0;
+		hi = *bk + 1;
+	} else {
+		hi = n;
+	}
+	if (lo >= n || hi > n || hi <= lo)
+		return 0;
+	n = hi - lo;
+	lo += first;
+	/* lo stays on a row at or below rel while n halves: a bucket of BB_UNWIND_BUCKET bytes holds
+	 * at most that many rows, so 10 steps cover it. */
+	for (int k = 0; k < BB_UNWIND_BUCKET_SHIFT + 2; k++) {
 		__u32 half = n / 2, mid = lo + half;
 		struct bb_unwind_row *r;
 
@@ -671,11 +704,14 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	nw->sp = sp;
 	if (!jit && (max_native_frames || nr_blame_ranges)) {
 		struct native_walk_ctx nctx = { .s = s };
+		__u64 t0 = measure_walk ? bpf_ktime_get_ns() : 0;
 
 		nw->ip = ip;
 		nw->bp = bp;
 		nw->limit = base + (max_native_frames ? max_native_frames : BB_MAX_NATIVE_FRAMES);
 		bpf_loop(BB_MAX_NATIVE_FRAMES, native_step, &nctx, 0);
+		if (measure_walk)
+			count_n(BB_C_NATIVE_NS, bpf_ktime_get_ns() - t0);
 		/* nw.flags joins the record's flags only at the end: were they in `flags` now,
 		 * every test of it below would fork the verifier's states (4x the load time). */
 	}

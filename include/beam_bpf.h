@@ -171,11 +171,22 @@ struct bb_unwind_row {
 	__u16 cfa_words;   /* whole words: x86-64 frames are (a stack offset not so is BB_CFA_BAD) */
 };
 
-/* One executable mapping whose rows are rows[first_row .. first_row + nrows). */
+/* Rows are found in two steps: a bucket of BB_UNWIND_BUCKET bytes of code gives the first row
+ * that covers it, then a binary search among the few rows up to the next bucket's. One random
+ * access into a 1 MiB table instead of 16 (a third of the time per frame here). */
+#define BB_UNWIND_BUCKET_SHIFT 8
+#define BB_UNWIND_BUCKET (1u << BB_UNWIND_BUCKET_SHIFT)
+
+/* One executable mapping whose rows are rows[first_row .. first_row + nrows), and whose
+ * buckets are buckets[first_bucket .. first_bucket + nbuckets), each a row index relative to
+ * first_row: the last row starting at or below the bucket's first address (pc_lo + i * BUCKET). */
 struct bb_unwind_module {
 	__u64 start, end;  /* [start, end) in the target */
 	__u64 bias;        /* runtime address - link-time address */
 	__u32 first_row, nrows;
+	__u32 first_bucket, nbuckets;
+	__u32 pc_lo;       /* link-time address of the first row */
+	__u32 pad;
 };
 
 /* Per-CPU counters, summed by user space for the run summary. */
@@ -188,6 +199,7 @@ enum bb_counter {
 	BB_C_WALK_NS,       /* with measure_walk: ns spent in the handler for the target */
 	BB_C_CODE_EVENTS,   /* code (un)registrations written to the ring buffer */
 	BB_C_CODE_EVENTS_LOST, /* ... and lost (unreadable descriptor, or ring buffer full) */
+	BB_C_NATIVE_NS,     /* with measure_walk: ns of those spent unwinding native frames */
 	BB_C_NR,
 };
 

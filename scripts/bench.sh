@@ -16,6 +16,8 @@
 #      next to the VM's own process_info/2 of every process (bench/procs.py).
 #   8. beam-bpf-sample -e alloc: its cost on a GC-heavy loop and on ordinary work, next to OTP 27's
 #      tprof call_memory, and its bias on BIF allocations (bench/alloc.py).
+#   9. Native frames: BPF time per native frame unwound, per sample with and without them, the
+#      unwind tables' size and start-up (bench/native.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module 100 times a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares.
@@ -707,3 +709,5 @@ log "7. beam-bpf-procs on 200,000 processes (bench/procs.py)"
 python3 "$ROOT/bench/procs.py" --json "${JSON%.json}-procs.json"
 log "8. beam-bpf-sample -e alloc: cost and bias (bench/alloc.py)"
 python3 "$ROOT/bench/alloc.py" --json "${JSON%.json}-alloc.json"
+log "9. native frames: time per frame, tables, start-up (bench/native.py)"
+python3 "$ROOT/bench/native.py" --json "${JSON%.json}-native.json"

@@ -543,6 +543,9 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"bpf_walk_ns_total", c.walk_ns},
         {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},
         {"bpf_walk_ns_log2_hist", c.walk_hist},
+        // Of the handler time, what unwinding native frames took: per native frame.
+        {"bpf_native_walk_ns_total", c.native_walk_ns},
+        {"bpf_ns_per_native_frame", s.native_frames ? double(c.native_walk_ns) / s.native_frames : 0.0},
         {"peak_rss_kib", ru.ru_maxrss},
         {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},

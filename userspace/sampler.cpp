@@ -187,6 +187,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->blame_scan_only = getenv("BB_BLAME_SCAN_ONLY") != nullptr;
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
     bpf_map__set_max_entries(s->maps.unwind_rows, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
+    bpf_map__set_max_entries(s->maps.unwind_buckets, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
     return beam_walk__load(s);
 }
 
@@ -329,15 +330,17 @@ void Sampler::Impl::load_unwind_rows() {
     u->refresh();
     const auto& mods = u->modules();
     if (mods.size() == unwind_modules_loaded) return;
-    int fd = bpf_map__fd(skel->maps.unwind_rows);
-    const auto& rows = u->rows();
-    uint32_t first = unwind_modules_loaded ? mods[unwind_modules_loaded].first_row : 0;
-    uint32_t count = static_cast<uint32_t>(rows.size() - first);
-    std::vector<uint32_t> keys(count);
-    for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
-    LIBBPF_OPTS(bpf_map_batch_opts, opts);
-    if (count && bpf_map_update_batch(fd, keys.data(), rows.data() + first, &count, &opts))
-        throw UserError(fmt::format("cannot load the native unwind rows into the kernel: {}", errno_text(errno)));
+    // The new modules' rows and buckets: everything past what the first new module starts at.
+    auto append = [&](bpf_map* map, const auto& all, uint32_t first) {
+        uint32_t count = static_cast<uint32_t>(all.size() - first);
+        std::vector<uint32_t> keys(count);
+        for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
+        LIBBPF_OPTS(bpf_map_batch_opts, opts);
+        if (count && bpf_map_update_batch(bpf_map__fd(map), keys.data(), all.data() + first, &count, &opts))
+            throw UserError(fmt::format("cannot load the native unwind tables into the kernel: {}", errno_text(errno)));
+    };
+    append(skel->maps.unwind_rows, u->rows(), mods[unwind_modules_loaded].first_row);
+    append(skel->maps.unwind_buckets, u->buckets(), mods[unwind_modules_loaded].first_bucket);
     for (size_t i = unwind_modules_loaded; i < mods.size(); i++) skel->bss->unwind_modules[i] = mods[i];
     __atomic_store_n(&skel->bss->nr_unwind_modules, static_cast<uint32_t>(mods.size()), __ATOMIC_RELEASE);
     unwind_modules_loaded = mods.size();
@@ -407,7 +410,7 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
     SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
-                        c[BB_C_WALK_NS], {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}};
+                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}};
     if (impl_->on_sample) {
         bpf_prog_info info{};
         uint32_t len = sizeof(info);
@@ -415,6 +418,7 @@ SamplerCounters Sampler::counters() const {
     }
     out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
     out.code_events = c[BB_C_CODE_EVENTS];
+    out.native_walk_ns = c[BB_C_NATIVE_NS];
     out.code_events_lost = c[BB_C_CODE_EVENTS_LOST];
     out.code_events_off = impl_->code_events_off;
     return out;

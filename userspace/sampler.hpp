@@ -48,6 +48,7 @@ struct SamplerCounters {
     uint64_t prog_run_cnt = 0;                      // the kernel's runs of the program (bpf_stats_enabled), all events
     size_t events = 0;                              // perf events open (one per CPU or per VM thread)
     uint64_t walk_ns = 0;                           // with measure_walk
+    uint64_t native_walk_ns = 0;                    // ... of which unwinding native frames
     std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
     uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
     std::string first_handler_error;

@@ -204,6 +204,16 @@ UnwindTable compile(Elf* elf) {
         // Up to the next FDE, no row: an unwind that lands there stops.
         if (addr < next) add(addr, bb_unwind_row{});
     }
+    if (!t.rows.empty()) {
+        uint64_t lo = t.rows.front().pc, span = t.rows.back().pc - lo;
+        t.buckets.reserve(span / BB_UNWIND_BUCKET + 1);
+        size_t r = 0;
+        for (uint64_t b = 0; b <= span / BB_UNWIND_BUCKET; b++) {
+            uint64_t at = lo + b * BB_UNWIND_BUCKET;
+            while (r + 1 < t.rows.size() && t.rows[r + 1].pc <= at) r++;
+            t.buckets.push_back(static_cast<uint32_t>(r));
+        }
+    }
     return t;
 }
 
@@ -316,13 +326,21 @@ size_t NativeUnwind::refresh() {
         }
         auto bias = bias_of(file, m.start, m.offset);
         if (table->rows.empty() || !bias) continue;
-        if (rows_.size() + table->rows.size() > max_rows_) {
+        if (rows_.size() + table->rows.size() > max_rows_ || buckets_.size() + table->buckets.size() > max_rows_) {
             skipped_.push_back(fmt::format("{}: no room for its {} unwind rows", name, table->rows.size()));
             continue;
         }
-        bb_unwind_module mod{m.start, m.end, *bias, static_cast<uint32_t>(rows_.size()),
-                             static_cast<uint32_t>(table->rows.size())};
+        bb_unwind_module mod{m.start,
+                             m.end,
+                             *bias,
+                             static_cast<uint32_t>(rows_.size()),
+                             static_cast<uint32_t>(table->rows.size()),
+                             static_cast<uint32_t>(buckets_.size()),
+                             static_cast<uint32_t>(table->buckets.size()),
+                             table->rows.front().pc,
+                             0};
         rows_.insert(rows_.end(), table->rows.begin(), table->rows.end());
+        buckets_.insert(buckets_.end(), table->buckets.begin(), table->buckets.end());
         modules_.push_back(mod);
         paths_.push_back(m.path);
         module_tables_.push_back(table);

@@ -18,6 +18,9 @@ namespace bb {
 
 struct UnwindTable {
     std::vector<bb_unwind_row> rows;  // sorted by pc, equal neighbours merged
+    // For each BB_UNWIND_BUCKET bytes from rows[0].pc: the index of the last row at or below
+    // the bucket's start (bb_unwind_module).
+    std::vector<uint32_t> buckets;
     // Each FDE's [start, end), link-time, sorted by start.
     std::vector<std::pair<uint64_t, uint64_t>> functions;
     size_t bad_rows = 0;  // ranges whose rules the walker cannot follow (BB_CFA_BAD)
@@ -45,9 +48,13 @@ public:
     size_t max_rows() const { return max_rows_; }
     const std::vector<bb_unwind_module>& modules() const { return modules_; }
     const std::vector<bb_unwind_row>& rows() const { return rows_; }
+    const std::vector<uint32_t>& buckets() const { return buckets_; }
     // Files skipped, each with why ("libfoo.so: no .eh_frame_hdr", "too many rows").
     const std::vector<std::string>& skipped() const { return skipped_; }
-    uint64_t table_bytes() const { return rows_.size() * sizeof(bb_unwind_row) + modules_.size() * sizeof(bb_unwind_module); }
+    uint64_t table_bytes() const {
+        return rows_.size() * sizeof(bb_unwind_row) + buckets_.size() * sizeof(uint32_t) +
+               modules_.size() * sizeof(bb_unwind_module);
+    }
 
     // The native function at runtime address `addr` by its FDE: the mapped file's path and the
     // function's link-time start. For naming what has no symbol.
@@ -63,6 +70,7 @@ private:
     size_t max_rows_;
     std::vector<bb_unwind_module> modules_;
     std::vector<bb_unwind_row> rows_;
+    std::vector<uint32_t> buckets_;
     std::vector<std::string> skipped_;
     // Per module (same index): its file and table. Tables are shared by a file's mappings.
     std::vector<std::string> paths_;

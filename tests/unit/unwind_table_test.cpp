@@ -122,6 +122,11 @@ TEST(UnwindTable, RowsAreSortedAndGapsEndTheWalk) {
         }
     EXPECT_GT(gaps, 0u);
     EXPECT_EQ(row_at(t, 0), nullptr);
+    // The walker's buckets: each names the row that covers its first address.
+    uint64_t lo = t.rows.front().pc;
+    ASSERT_EQ(t.buckets.size(), (t.rows.back().pc - lo) / BB_UNWIND_BUCKET + 1);
+    for (size_t b = 0; b < t.buckets.size(); b++)
+        ASSERT_EQ(&t.rows[t.buckets[b]], row_at(t, lo + b * BB_UNWIND_BUCKET)) << b;
 }
 
 TEST(UnwindTable, FunctionStartsAreTheSymbols) {
