@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace bb {
@@ -326,6 +327,19 @@ size_t NativeUnwind::refresh() {
         }
         auto bias = bias_of(file, m.start, m.offset);
         if (table->rows.empty() || !bias) continue;
+        // BB_INJECT_UNWIND_GARBAGE=1 (tests only): rows whose rules match nothing in the code, so
+        // the walker follows garbage CFAs and reads garbage return addresses. It must flag
+        // and stop, never crash or loop (tests/integration/native_test.cpp).
+        if (getenv("BB_INJECT_UNWIND_GARBAGE")) {
+            auto g = std::make_shared<UnwindTable>(*table);
+            std::mt19937 rng(static_cast<uint32_t>(g->rows.size()));
+            for (auto& r : g->rows) {
+                r.cfa_rule = static_cast<uint8_t>(rng() % 5);
+                r.cfa_words = static_cast<uint16_t>(rng());
+                r.rbp_slot = static_cast<int8_t>(rng());
+            }
+            table = g;
+        }
         if (rows_.size() + table->rows.size() > max_rows_ || buckets_.size() + table->buckets.size() > max_rows_) {
             skipped_.push_back(fmt::format("{}: no room for its {} unwind rows", name, table->rows.size()));
             continue;

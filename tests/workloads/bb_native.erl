@@ -6,6 +6,9 @@
 %%         NIFs (in beam.smp) calling the system's libz
 %%   gc    a process building and dropping 100-cell lists: its time goes to the collector,
 %%         entered from the JIT's heap test in build/1
+%%   late_crypto  (OTP builds with crypto) a process that waits 3 s, then hashes 1 MiB with
+%%         crypto:hash/2 in a loop: the crypto module's on_load then dlopen()s the crypto NIF
+%%         library and libcrypto, which a profiler attached in those 3 s has not seen mapped
 %%   blame a process alternating encode/1 (term_to_binary/1) and decode/1 (binary_to_term/1)
 %%         of the same 20,000-element list: both BIFs start at the same depth of the
 %%         scheduler's C stack, so decode's frames lie where encode's were and may hold stale
@@ -14,14 +17,15 @@
 -module(bb_native).
 -export([main/1]).
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
--export([zip_root/1, gc_root/1, blame_root/1]).
+-export([zip_root/1, gc_root/1, blame_root/1, crypto_root/1]).
 
 %% The loops stop when their counter equals `Never` (-1, from spawn's arguments), which it
 %% never does: with a literal the compiler would see they never return and make the calls
 %% above them tail calls, removing the frames the tests look for.
 main(zlib) -> bb_work:serve([spawn(?MODULE, zip_root, [-1])]);
 main(gc) -> bb_work:serve([spawn(?MODULE, gc_root, [-1])]);
-main(blame) -> bb_work:serve([spawn(?MODULE, blame_root, [-1])]).
+main(blame) -> bb_work:serve([spawn(?MODULE, blame_root, [-1])]);
+main(late_crypto) -> bb_work:serve([spawn(?MODULE, crypto_root, [-1])]).
 
 zip_root(Never) ->
     Data = list_to_binary([integer_to_list(X * X rem 9973) || X <- lists:seq(1, 60000)]),
@@ -70,3 +74,14 @@ encode(T) ->
 decode(B) ->
     _ = binary_to_term(B),
     ok.
+
+crypto_root(Never) ->
+    timer:sleep(3000),
+    Data = binary:copy(<<"0123456789abcdef">>, 65536),
+    crypto_loop(Data, 0, Never),
+    stopped.
+
+crypto_loop(_, Never, Never) -> done;
+crypto_loop(Data, N, Never) ->
+    true = byte_size(crypto:hash(sha256, Data)) > 0,
+    crypto_loop(Data, N + 1, Never).
