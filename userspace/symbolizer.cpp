@@ -120,7 +120,10 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
     }
     uint32_t id = frames_.other(FrameKind::native, sym->name.empty() ? fmt::format("[{}]", sym->module) : sym->name,
                                 sym->module);
-    native_cache_.emplace(ip, id);
+    // "[libcrypto.so.3]" may only mean that the unwind tables have not seen the library yet (a
+    // NIF loaded a moment ago, its rows come with the next re-read of the mappings): not cached,
+    // or hot addresses would keep that name for the rest of the run.
+    if (!sym->name.empty() || !unwind_) native_cache_.emplace(ip, id);
     if (sym && !sym->name.empty() && sym->size) native_ranges_[ip - sym->offset] = {ip - sym->offset + sym->size, id};
     return id;
 }
