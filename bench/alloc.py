@@ -60,7 +60,7 @@ def attach(vm, args):
     t = subprocess.Popen([SAMPLE, "-e", "alloc", *args, str(vm.p.pid)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     for line in t.stderr:
-        if line.startswith("beam-bpf: attached"):
+        if ": attached to " in line:
             return t
     raise SystemExit(f"alloc.py: beam-bpf-sample did not attach: {t.communicate()}")
 

@@ -28,12 +28,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "aggregate.hpp"
-#include "cli.hpp"
-#include "jit_code.hpp"
-#include "sampler.hpp"
-#include "symbolizer.hpp"
-#include "vm.hpp"
+#include "profile/aggregate.hpp"
+#include "base/error.hpp"
+#include "run/options.hpp"
+#include "symbols/jit_code.hpp"
+#include "sampling/sampler.hpp"
+#include "symbols/symbolizer.hpp"
+#include "target/vm.hpp"
 
 using namespace bb;
 

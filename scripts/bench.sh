@@ -194,7 +194,7 @@ tool_start() {
 bb_start() {
   local err=$1; shift
   tool_start "$err" "$BB" "$@" -o /dev/null
-  wait_for "$err" '^beam-bpf: attached' 60 "$TOOL_PID" >/dev/null || { cat "$err" >&2; die "beam-bpf-sample did not attach"; }
+  wait_for "$err" '^beam-bpf-[a-z]*: attached' 60 "$TOOL_PID" >/dev/null || { cat "$err" >&2; die "beam-bpf-sample did not attach"; }
 }
 # perf record on the VM: no line tells that it started, so wait until it holds its perf
 # event fds (stable for 100 ms), then 0.25 s more.
@@ -231,7 +231,7 @@ prog_stats() {
   bpftool prog show id "$1" | awk '{ for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t = $(i+1); if ($i == "run_cnt") c = $(i+1) } } END { print (t ? t : 0), (c ? c : 0) }'
 }
 # "RECORDS DROPPED" from beam-bpf-sample's summary line.
-bb_summary() { sed -n 's/^beam-bpf: \([0-9]*\) samples in .*s, \([0-9]*\) dropped,.*/\1 \2/p' "$1" | tail -1; }
+bb_summary() { sed -n 's/^beam-bpf-[a-z]*: \([0-9]*\) samples in .*s, \([0-9]*\) dropped,.*/\1 \2/p' "$1" | tail -1; }
 
 # --- wait for a quiet machine ----------------------------------------------------------------
 load1() { cut -d' ' -f1 /proc/loadavg; }

@@ -5,7 +5,7 @@
 #
 #   scripts/build-debug-vm.sh [WORKDIR]     (default: /var/tmp/beam-bpf-otp)
 #
-# Used to (re)generate userspace/offsets/*.txt: scripts/make-offsets.sh runs it and then the offsets tool.
+# Used to (re)generate userspace/target/offsets/*.txt: scripts/make-offsets.sh runs it and then the offsets tool.
 set -euo pipefail
 work=${1:-/var/tmp/beam-bpf-otp}
 export DEBIAN_FRONTEND=noninteractive

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the shipped offset tables, userspace/offsets/otp<release>[-<features>].txt, from
+# Regenerates the shipped offset tables, userspace/target/offsets/otp<release>[-<features>].txt, from
 # the DWARF of -g builds of each tested release:
 #   - OTP 25: Debian 12's source and configure flags (scripts/build-debug-vm.sh); the table also
 #     names the build-id of Debian's stripped binary it was checked against.
@@ -38,7 +38,7 @@ installed=(/usr/lib/erlang/erts-*/bin/beam.smp)
 [ "${#installed[@]}" -eq 1 ] && [ -e "${installed[0]}" ] || { echo "make-offsets.sh: need exactly one installed /usr/lib/erlang/erts-*/bin/beam.smp" >&2; exit 1; }
 build_id=$(readelf -n "${installed[0]}" | awk '/Build ID:/ { print $3; exit }')
 debug25=$("$root/scripts/build-debug-vm.sh" | tail -n 1)
-write_table "$root/userspace/offsets/otp25.txt" \
+write_table "$root/userspace/target/offsets/otp25.txt" \
   "OTP 25: erlang-base $(dpkg-query -W -f '${Version}' erlang-base), ${installed[0]}" \
   "Made by scripts/make-offsets.sh from the DWARF of $debug25" \
   "(a -g build of the same Debian source and configure flags, scripts/build-debug-vm.sh)" \
@@ -46,11 +46,11 @@ write_table "$root/userspace/offsets/otp25.txt" \
 
 prefix=$("$root/scripts/build-test-vms.sh" | tail -n 1)
 work=$(dirname "$prefix")
-write_table "$root/userspace/offsets/otp27.txt" \
+write_table "$root/userspace/target/offsets/otp27.txt" \
   "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh)" \
   "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
   -- "$work/debug/beam.smp"
-write_table "$root/userspace/offsets/otp27-lock-counting.txt" \
+write_table "$root/userspace/target/offsets/otp27-lock-counting.txt" \
   "OTP 27.3.4.1, --enable-lock-counter: the lcnt emulator (erl -emu_type lcnt)" \
   "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.lcnt.smp" \
   -- "$work/debug/beam.lcnt.smp"

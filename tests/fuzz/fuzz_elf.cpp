@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "elf_file.hpp"
-#include "offsets.hpp"
+#include "target/elf_file.hpp"
+#include "target/offsets.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int fd = memfd_create("bb-fuzz-elf", MFD_CLOEXEC);
@@ -26,8 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const std::exception&) {
         // refused with a message: fine
     }
-    std::string err;
-    (void)bb::offsets_from_dwarf(path, &err);
+    (void)bb::offsets_from_dwarf(path);
     close(fd);
     return 0;
 }

@@ -5,12 +5,11 @@
 #include <span>
 #include <string>
 
-#include "jit_code.hpp"
+#include "symbols/jit_code.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-    std::string err;
-    if (auto m = bb::parse_module_symfile(bytes, &err)) {
+    if (auto m = bb::parse_module_symfile(bytes)) {
         // What the index relies on: ranges sorted, inside the module, lines inside their range.
         uint64_t last = 0;
         for (const auto& r : m->ranges) {
@@ -18,6 +17,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             last = r.end;
         }
     }
-    (void)bb::parse_emulator_symfile(bytes, &err);
+    (void)bb::parse_emulator_symfile(bytes);
     return 0;
 }

@@ -5,16 +5,15 @@
 #include <string>
 #include <string_view>
 
-#include "offsets.hpp"
+#include "target/offsets.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view text(reinterpret_cast<const char*>(data), size);
-    std::string err;
-    auto o = bb::parse_table(text, &err);
+    auto o = bb::parse_table(text);
     if (o) {
-        auto back = bb::parse_table(bb::format_table(*o), &err);
+        auto back = bb::parse_table(bb::format_table(*o));
         if (!back || !(*back == *o)) __builtin_trap();
-    } else if (err.empty() || err.find('\n') != std::string::npos) {
+    } else if (o.error().empty() || o.error().find('\n') != std::string::npos) {
         __builtin_trap();  // every refusal says why, in one line
     }
     return 0;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "terms.hpp"
+#include "inspect/terms.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     constexpr uint64_t kBase = 0x10000;
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return std::string(bb::term::atom_index(atom) % 40, 'a');
     };
     src.pid_text = [](uint64_t) { return std::string("<0.1.0>"); };
-    src.otp27 = data[0] & 0x80;
+    src.layout = (data[0] & 0x80) ? bb::kTerms27 : bb::kTerms25;
     uint64_t term;
     std::memcpy(&term, data, 8);
     src.read_off_heap = src.read;

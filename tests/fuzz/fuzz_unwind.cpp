@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "unwind_table.hpp"
+#include "native/unwind_table.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bb::UnwindTable t = bb::compile_unwind_table(data, size);

@@ -5,7 +5,7 @@
 #include <span>
 #include <string_view>
 
-#include "release.hpp"
+#include "target/release.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::span<const char> bytes(reinterpret_cast<const char*>(data), size);

@@ -39,7 +39,7 @@ std::pair<ToolResult, std::string> burst(ErlVm& erl, std::vector<std::string> ar
                                          const std::string& done) {
     RunningTool t = start_tool(kTool, args);
     std::string err;
-    EXPECT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    EXPECT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     erl.send_line(command);
     std::string line = erl.wait_line(done, 120s);
     return {finish_tool(t, true, 30s), line};

@@ -183,7 +183,7 @@ TEST_P(BlameVmTest, CountMatchesVmGcTrace) {
 
     RunningTool t = start_tool(kTool, {"--count", "--process", worker, kGc, pid_arg(vm)});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     vm.send_line("go");
     // gc_count N minor Mi major Ma minor_then_major A
     auto w = words_of(vm.wait_line("gc_count", 30s));

@@ -506,7 +506,7 @@ std::optional<long> summary_count(const std::string& err, const std::string& wha
     std::optional<long> found;
     for (std::string line; std::getline(in, line);) {
         std::smatch m;
-        if (line.starts_with("beam-bpf: ") && std::regex_search(line, m, re))
+        if (line.starts_with("beam-bpf-") && std::regex_search(line, m, re))
             found = std::stol(m[1]);  // the last summary wins
     }
     return found;

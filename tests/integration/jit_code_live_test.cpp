@@ -12,10 +12,10 @@
 
 #include <gtest/gtest.h>
 
-#include "elf_file.hpp"
+#include "target/elf_file.hpp"
 #include "harness.hpp"
-#include "jit_code.hpp"
-#include "native_symbols.hpp"
+#include "symbols/jit_code.hpp"
+#include "native/native_symbols.hpp"
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <set>
 #include <sstream>
 
-#include "elf_file.hpp"
+#include "target/elf_file.hpp"
 #include "harness.hpp"
-#include "unwind_table.hpp"
+#include "native/unwind_table.hpp"
 
 namespace {
 
@@ -239,7 +239,7 @@ TEST_F(NativeDlopenTest, NifLoadedDuringTheRunIsUnwound) {
     const std::string stats = ::testing::TempDir() + "/native-dlopen.json";
     RunningTool t = start_tool(kTool, {"-d", "8", "--folded", "--stats", stats, "--process", worker, pid});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     std::ifstream maps("/proc/" + pid + "/maps");
     std::string all_maps{std::istreambuf_iterator<char>(maps), {}};
     ASSERT_EQ(all_maps.find("crypto"), std::string::npos) << "crypto was mapped before the tool attached";

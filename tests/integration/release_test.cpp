@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.hpp"
-#include "vm.hpp"
+#include "target/vm.hpp"
 
 namespace {
 
@@ -226,7 +226,7 @@ TEST_P(LiveLayoutTest, CorrectsShiftedFields) {
 TEST_F(ReleaseTest, WrongOffsetsFileRefused) {
     ErlVm erl("bb_work:main(idle)");
     erl.wait_line("ready");
-    std::string table = read_all(std::string(BB_SOURCE_DIR) + "/userspace/offsets/otp25.txt");
+    std::string table = read_all(std::string(BB_SOURCE_DIR) + "/userspace/target/offsets/otp25.txt");
     size_t at = table.find("proc_htop 80\n");
     ASSERT_NE(at, std::string::npos);
     table.replace(at, 13, "proc_htop 96\n");
@@ -238,7 +238,7 @@ TEST_F(ReleaseTest, WrongOffsetsFileRefused) {
     EXPECT_NE(line.find("refusing to report garbage"), std::string::npos) << line;
 
     // The right table works, and the tool says where its offsets came from.
-    std::string right = read_all(std::string(BB_SOURCE_DIR) + "/userspace/offsets/otp25.txt");
+    std::string right = read_all(std::string(BB_SOURCE_DIR) + "/userspace/target/offsets/otp25.txt");
     std::ofstream(file) << right;
     ToolResult ok = run_tool(kTool, {"-d", "1", "--offsets", file.string(), std::to_string(erl.os_pid())}, 30s);
     EXPECT_EQ(ok.exit_code, 0) << describe(ok);

@@ -247,7 +247,7 @@ TEST_F(SampleTest, SigintStopsAndPrints) {
     vm.wait_line("ready");
     RunningTool t = start_tool(kTool, {pid_arg(vm)});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     std::this_thread::sleep_for(3s);
     ToolResult r = finish_tool(t, true, 15s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -555,7 +555,7 @@ TEST_F(SampleTest, KilledProfilerLeavesNothingLoaded) {
     const auto before = progs();
     RunningTool t = start_tool(kTool, {"-d", "60", pid_arg(vm)});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     const auto during = progs();
     EXPECT_GT(during.size(), before.size()) << "bpftool does not see the tool's programs and maps";
     kill(t.pid, SIGKILL);
@@ -609,7 +609,7 @@ TEST_F(SampleTest, RingOverflowAtMaxRate) {
     std::string stats = ::testing::TempDir() + "bb_overflow_stats.json";
     RunningTool t = start_tool(kTool, {"-F", "100000", "-d", "6", "--folded", "--stats", stats, pid_arg(vm)});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     std::this_thread::sleep_for(1s);
     kill(t.pid, SIGSTOP);  // as a reader starved of CPU would be
     std::this_thread::sleep_for(2s);
@@ -703,7 +703,7 @@ TEST_P(SampleVmTest, VmKilledMidRun) {
     vm.wait_line("ready");
     RunningTool t = start_tool(kTool, {"-d", "30", pid_arg(vm)});
     std::string err;
-    ASSERT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     std::this_thread::sleep_for(2s);
     const auto killed_at = Clock::now();
     vm.kill_now();

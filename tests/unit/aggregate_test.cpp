@@ -2,15 +2,15 @@
 // names (Elixir's), and the pid-term text both tools print and parse.
 #include <gtest/gtest.h>
 
-#include "release.hpp"
+#include "target/release.hpp"
 
 #include <sstream>
 
-#include "aggregate.hpp"
-#include "frames.hpp"
+#include "profile/aggregate.hpp"
+#include "profile/frames.hpp"
 #include "report/text.hpp"
-#include "cli.hpp"
-#include "vm.hpp"
+#include "target/release.hpp"
+#include "target/vm.hpp"
 
 namespace {
 

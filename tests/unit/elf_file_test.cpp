@@ -1,4 +1,4 @@
-#include "elf_file.hpp"
+#include "target/elf_file.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

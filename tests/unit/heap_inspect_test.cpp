@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "heap_inspect.hpp"
+#include "inspect/heap_inspect.hpp"
 
 namespace {
 

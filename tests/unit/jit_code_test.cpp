@@ -8,7 +8,17 @@
 
 #include <gtest/gtest.h>
 
-#include "jit_code.hpp"
+#include "symbols/jit_code.hpp"
+
+namespace {
+// A parser's Result as these tests read it: the value, or nullopt with the reason in *err.
+template <class T>
+std::optional<T> keep_error(bb::Result<T> r, std::string* err) {
+    if (r) return std::move(*r);
+    *err = r.error();
+    return std::nullopt;
+}
+}  // namespace
 
 namespace {
 
@@ -110,7 +120,7 @@ void expect_invariants(const bb::JitModule& m) {
 
 TEST(JitSymfile, ParsesModuleRangesAndLines) {
     std::string err;
-    auto m = bb::parse_module_symfile(lists_symfile(), &err);
+    auto m = keep_error(bb::parse_module_symfile(lists_symfile()), &err);
     ASSERT_TRUE(m) << err;
     EXPECT_EQ(m->name, "lists");
     EXPECT_EQ(m->base, kBase);
@@ -133,7 +143,7 @@ TEST(JitSymfile, ParsesModuleRangesAndLines) {
 
 TEST(JitSymfile, ParsesModuleWithoutRanges) {
     std::string err;
-    auto m = bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {}), &err);
+    auto m = keep_error(bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {})), &err);
     ASSERT_TRUE(m) << err;
     EXPECT_EQ(m->name, "empty");
     EXPECT_TRUE(m->ranges.empty());
@@ -143,14 +153,14 @@ TEST(JitSymfile, EveryTruncationFails) {
     Bytes full = lists_symfile();
     for (size_t len = 0; len < full.size(); len++) {
         std::string err;
-        auto m = bb::parse_module_symfile(std::span(full).first(len), &err);
+        auto m = keep_error(bb::parse_module_symfile(std::span(full).first(len)), &err);
         EXPECT_FALSE(m) << "length " << len;
         EXPECT_FALSE(err.empty()) << "length " << len;
     }
     Bytes emu = emulator_symfile(0, 0x1234);
     for (size_t len = 0; len < 24; len++) {
         std::string err;
-        EXPECT_FALSE(bb::parse_emulator_symfile(std::span(emu).first(len), &err)) << len;
+        EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(std::span(emu).first(len)), &err)) << len;
         EXPECT_FALSE(err.empty());
     }
 }
@@ -159,7 +169,7 @@ TEST(JitSymfile, TrailingBytesFail) {
     Bytes b = lists_symfile();
     b.push_back(std::byte{0});
     std::string err;
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_NE(err.find("trailing"), std::string::npos) << err;
 }
 
@@ -167,19 +177,19 @@ TEST(JitSymfile, HugeRangeCountFails) {
     Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {}}});
     poke<uint32_t>(b, 16, 0xFFFFFFFF);
     std::string err;
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_NE(err.find("range count"), std::string::npos) << err;
     // The same with only the header there.
     Bytes head = module_symfile(kBase, 0x100, "m", {});
     poke<uint32_t>(head, 16, 0xFFFFFFFF);
-    EXPECT_FALSE(bb::parse_module_symfile(head, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(head), &err));
 }
 
 TEST(JitSymfile, HugeLineCountFails) {
     Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {{0, 1, "m.erl"}}}});
     poke<uint32_t>(b, 32 + 2 + 8, 0xFFFFFFFF);  // first range's line_count
     std::string err;
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_NE(err.find("line count"), std::string::npos) << err;
 }
 
@@ -187,41 +197,41 @@ TEST(JitSymfile, NameLengthPastTheEndFails) {
     std::string err;
     Bytes b = lists_symfile();
     poke<uint16_t>(b, 24, 0xFFFF);  // module name_length
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_FALSE(err.empty());
 
     b = lists_symfile();
     size_t first_range = 32 + sizeof("lists");
     poke<uint16_t>(b, first_range + 12, 0xFFFF);  // first range's name_length
     err.clear();
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_FALSE(err.empty());
 
     b = lists_symfile();
     poke<uint16_t>(b, 24, 0);  // no room even for the NUL
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
 }
 
 TEST(JitSymfile, UnterminatedNameFails) {
     Bytes b = lists_symfile();
     poke<char>(b, 26 + 5, 'X');  // the NUL after "lists"
     std::string err;
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
     EXPECT_NE(err.find("NUL"), std::string::npos) << err;
 }
 
 TEST(JitSymfile, WrongKindFails) {
     std::string err;
-    EXPECT_FALSE(bb::parse_module_symfile(emulator_symfile(0, 1), &err));
-    EXPECT_FALSE(bb::parse_emulator_symfile(lists_symfile(), &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(emulator_symfile(0, 1)), &err));
+    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(lists_symfile()), &err));
     Bytes b = lists_symfile();
     poke<uint32_t>(b, 0, 7);
-    EXPECT_FALSE(bb::parse_module_symfile(b, &err));
+    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
 }
 
 TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
     std::string err;
-    auto m = bb::parse_module_symfile(
+    auto m = keep_error(bb::parse_module_symfile(
         module_symfile(kBase, 0x100, "m",
                        {{0x80, 0x90, "m:late/0", {}},
                         {0x10, 0x40, "m:a/0", {}},
@@ -229,8 +239,7 @@ TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
                         {0x60, 0x50, "m:inverted/0", {}},
                         {0x50, 0x50, "m::codeFooter", {}},   // empty
                         {0xF0, 0x101, "m:past_code/0", {}},
-                        {0x40, 0x50, "m:b/0", {}}}),
-        &err);
+                        {0x40, 0x50, "m:b/0", {}}})), &err);
     ASSERT_TRUE(m) << err;
     std::vector<std::string> names;
     for (const auto& r : m->ranges) names.push_back(r.name);
@@ -240,12 +249,12 @@ TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
 
 TEST(JitSymfile, ParsesEmulator) {
     std::string err;
-    auto e = bb::parse_emulator_symfile(emulator_symfile(1, 0x55550000abcd), &err);
+    auto e = keep_error(bb::parse_emulator_symfile(emulator_symfile(1, 0x55550000abcd)), &err);
     ASSERT_TRUE(e) << err;
     EXPECT_EQ(e->frame_layout, 1);
     EXPECT_EQ(e->normal_exit, 0x55550000abcdu);
-    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(2, 0x1000), &err));
-    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(0, 0), &err));
+    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(emulator_symfile(2, 0x1000)), &err));
+    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(emulator_symfile(0, 0)), &err));
 }
 
 TEST(JitSymfile, SurvivesRandomGarbage) {
@@ -271,13 +280,13 @@ TEST(JitSymfile, SurvivesRandomGarbage) {
             if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
         }
         std::string err;
-        if (auto m = bb::parse_module_symfile(b, &err)) {
+        if (auto m = keep_error(bb::parse_module_symfile(b), &err)) {
             parsed++;
             expect_invariants(*m);
         } else {
             EXPECT_FALSE(err.empty());
         }
-        bb::parse_emulator_symfile(b, &err);
+        keep_error(bb::parse_emulator_symfile(b), &err);
     }
     EXPECT_GT(parsed, 0u);  // mutations of names and offsets often still parse
 }

@@ -1,4 +1,4 @@
-#include "offsets.hpp"
+#include "target/offsets.hpp"
 
 #include <gtest/gtest.h>
 
@@ -54,8 +54,9 @@ std::string with_line(std::string table, const std::string& key, const std::stri
 }
 
 void expect_rejected(const std::string& text, const std::string& reason_part) {
-    std::string err;
-    EXPECT_FALSE(bb::parse_table(text, &err)) << text;
+    auto r = bb::parse_table(text);
+    EXPECT_FALSE(r) << text;
+    const std::string& err = r.error();
     EXPECT_NE(err.find(reason_part), std::string::npos) << err;
     EXPECT_EQ(err.find('\n'), std::string::npos) << err;
 }
@@ -64,9 +65,8 @@ TEST(OffsetsTable, RoundTrip) {
     VmOffsets o = sample();
     o.origin = "somewhere";
     std::string text = bb::format_table(o);
-    std::string err;
-    auto back = bb::parse_table(text, &err);
-    ASSERT_TRUE(back) << err;
+    auto back = bb::parse_table(text);
+    ASSERT_TRUE(back) << back.error();
     o.origin.clear();  // a comment in the table, not a value
     EXPECT_EQ(*back, o);
     EXPECT_EQ(bb::format_table(*back), bb::format_table(o));
@@ -75,7 +75,7 @@ TEST(OffsetsTable, RoundTrip) {
 TEST(OffsetsTable, CommentsBlankLinesAndSpacing) {
     std::string text = "# a header\n\n  # indented comment\n" + bb::format_table(sample());
     text = with_line(text, "proc_heap", "proc_heap\t\t4000015\r");
-    auto o = bb::parse_table(text, nullptr);
+    auto o = bb::parse_table(text);
     ASSERT_TRUE(o);
     EXPECT_EQ(o->proc_heap, 4000015u);
 }
@@ -100,10 +100,10 @@ TEST(OffsetsTable, StrictErrors) {
     expect_rejected("", "missing key otp_release");
     expect_rejected("# only a comment\n", "missing key otp_release");
     // build_id is optional: a table for every build of a release and its features.
-    auto any_build = bb::parse_table(with_line(good, "build_id", ""), nullptr);
+    auto any_build = bb::parse_table(with_line(good, "build_id", ""));
     ASSERT_TRUE(any_build);
     EXPECT_TRUE(any_build->build_id.empty());
-    auto plain = bb::parse_table(with_line(good, "features", "features -"), nullptr);
+    auto plain = bb::parse_table(with_line(good, "features", "features -"));
     ASSERT_TRUE(plain);
     EXPECT_EQ(plain->features, "");
 }
@@ -120,9 +120,9 @@ TEST(OffsetsTable, GarbageNeverCrashes) {
             text = good;  // a valid table with a few bytes flipped
             for (int k = 0; k < 3; k++) text[rng() % text.size()] = char(rng());
         }
-        std::string err;
-        if (!bb::parse_table(text, &err)) {
-            EXPECT_FALSE(err.empty());
+        auto r = bb::parse_table(text);
+        if (!r) {
+            EXPECT_FALSE(r.error().empty());
         }
     }
 }
@@ -130,13 +130,13 @@ TEST(OffsetsTable, GarbageNeverCrashes) {
 // builtin_tables() leaves out a table it cannot parse; this is where a bad one is caught.
 TEST(BuiltinOffsets, EveryShippedTableParses) {
     std::set<std::pair<std::string, std::string>> keys;
-    auto files = std::filesystem::directory_iterator(BB_SOURCE_DIR "/userspace/offsets");
+    auto files = std::filesystem::directory_iterator(BB_SOURCE_DIR "/userspace/target/offsets");
     size_t n = 0;
     for (const auto& f : files) {
         std::ifstream in(f.path());
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), err;
-        auto o = bb::parse_table(text, &err);
-        ASSERT_TRUE(o) << err << " in " << f.path();
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        auto o = bb::parse_table(text);
+        ASSERT_TRUE(o) << o.error() << " in " << f.path();
         EXPECT_TRUE(keys.insert({o->otp_release, o->features}).second)
             << "two tables for OTP " << o->otp_release << " " << o->features;
         n++;
@@ -188,9 +188,8 @@ TEST(BuiltinOffsets, ChosenByReleaseFeaturesAndBuildId) {
 }
 
 TEST(OffsetsFromDwarf, FixtureStructsInThisBinary) {
-    std::string err;
-    auto o = bb::offsets_from_dwarf("/proc/self/exe", &err);
-    ASSERT_TRUE(o) << err;
+    auto o = bb::offsets_from_dwarf("/proc/self/exe");
+    ASSERT_TRUE(o) << o.error();
     auto got = all_fields(*o);
     for (size_t i = 0; i < got.size(); i++) EXPECT_EQ(*got[i], bb_fixture_offsets[i]) << "field " << i;
     EXPECT_NE(o->proc_id, 0u);  // the fixture puts it deep enough to test that offsets add up
@@ -200,8 +199,9 @@ TEST(OffsetsFromDwarf, FixtureStructsInThisBinary) {
 
 TEST(OffsetsFromDwarf, StrippedVmSaysWhatIsMissing) {
     ASSERT_TRUE(std::filesystem::exists(kStrippedVm)) << kStrippedVm << " is not installed (scripts/setup.sh installs erlang-base)";
-    std::string err;
-    EXPECT_FALSE(bb::offsets_from_dwarf(kStrippedVm, &err));
+    auto r = bb::offsets_from_dwarf(kStrippedVm);
+    EXPECT_FALSE(r);
+    const std::string& err = r.error();
     EXPECT_NE(err.find("no usable DWARF"), std::string::npos) << err;
     // It names the separate debug file it looked for: .build-id/94/bcd90b66....debug
     EXPECT_NE(err.find(std::string(kDebianBuildId + 2) + ".debug"), std::string::npos) << err;
@@ -209,11 +209,10 @@ TEST(OffsetsFromDwarf, StrippedVmSaysWhatIsMissing) {
 }
 
 TEST(OffsetsFromDwarf, NotAnElfFile) {
-    std::string err;
-    EXPECT_FALSE(bb::offsets_from_dwarf("/proc/self/cmdline", &err));
-    EXPECT_FALSE(err.empty());
-    EXPECT_FALSE(bb::offsets_from_dwarf("/nonexistent/beam.smp", &err));
-    EXPECT_NE(err.find("/nonexistent/beam.smp"), std::string::npos) << err;
+    EXPECT_FALSE(bb::offsets_from_dwarf("/proc/self/cmdline").error().empty());
+    auto missing = bb::offsets_from_dwarf("/nonexistent/beam.smp");
+    EXPECT_FALSE(missing);
+    EXPECT_NE(missing.error().find("/nonexistent/beam.smp"), std::string::npos) << missing.error();
 }
 
 // The shipped tables must be what the DWARF pipeline makes from source: scripts/test.sh builds
@@ -224,9 +223,8 @@ TEST_P(ShippedTable, MatchesDwarfOfItsBuild) {
     auto [path, release, features] = GetParam();
     ASSERT_TRUE(std::filesystem::exists(path)) << "no -g VM build at " << path
                                                << " (scripts/build-debug-vm.sh and build-test-vms.sh make them)";
-    std::string err;
-    auto from_dwarf = bb::offsets_from_dwarf(path, &err);
-    ASSERT_TRUE(from_dwarf) << err;
+    auto from_dwarf = bb::offsets_from_dwarf(path);
+    ASSERT_TRUE(from_dwarf) << from_dwarf.error();
     auto builtin = bb::builtin_offsets(release, features, "");
     ASSERT_TRUE(builtin) << "no shipped table for OTP " << release << " " << features;
     EXPECT_EQ(bb::format_table(*from_dwarf).substr(bb::format_table(*from_dwarf).find("proc_id")),

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "process_table.hpp"
+#include "inspect/process_table.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "release.hpp"
+#include "target/release.hpp"
 
 #include <gtest/gtest.h>
 

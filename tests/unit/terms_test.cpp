@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "terms.hpp"
+#include "inspect/terms.hpp"
 
 namespace {
 
@@ -70,7 +70,7 @@ struct Heap {
             return it->second;
         };
         s.pid_text = [](uint64_t p) { return "<0." + std::to_string(p >> 4) + ".0>"; };
-        s.otp27 = heap_bits;
+        s.layout = heap_bits ? bb::kTerms27 : bb::kTerms25;
         return s;
     }
 };

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "elf_file.hpp"
-#include "unwind_table.hpp"
+#include "target/elf_file.hpp"
+#include "native/unwind_table.hpp"
 
 namespace bb {
 namespace {

@@ -1,4 +1,4 @@
-#include "html.hpp"
+#include "report/html.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "pprof.hpp"
+#include "report/pprof.hpp"
 
 #include <zlib.h>
 

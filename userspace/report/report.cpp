@@ -1,9 +1,9 @@
-#include "report.hpp"
+#include "report/report.hpp"
 
-#include "html.hpp"
-#include "pprof.hpp"
-#include "speedscope.hpp"
-#include "text.hpp"
+#include "report/html.hpp"
+#include "report/pprof.hpp"
+#include "report/speedscope.hpp"
+#include "report/text.hpp"
 
 namespace bb {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "profile.hpp"
+#include "profile/profile.hpp"
 
 namespace bb {
 

@@ -1,4 +1,4 @@
-#include "speedscope.hpp"
+#include "report/speedscope.hpp"
 
 #include <nlohmann/json.hpp>
 

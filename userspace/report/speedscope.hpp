@@ -4,7 +4,7 @@
 #pragma once
 #include <ostream>
 
-#include "profile.hpp"
+#include "profile/profile.hpp"
 
 namespace bb {
 

@@ -1,4 +1,4 @@
-#include "text.hpp"
+#include "report/text.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "profile.hpp"
+#include "profile/profile.hpp"
 
 namespace bb {
 

@@ -1,0 +1,192 @@
+/* The Erlang stack walk: return addresses into JIT code found between E and hend, by a word scan or the frame-pointer chain. */
+#pragma once
+
+struct scan {
+	struct scratch *s;
+	__u64 lo, hi;
+	__u32 mode;
+	__u32 limit;    /* frames to collect at most */
+	__u32 n;        /* frames collected */
+	__u32 flags;
+	bool found;     /* blame: a return address into FUNC */
+};
+
+static long scan_word(__u32 i, struct scan *c)
+{
+	__u32 j = i & (BB_STACK_CHUNK_WORDS - 1);
+	__u64 w;
+
+	if (j == 0) {
+		__u64 addr = c->lo + (__u64)i * 8;
+		__u64 len = c->hi - addr;
+
+		if (len > sizeof(c->s->words))
+			len = sizeof(c->s->words);
+		if (bpf_probe_read_user(c->s->words, len, (void *)addr)) {
+			c->flags |= BB_F_READ_FAULT;
+			return 1;
+		}
+	}
+	w = c->s->words[j];
+
+	if (c->mode == SCAN_NATIVE_FOR_BLAME) {
+		/* A return address into FUNC follows a call inside FUNC, so it is never FUNC's
+		 * first byte; a word equal to that is a function pointer, not a caller. */
+		if (in_blame_func(w) && in_blame_func(w - 1)) {
+			c->found = true;
+			return 1;
+		}
+		return 0;
+	}
+
+	/* On the Erlang stack, a word with tag bits 00 is a continuation pointer: terms are
+	 * tagged and headers never live on the stack. Requiring it to point into JIT code also
+	 * skips the saved frame pointers of a VM that runs with them. */
+	if ((w & 3) == 0 && in_jit_code(w)) {
+		__u32 n = c->n;
+
+		if (n >= c->limit) {
+			c->flags |= BB_F_TRUNCATED;
+			return 1;
+		}
+		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = w;
+		c->n = n + 1;
+	}
+	return 0;
+}
+
+/*
+ * With frame pointers (+JPperf true), every Erlang frame the JIT has set up is
+ * [saved rbp][return address], linked from rbp. Each link must point further up the
+ * same stack, so a corrupt chain ends the walk instead of leading it elsewhere.
+ */
+struct fp_walk {
+	struct scan *c;
+	__u64 fp;
+};
+
+static long fp_step(__u32 i, struct fp_walk *w)
+{
+	struct scan *c = w->c;
+	__u64 frame[2];
+
+	if (w->fp < c->lo || w->fp + 16 > c->hi || (w->fp & 7))
+		return 1;
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp)) {
+		c->flags |= BB_F_READ_FAULT;
+		return 1;
+	}
+	if ((frame[1] & 3) == 0 && in_jit_code(frame[1])) {
+		__u32 n = c->n;
+
+		if (n >= c->limit) {
+			c->flags |= BB_F_TRUNCATED;
+			return 1;
+		}
+		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = frame[1];
+		c->n = n + 1;
+	}
+	if (frame[0] <= w->fp)
+		return 1;
+	w->fp = frame[0];
+	return 0;
+}
+
+/* The same scan a chunk per callback: a callback per word costs ~11 ns here, mostly the call
+ * and return; this loop costs ~3 ns a word (scripts/bench.sh, kernel time per sample). */
+static long scan_chunk(__u32 k, struct scan *c)
+{
+	struct scratch *s = c->s;
+	__u64 addr = c->lo + (__u64)k * sizeof(s->words);
+	__u64 len = c->hi - addr;
+
+	if (len > sizeof(s->words))
+		len = sizeof(s->words);
+	if (bpf_probe_read_user(s->words, len, (void *)addr)) {
+		c->flags |= BB_F_READ_FAULT;
+		return 1;
+	}
+	s->nw = len / 8;
+	s->j = 0;
+	s->n = c->n;
+	s->limit = c->limit;
+	s->stop = 0;
+	while (can_loop) {
+		__u64 j = s->j, w;
+
+		if (j >= s->nw)
+			break;
+		s->j = j + 1;
+		w = s->words[j & (BB_STACK_CHUNK_WORDS - 1)];
+		if (c->mode == SCAN_NATIVE_FOR_BLAME) {
+			if (in_blame_func(w) && in_blame_func(w - 1)) {
+				c->found = true;
+				return 1;
+			}
+		} else if ((w & 3) == 0 && in_jit_code(w)) {
+			__u64 n = s->n;
+
+			if (n >= s->limit) {
+				s->stop = 1;
+				break;
+			}
+			s->rec.frames[n & (BB_MAX_FRAMES - 1)] = w;
+			s->n = n + 1;
+		}
+	}
+	c->n = s->n;
+	if (s->stop) {
+		c->flags |= BB_F_TRUNCATED;
+		return 1;
+	}
+	return 0;
+}
+
+/* `fast` is a constant in each program: each one references only its own callback. */
+static __always_inline __u32 scan_words(struct scan *c, __u32 budget, bool fast)
+{
+	__u64 words = (c->hi - c->lo) / 8;
+
+	if (words > budget) {
+		words = budget;
+		c->hi = c->lo + words * 8;
+		if (c->mode == SCAN_ERLANG_STACK)
+			c->flags |= BB_F_SCAN_LIMIT | BB_F_TRUNCATED;
+	}
+	if (fast)
+		return bpf_loop((words + BB_STACK_CHUNK_WORDS - 1) / BB_STACK_CHUNK_WORDS, scan_chunk, c, 0);
+	return bpf_loop(words, scan_word, c, 0);
+}
+
+/* The Erlang frames of the process `p` (walkable) into rec->frames from `base` on; the
+ * walk's flags. max_frames counts Erlang frames, and in JIT code the running function is one
+ * of them. */
+static __always_inline __u32 walk_erlang(struct scratch *s, const struct proc_view *p, __u32 base, bool jit,
+					 __u64 bp, bool fast)
+{
+	struct scan c = { .s = s, .lo = p->E, .hi = p->hend, .mode = SCAN_ERLANG_STACK, .n = base,
+			  .limit = base + (jit ? max_frames - 1 : max_frames) };
+	__u32 flags = 0;
+
+	if (c.limit > BB_MAX_FRAMES)
+		c.limit = BB_MAX_FRAMES;
+	if (frame_layout == 1 && p->e_from_rsp && bp >= p->E && bp < p->hend) {
+		/* Below rbp: the running function's own slots, and the return address of a call
+		 * whose frame is not set up yet. Above: the chain. */
+		struct fp_walk w = { .c = &c, .fp = bp };
+
+		c.hi = bp;
+		scan_words(&c, max_stack_words, fast);
+		c.hi = p->hend;
+		c.flags &= ~(__u32)(BB_F_SCAN_LIMIT | BB_F_TRUNCATED);
+		if (c.n < c.limit)
+			bpf_loop(max_stack_words, fp_step, &w, 0);
+		else
+			c.flags |= BB_F_TRUNCATED;
+		flags |= BB_F_FP_WALK;
+	} else {
+		scan_words(&c, max_stack_words, fast);
+	}
+	s->rec.nframes = c.n;
+	return flags | c.flags;
+}

@@ -1,0 +1,113 @@
+/* The Erlang process a sample belongs to: is it the one running here, its name, and -e alloc's words. */
+#pragma once
+
+/* The fields of struct process a sample needs, read in one go (user memory reads cost more
+ * than the copy). E is where the Erlang stack starts: in JIT code rsp, but JIT helpers run on
+ * the C stack with E in c_p->stop. */
+struct proc_view {
+	__u64 id, htop, stop, heap, hend, E, sched_data;
+	__u32 state;
+	bool e_from_rsp;
+};
+
+static __always_inline void read_process(struct scratch *s, __u64 c_p, bool jit, __u64 sp, struct proc_view *p,
+					 __u32 *flags)
+{
+	__u32 span = proc_span;
+
+	if (span > sizeof(s->proc))
+		span = sizeof(s->proc);
+	if (bpf_probe_read_user(s->proc, span, (void *)c_p))
+		*flags |= BB_F_READ_FAULT;
+	p->id = s->proc[(vm.proc_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->htop = s->proc[(vm.proc_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->stop = s->proc[(vm.proc_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->heap = s->proc[(vm.proc_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->hend = s->proc[(vm.proc_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->sched_data = s->proc[(vm.proc_scheduler_data / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->state = ((__u32 *)s->proc)[(vm.proc_state / 4) & (PROC_SPAN_MAX / 4 - 1)];
+	if (jit && sp >= p->htop && sp < p->hend) {
+		p->E = sp;
+		p->e_from_rsp = true;
+		*flags |= BB_F_E_FROM_RSP;
+	} else {
+		p->E = p->stop;
+		p->e_from_rsp = false;
+		*flags |= BB_F_E_FROM_STOP;
+	}
+}
+
+/* An internal pid has tag 0011; the stack grows down from hend towards htop. */
+static __always_inline bool process_walkable(const struct proc_view *p)
+{
+	return (p->id & 0xf) == 0x3 && p->heap <= p->htop && p->htop <= p->E && p->E <= p->hend && (p->E & 7) == 0;
+}
+
+/* A normal scheduler's process is RUNNING(_SYS) with scheduler_data naming that scheduler; a
+ * dirty scheduler's is DIRTY_RUNNING(_SYS). */
+static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 state, __u64 sched_data)
+{
+	if (sch->type == BB_SCHED_NORMAL)
+		return (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) && sched_data == sch->esdp;
+	return state & (BB_PSFLG_DIRTY_RUNNING | BB_PSFLG_DIRTY_RUNNING_SYS);
+}
+
+
+/* The process's registered name and initial call, for reports that name processes. A failed
+ * read only leaves the name out: it says nothing about the stack. */
+static __always_inline void name_process(struct scratch *s, struct bb_record *rec)
+{
+	__u64 reg = s->proc[(vm.proc_reg / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	__u32 ignored = 0;
+
+	if (reg)
+		rec->reg_name = read_word(reg + vm.regproc_name, &ignored);
+	rec->initial[0] = s->proc[(vm.proc_initial / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[1] = s->proc[(vm.proc_initial / 8 + 1) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[2] = s->proc[(vm.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
+}
+
+/*
+ * -e alloc: the words a process allocated, from two kinds of probe.
+ * - GC entries: a collection leaves high_water at the heap top, so above it is what was
+ *   allocated on the young heap since. An entry that did not collect (a delayed GC, or entry
+ *   points calling each other) leaves high_water where it was: then only the growth since the
+ *   last entry counts, so no word is counted twice.
+ * - erts_heap_alloc(p, need, xtra): a heap fragment (a BIF's result that did not fit on the
+ *   heap), counted at once with the stack that asked for it (`need` words).
+ * The rest of the growth of mbuf_sz between two GC entries, fragments that did not come from
+ * erts_heap_alloc (received messages, NIF environments), goes to rec->frag_words, which is
+ * reported apart and weighs no stack. false if high_water is not inside the heap.
+ */
+static __always_inline bool alloc_weight(struct scratch *s, struct bb_record *rec, __u64 c_p, __u64 id,
+					 __u64 heap, __u64 htop, __u64 need)
+{
+	struct alloc_seen now = { .pid = id }, *prev;
+	__u64 young, mbuf, grown;
+
+	now.high_water = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	mbuf = s->proc[(vm.proc_mbuf_sz / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	if (now.high_water < heap || now.high_water > htop || (now.high_water & 7))
+		return false;
+	prev = bpf_map_lookup_elem(&alloc_seen, &c_p);
+	/* Otherwise a collection since (or the first sight): all above high_water is new. */
+	if (prev && prev->pid == id && prev->high_water == now.high_water) {
+		now.heap_words = prev->heap_words;
+		now.frag_words = prev->frag_words;
+		now.frag_counted = prev->frag_counted;
+	}
+	if (need) {
+		rec->alloc_words = need;
+		now.frag_counted += need;
+	} else {
+		young = (htop - now.high_water) / 8;
+		grown = mbuf > now.frag_words ? mbuf - now.frag_words : 0;
+		rec->alloc_words = young > now.heap_words ? young - now.heap_words : 0;
+		rec->frag_words = grown > now.frag_counted ? grown - now.frag_counted : 0;
+		now.heap_words = young;
+		now.frag_words = mbuf;
+		now.frag_counted = 0;
+	}
+	bpf_map_update_elem(&alloc_seen, &c_p, &now, BPF_ANY);
+	return true;
+}

@@ -1,0 +1,231 @@
+#include "inspect/heap_inspect.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "beam_bpf.h"
+
+namespace bb {
+
+namespace {
+
+constexpr int kAttempts = 8;
+// Past these a chain is not a process's: a loop, or memory reused under the reader.
+constexpr size_t kMaxFragments = 1'000'000, kMaxMessages = 10'000'000, kMaxDictSlots = 1u << 24;
+
+// Where ERTS_MSG_COMBINED_HFRAG says a message's data is: the fragment inside the message.
+constexpr uint64_t kCombinedHfrag = 1;
+
+class Copier {
+public:
+    Copier(const Vm& vm, HeapSnapshot& s, uint64_t max_bytes) : vm_(vm), o_(vm.offsets()), s_(s), left_(max_bytes) {}
+
+    // [lo, hi) into the snapshot; false if it cannot be read (the process changed under us).
+    bool area(uint64_t lo, uint64_t hi) {
+        if (lo >= hi) return true;
+        if (lo & 7 || hi - lo > left_)
+            throw UserError(fmt::format("the process has more than the {} MiB --inspect copies", max_mib()));
+        left_ -= hi - lo;
+        HeapSnapshot::Area a{lo, std::vector<std::byte>(hi - lo)};
+        if (!vm_.mem().read(lo, a.bytes)) return false;
+        s_.areas.push_back(std::move(a));
+        return true;
+    }
+
+    // A chain of heap fragments: each one's used words.
+    bool fragments(uint64_t f) {
+        for (size_t n = 0; f; n++) {
+            auto next = vm_.mem().read<uint64_t>(f + o_.hfrag_next);
+            auto used = vm_.mem().read<uint64_t>(f + o_.hfrag_used_size);
+            if (!next || !used || n > kMaxFragments || *used > (1ull << 37)) return false;
+            if (!area(f + o_.hfrag_mem, f + o_.hfrag_mem + 8 * *used)) return false;
+            f = *next;
+        }
+        return true;
+    }
+
+    // The messages of one queue (a chain of ErtsMessage and other signals), with the fragments
+    // their data is in; signals that are not messages are skipped.
+    bool queue(uint64_t m) {
+        for (size_t n = 0; m; n++) {
+            auto next = vm_.mem().read<uint64_t>(m + o_.msg_next);
+            auto data = vm_.mem().read<uint64_t>(m + o_.msg_data);
+            auto msg = vm_.mem().read<uint64_t>(m + o_.msg_m);
+            if (!next || !data || !msg || n > kMaxMessages) return false;
+            // A signal's tag (or a message's THE_NON_VALUE) is a header word: no term.
+            if ((*msg & 3) == 0) {
+                if (*msg == 0) s_.undecoded_messages++;
+            } else {
+                s_.messages.push_back(*msg);
+                if (*data == kCombinedHfrag) {
+                    auto used = vm_.mem().read<uint64_t>(m + o_.msg_hfrag + o_.hfrag_used_size);
+                    uint64_t mem = m + o_.msg_hfrag + o_.hfrag_mem;
+                    if (!used || !area(mem, mem + 8 * *used)) return false;
+                } else if (*data && !fragments(*data)) {
+                    return false;
+                }
+            }
+            m = *next;
+        }
+        return true;
+    }
+
+    // The process dictionary: a hash table whose slots are a {Key, Value} tuple or a list of them.
+    bool dictionary(uint64_t dict) {
+        if (!dict) return true;
+        auto used = vm_.mem().read<uint32_t>(dict + o_.pdict_used_slots);
+        if (!used || *used > kMaxDictSlots) return false;
+        std::vector<uint64_t> slots(*used);
+        if (!vm_.mem().read(dict + o_.pdict_data, std::as_writable_bytes(std::span(slots)))) return false;
+        dict_slots_ = std::move(slots);
+        return true;
+    }
+    const std::vector<uint64_t>& dict_slots() const { return dict_slots_; }
+
+private:
+    uint64_t max_mib() const { return (left_ + s_.bytes_copied()) >> 20; }
+    const Vm& vm_;
+    const VmOffsets& o_;
+    HeapSnapshot& s_;
+    uint64_t left_;
+    std::vector<uint64_t> dict_slots_;
+};
+
+std::optional<ProcessEntry> read_entry(const Vm& vm, uint64_t c_p) {
+    auto bytes = vm.mem().read_bytes(c_p, vm.offsets().proc_size);
+    if (!bytes) return std::nullopt;
+    return parse_process(*bytes, c_p, vm.offsets());
+}
+
+// The dictionary's {Key, Value} pairs, read from the snapshot (the tuples are on the heap).
+void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots) {
+    auto word = [&](uint64_t addr) -> std::optional<uint64_t> {
+        uint64_t w;
+        if (!s.read(addr, std::as_writable_bytes(std::span(&w, 1)))) return std::nullopt;
+        return w;
+    };
+    auto pair = [&](uint64_t t) {
+        auto hdr = term::is_boxed(t) ? word(t - 2) : std::nullopt;
+        auto k = word(t + 6), v = word(t + 14);
+        if (hdr == term::tuple_header(2) && k && v) s.dictionary.emplace_back(*k, *v);
+    };
+    for (uint64_t slot : slots) {
+        if (term::is_boxed(slot)) {
+            pair(slot);
+            continue;
+        }
+        for (size_t n = 0; term::is_list(slot) && n < 1024; n++) {  // a bucket of colliding keys
+            auto head = word(slot - 1), tail = word(slot + 7);
+            if (!head || !tail) break;
+            pair(*head);
+            slot = *tail;
+        }
+    }
+}
+
+}  // namespace
+
+uint64_t HeapSnapshot::bytes_copied() const {
+    uint64_t n = 0;
+    for (const Area& a : areas) n += a.bytes.size();
+    return n;
+}
+
+bool HeapSnapshot::read(uint64_t addr, std::span<std::byte> dst) const {
+    auto it = std::upper_bound(areas.begin(), areas.end(), addr, [](uint64_t a, const Area& x) { return a < x.addr; });
+    if (it == areas.begin()) return false;
+    const Area& a = *--it;
+    uint64_t off = addr - a.addr;
+    if (off > a.bytes.size() || dst.size() > a.bytes.size() - off) return false;
+    std::copy_n(a.bytes.begin() + off, dst.size(), dst.begin());
+    return true;
+}
+
+HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes) {
+    // A Process read while its process runs may not verify (its heap pointers move one at a
+    // time): that is busy, not gone. Gone is another pid in its place, or never one reading.
+    bool seen = false;
+    for (int attempt = 1; attempt <= kAttempts; attempt++) {
+        if (attempt > 1) std::this_thread::sleep_for(std::chrono::milliseconds(5 * attempt));
+        auto before = read_entry(vm, c_p);
+        if (before && before->pid != pid) throw UserError("the process exited");
+        seen |= before.has_value();
+        if (!before || before->busy()) continue;
+        HeapSnapshot s;
+        s.proc = *before;
+        s.stop = before->stop;
+        s.hend = before->hend;
+        s.attempts = attempt;
+        Copier copy(vm, s, max_bytes);
+        bool ok = copy.area(before->heap, before->htop) && copy.area(before->stop, before->hend) &&
+                  copy.area(before->old_heap, before->old_htop) && copy.fragments(before->mbuf) &&
+                  copy.queue(before->sig_first) && copy.queue(before->sig_cont) && copy.dictionary(before->dictionary);
+        auto after = read_entry(vm, c_p);
+        if (after && after->pid != pid) throw UserError("the process exited");
+        if (!ok || !after || !after->unchanged_since(*before)) continue;
+        std::sort(s.areas.begin(), s.areas.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
+        for (size_t i = 1; i < s.areas.size(); i++)
+            if (s.areas[i].addr < s.areas[i - 1].addr + s.areas[i - 1].bytes.size())
+                throw UserError("the process's heap areas overlap: its Process does not read right on this build");
+        s.stack.resize((s.hend - s.stop) / 8);
+        s.read(s.stop, std::as_writable_bytes(std::span(s.stack)));
+        dictionary_pairs(s, copy.dict_slots());
+        return s;
+    }
+    if (!seen) throw UserError("the process exited, or its Process does not read right on this build");
+    throw UserError(fmt::format("busy, try again: the process ran during each of {} copies of its heap", kAttempts));
+}
+
+term::TermSource snapshot_terms(const Vm& vm, const HeapSnapshot& s, term::TermSource src) {
+    // The literal area (erts_literals_start, erts_literals_size): constants of loaded code, which
+    // no process changes.
+    uint64_t lit_lo = vm.mem().read<uint64_t>(vm.symbol_address("erts_literals_start")).value_or(0);
+    uint64_t lit_size = vm.mem().read<uint64_t>(vm.symbol_address("erts_literals_size")).value_or(0);
+    const RemoteMemory& mem = vm.mem();
+    src.read = [&s, &mem, lit_lo, lit_size](uint64_t addr, std::span<std::byte> dst) {
+        if (s.read(addr, dst)) return true;
+        bool literal = addr >= lit_lo && addr - lit_lo < lit_size && dst.size() <= lit_size - (addr - lit_lo);
+        return literal && mem.read(addr, dst);
+    };
+    src.read_off_heap = [&mem](uint64_t addr, std::span<std::byte> dst) { return mem.read(addr, dst); };
+    return src;
+}
+
+const char* kind_name(Root::Kind k) {
+    switch (k) {
+        case Root::Kind::Stack: return "stack";
+        case Root::Kind::Dictionary: return "dictionary";
+        case Root::Kind::Message: return "message";
+    }
+    return "?";
+}
+
+std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_function,
+                           const std::function<std::string(uint64_t)>& function_at) {
+    std::vector<Root> roots;
+    // The stack from its top: the running function's Y registers, then a continuation pointer
+    // (a word with the low bits 00) into the caller, the caller's Y registers, and so on.
+    // With frame pointers, a saved frame pointer (an address inside the stack) precedes each.
+    std::string function = current_function;
+    int y = 0;
+    for (uint64_t w : s.stack) {
+        if ((w & 3) == 0) {
+            if (w >= s.stop && w <= s.hend) continue;  // a saved frame pointer
+            function = w ? function_at(w) : "?";
+            y = 0;
+            continue;
+        }
+        int slot = y++;
+        if (term::is_catch(w)) continue;  // a catch tag: control, not data
+        roots.push_back({Root::Kind::Stack, fmt::format("y{}", slot), function, w, 0, {}, {}});
+    }
+    for (const auto& [k, v] : s.dictionary) roots.push_back({Root::Kind::Dictionary, "", "", v, k, {}, {}});
+    for (size_t i = 0; i < s.messages.size(); i++)
+        roots.push_back({Root::Kind::Message, fmt::format("#{}", i + 1), "", s.messages[i], 0, {}, {}});
+    return roots;
+}
+
+}  // namespace bb

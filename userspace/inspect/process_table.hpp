@@ -1,0 +1,66 @@
+// The VM's processes as their Process structs say, read from outside: the process table
+// (erts_proc) and each Process with process_vm_readv, one read each. No BPF, nothing stopped,
+// nothing written. The copies are racy (a process runs, collects or exits while it is read), so
+// every one is checked before it is believed; one that does not verify is counted, not listed.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "target/offsets.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+struct ProcessEntry {
+    uint64_t c_p = 0;    // its Process *
+    uint64_t pid = 0;    // its pid term
+    uint32_t state = 0;  // ERTS_PSFLG_*
+    // Words, as process_info/2 counts them: heap_size (the young heap), the old heap, heap
+    // fragments (mbuf_sz), and stack_size (hend - stop).
+    uint64_t heap_sz = 0, old_heap_sz = 0, mbuf_sz = 0, stack_sz = 0;
+    uint64_t heap_span = 0;  // hend - heap: heap_sz, unless a GC abandoned that heap for a new one
+    uint64_t reds = 0;      // reductions up to its last time on a scheduler
+    int64_t msgq_len = 0;   // messages in its own queue (sig_qs.len)
+    uint64_t reg = 0;       // its RegProc *, 0 if not registered
+    uint64_t reg_name = 0;  // the atom it is registered under (read_process_table() reads it), or 0
+    std::array<uint64_t, 3> initial{};  // module, function, arity
+    uint64_t current = 0;   // const ErtsCodeMFA *, 0 when the VM has not set it
+    uint64_t i = 0;         // where it runs, or resumes
+    // Where its memory is: the young heap [heap, htop), the stack [stop, hend), the old heap
+    // [old_heap, old_htop), heap fragments (mbuf), the inner and middle message queues and the
+    // dictionary (a ProcDict *).
+    uint64_t heap = 0, htop = 0, stop = 0, hend = 0, old_heap = 0, old_htop = 0, mbuf = 0;
+    uint64_t sig_first = 0, sig_cont = 0, dictionary = 0;
+
+    uint64_t total_heap_sz() const { return heap_sz + old_heap_sz + mbuf_sz; }
+    // process_info(P, memory) without what lies outside the Process and its heaps: links,
+    // monitors, and messages not yet on the heap. `proc_size` is sizeof(Process).
+    uint64_t memory(uint32_t proc_size) const { return proc_size + 8 * total_heap_sz(); }
+    // process_info(P, status): exiting, garbage_collecting, suspended, running, runnable, waiting.
+    const char* status() const;
+    // Running, collecting or exiting: its memory changes under a reader.
+    bool busy() const;
+    // The same memory as `o`, as far as a reader can tell: heap pointers, queues, reductions.
+    bool unchanged_since(const ProcessEntry& o) const;
+};
+
+struct ProcessTable {
+    std::vector<ProcessEntry> processes;  // in process-table order
+    size_t unreadable = 0;  // slots whose Process did not verify, or vanished during the read
+    // "" when the sizes read right: heap_sz equals hend - heap in most processes (it does but
+    // while a GC has abandoned a heap), which a wrong offset for it would not give.
+    std::string sizes_mismatch() const;
+};
+
+// One copy of a Process (at least o.proc_size bytes), checked: a pid, heap <= htop <= stop <=
+// hend, sizes that fit the heap's; nullopt when it is not a live process's.
+std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint64_t c_p, const VmOffsets& o);
+
+// Every process of the VM. UserError if the process table itself cannot be read.
+ProcessTable read_process_table(const Vm& vm);
+
+}  // namespace bb

@@ -1,0 +1,199 @@
+#include "inspect/processes.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+#include <vector>
+
+#include "profile/frames.hpp"
+#include "inspect/process_table.hpp"
+#include "inspect/terms.hpp"
+
+namespace bb {
+
+using namespace term;
+
+namespace {
+
+// Index tables (index.h) keep their slots in pages of 2^10.
+constexpr uint64_t kIndexPageShift = 10;
+// An atom is at most 255 characters, of up to 4 UTF-8 bytes each.
+constexpr int kMaxAtomBytes = 255 * 4;
+// Dictionaries bigger than this are not searched for labels (a linear scan per process).
+constexpr uint32_t kMaxDictSlots = 4096;
+// Names kept before the cache starts over (each is read again at its process's next sample).
+constexpr size_t kMaxNames = 100'000;
+const std::string kNoName;
+
+}  // namespace
+
+AtomTable::AtomTable(const Vm& vm) : vm_(vm) {
+    try {
+        table_ = vm.symbol_address("erts_atom_table");
+    } catch (const UserError&) {
+        table_ = 0;
+    }
+}
+
+std::optional<std::string> AtomTable::text(uint64_t term) {
+    if (!is_atom(term) || table_ == 0) return std::nullopt;
+    if (auto it = known_.find(term); it != known_.end()) return it->second;
+    const VmOffsets& o = vm_.offsets();
+    const RemoteMemory& mem = vm_.mem();
+    uint64_t ix = term >> 6;
+    auto entries = mem.read<int32_t>(table_ + o.itab_entries);
+    if (!entries || ix >= static_cast<uint64_t>(std::max(*entries, 0))) return std::nullopt;
+    auto seg = mem.read<uint64_t>(table_ + o.itab_seg_table);
+    auto page = seg ? mem.read<uint64_t>(*seg + 8 * (ix >> kIndexPageShift)) : std::nullopt;
+    auto atom = page ? mem.read<uint64_t>(*page + 8 * (ix & ((1u << kIndexPageShift) - 1))) : std::nullopt;
+    auto len = atom ? mem.read<int16_t>(*atom + o.atom_len) : std::nullopt;
+    auto name = atom ? mem.read<uint64_t>(*atom + o.atom_name) : std::nullopt;
+    if (!len || !name || *len < 0 || *len > kMaxAtomBytes) return std::nullopt;
+    auto bytes = mem.read_bytes(*name, static_cast<size_t>(*len));
+    if (!bytes) return std::nullopt;
+    std::string s(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    known_.emplace(term, s);
+    return s;
+}
+
+ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(raw_names), atoms_(vm) {
+    terms_.read = [&vm](uint64_t addr, std::span<std::byte> dst) { return vm.mem().read(addr, dst); };
+    terms_.atom_text = [this](uint64_t atom) { return atoms_.text(atom); };
+    terms_.pid_text = [&vm](uint64_t pid) { return vm.format_pid(pid); };
+    terms_.layout = vm.release().terms;
+    if (vm.release().atom_text_is_binary) {
+        unavailable_ = fmt::format("OTP {} keeps atom text in binaries, which beam-bpf does not read yet",
+                                   vm.release().major);
+        return;
+    }
+    // init is <0.0.0>, in slot 0 of the process table, registered as init, for the life of
+    // the VM: reading its name through every offset names use checks them all.
+    const VmOffsets& o = vm.offsets();
+    const RemoteMemory& mem = vm.mem();
+    std::optional<uint64_t> init, reg, name;
+    try {
+        auto tab = mem.read<uint64_t>(vm.symbol_address("erts_proc") + o.ptab_tab);
+        init = tab ? mem.read<uint64_t>(*tab) : std::nullopt;
+    } catch (const UserError&) {
+    }
+    reg = init ? mem.read<uint64_t>(*init + o.proc_reg) : std::nullopt;
+    name = reg && *reg ? mem.read<uint64_t>(*reg + o.regproc_name) : std::nullopt;
+    auto text = name ? atoms_.text(*name) : std::nullopt;
+    if (text != "init") {
+        unavailable_ = "the registered name of <0.0.0> does not read as init (struct offsets for names do not fit this build)";
+        return;
+    }
+    auto m = mem.read<uint64_t>(*init + o.proc_initial), f = mem.read<uint64_t>(*init + o.proc_initial + 8);
+    auto a = mem.read<uint64_t>(*init + o.proc_initial + 16);
+    if (!m || !f || !a || !atoms_.text(*m) || !atoms_.text(*f) || *a > 255)
+        unavailable_ = "the initial call of <0.0.0> does not read as one (struct offsets for names do not fit this build)";
+}
+
+std::string ProcessNames::mfa_text(uint64_t m, uint64_t f, uint64_t a) {
+    auto mod = atoms_.text(m), fun = atoms_.text(f);
+    if (!mod || !fun || a > 255) return "";
+    std::string vm_name = fmt::format("{}:{}/{}", printed_atom(*mod), printed_atom(*fun), a);
+    return raw_names_ ? vm_name : display_name(vm_name);
+}
+
+ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
+    DictNames found;
+    const VmOffsets& o = vm_.offsets();
+    const RemoteMemory& mem = vm_.mem();
+    auto dict = mem.read<uint64_t>(c_p + o.proc_dictionary);
+    if (!dict || *dict == 0 || (*dict & 7)) return found;
+    auto used = mem.read<uint32_t>(*dict + o.pdict_used_slots);
+    if (!used || *used == 0 || *used > kMaxDictSlots) return found;
+    std::vector<uint64_t> slots(*used);
+    if (!mem.read(*dict + o.pdict_data, std::as_writable_bytes(std::span(slots)))) return found;
+    // A slot holds nothing, a {Key, Value} tuple, or a list of them (keys that collide).
+    auto take = [&](uint64_t t) {
+        if (!is_boxed(t)) return;
+        std::array<uint64_t, 3> kv;
+        if (!mem.read(t - 2, std::as_writable_bytes(std::span(kv))) || kv[0] != tuple_header(2) || !is_atom(kv[1]))
+            return;
+        auto key = atoms_.text(kv[1]);
+        if (key == "$process_label") found.label = kv[2];
+        else if (key == "$initial_call") found.initial_call = kv[2];
+    };
+    for (uint64_t t : slots) {
+        take(t);
+        for (int n = 0; is_list(t) && n < 64; n++) {
+            auto cell = mem.read<std::array<uint64_t, 2>>(t - 1);
+            if (!cell) break;
+            take((*cell)[0]);
+            t = (*cell)[1];
+        }
+        if (found.label && found.initial_call) break;
+    }
+    return found;
+}
+
+std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
+                                    const std::array<uint64_t, 3>& initial_call) {
+    if (reg_name) {
+        if (auto text = atoms_.text(reg_name)) {
+            constexpr std::string_view kElixir = "Elixir.";
+            if (!raw_names_ && text->starts_with(kElixir) && text->size() > kElixir.size())
+                return text->substr(kElixir.size());
+            return printed_atom(*text);
+        }
+    }
+    // The label and proc_lib's initial call are in the process dictionary, read now: only
+    // while the Process at c_p is still the one sampled.
+    const RemoteMemory& mem = vm_.mem();
+    auto same = [&] { return mem.read<uint64_t>(c_p + vm_.offsets().proc_id) == pid; };
+    if (c_p && same()) {
+        auto [label, initial] = read_dictionary(c_p);
+        std::string text;
+        if (label) text = term::text(terms_, *label).value_or("");
+        if (text.empty() && initial && is_boxed(*initial)) {
+            auto mfa = mem.read<std::array<uint64_t, 4>>(*initial - 2);
+            if (mfa && (*mfa)[0] == tuple_header(3) && is_small((*mfa)[3]))
+                text = mfa_text((*mfa)[1], (*mfa)[2], static_cast<uint64_t>(small_value((*mfa)[3])));
+        }
+        if (!text.empty() && same()) return text;
+    }
+    return mfa_text(initial_call[0], initial_call[1], initial_call[2]);
+}
+
+const std::string& ProcessNames::name(const bb_record& r) {
+    if (!(r.flags & BB_F_PROC)) return kNoName;
+    return name(r.erl_pid, r.c_p, r.reg_name, {r.initial[0], r.initial[1], r.initial[2]});
+}
+
+const std::string& ProcessNames::name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
+                                      const std::array<uint64_t, 3>& initial) {
+    if (!unavailable_.empty() || pid == 0) return kNoName;
+    if (auto it = names_.find(pid); it != names_.end()) return it->second;
+    if (names_.size() >= kMaxNames) names_.clear();
+    return names_.emplace(pid, read_name(pid, c_p, reg_name, initial)).first->second;
+}
+
+const std::string& ProcessNames::known(uint64_t pid_term) const {
+    auto it = names_.find(pid_term);
+    return it == names_.end() ? kNoName : it->second;
+}
+
+std::string ProcessNames::root_frame(uint64_t pid_term) const {
+    std::string pid = vm_.format_pid(pid_term);
+    const std::string& n = known(pid_term);
+    return n.empty() ? pid : n + " " + pid;
+}
+
+std::optional<uint64_t> ProcessNames::whereis(std::string_view wanted) {
+    if (!unavailable_.empty()) return std::nullopt;
+    for (const ProcessEntry& e : read_process_table(vm_).processes) {
+        auto text = e.reg_name ? atoms_.text(e.reg_name) : std::nullopt;
+        // 'Elixir.MyApp.Repo' answers to MyApp.Repo as well.
+        if (text && (*text == wanted || printed_atom(*text) == wanted ||
+                     (text->starts_with("Elixir.") && std::string_view(*text).substr(7) == wanted)))
+            return e.pid;
+    }
+    return std::nullopt;
+}
+
+}  // namespace bb

@@ -1,0 +1,78 @@
+// Who an Erlang process is, in the words an operator uses: its registered name, its process
+// label (proc_lib:set_label/1, OTP 27), or its initial call. The walker records the registered
+// name and the VM's initial call at the sample; the rest is read here from the VM's memory (its
+// atom table, the process table, a process's dictionary): untrusted, bounded, never written.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "beam_bpf.h"
+#include "inspect/terms.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+// Atom text from erts_atom_table. Atoms are never freed, so each is read once.
+class AtomTable {
+public:
+    explicit AtomTable(const Vm& vm);
+    // The text of an atom term ("init"); nullopt if `term` is not an atom of this VM or its
+    // text cannot be read.
+    std::optional<std::string> text(uint64_t term);
+
+private:
+    const Vm& vm_;
+    uint64_t table_ = 0;  // &erts_atom_table
+    std::unordered_map<uint64_t, std::string> known_;
+};
+
+// What a process is called in reports, read once per pid: the first sample of a process names
+// it for the rest of the run.
+class ProcessNames {
+public:
+    ProcessNames(const Vm& vm, bool raw_names);
+    // Why names are not read on this VM ("" when they are): checked once at attach, by reading
+    // the name init (<0.0.0>) is registered under.
+    const std::string& unavailable() const { return unavailable_; }
+
+    // "my_server", "{worker,3}" (a label), "MyApp.Conn.init/1" (an initial call), or "" when
+    // none is known; for a record the walker attributed to a process (BB_F_PROC).
+    const std::string& name(const bb_record& r);
+    // The same for any process: its pid term, Process *, registered name (atom, or 0) and
+    // initial call as the VM keeps them (module, function, arity).
+    const std::string& name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
+    // "lists:foldl/3" (or as Elixir writes it) for an ErtsCodeMFA's words; "" if they are not one.
+    std::string mfa_text(uint64_t m, uint64_t f, uint64_t a);
+    // The name already read for `pid_term` ("" if none).
+    const std::string& known(uint64_t pid_term) const;
+    // "name <0.85.0>", or the pid alone when no name was read for it.
+    std::string root_frame(uint64_t pid_term) const;
+
+    // The pid term of the process now registered as `name` (a scan of the process table);
+    // nullopt when none is.
+    std::optional<uint64_t> whereis(std::string_view name);
+    // Atom and pid text for the term printer (reads go to the VM's memory).
+    const term::TermSource& term_source() const { return terms_; }
+
+private:
+    std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
+    // The values of '$process_label' and '$initial_call' in the dictionary of the process at
+    // c_p, in one pass over it.
+    struct DictNames {
+        std::optional<uint64_t> label, initial_call;
+    };
+    DictNames read_dictionary(uint64_t c_p);
+
+    const Vm& vm_;
+    bool raw_names_;
+    AtomTable atoms_;
+    term::TermSource terms_;  // the VM's memory, atoms and pids
+    std::string unavailable_;
+    std::unordered_map<uint64_t, std::string> names_;  // pid term -> name
+};
+
+}  // namespace bb

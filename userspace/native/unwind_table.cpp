@@ -1,0 +1,358 @@
+#include "native/unwind_table.hpp"
+#include "target/proc_maps.hpp"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace bb {
+
+namespace {
+
+// x86-64 DWARF register numbers.
+constexpr int kRbp = 6, kRsp = 7, kReturnAddress = 16;
+// However garbled a file, compiling it stops here.
+constexpr size_t kMaxRowsPerFile = 4u << 20;
+constexpr size_t kMaxRowsPerFde = 1u << 16;
+
+struct ElfCloser {
+    void operator()(Elf* e) const { elf_end(e); }
+};
+struct CfiCloser {
+    void operator()(Dwarf_CFI* c) const { dwarf_cfi_end(c); }
+};
+
+// The offset N of a "CFA + N" rule as libdw spells it (DW_OP_call_frame_cfa, then an addition).
+std::optional<int64_t> cfa_plus(const Dwarf_Op* ops, size_t nops) {
+    if (nops == 0 || ops[0].atom != DW_OP_call_frame_cfa) return std::nullopt;
+    if (nops == 1) return 0;
+    if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) return static_cast<int64_t>(ops[1].number);
+    if (nops == 3 && ops[1].atom == DW_OP_consts && ops[2].atom == DW_OP_plus) return static_cast<int64_t>(ops[1].number);
+    return std::nullopt;
+}
+
+// The rules of one range, as the walker can follow them (or BB_CFA_BAD / BB_CFA_END).
+bb_unwind_row row_of(Dwarf_Frame* frame) {
+    bb_unwind_row row{};
+    row.cfa_rule = BB_CFA_BAD;
+    Dwarf_Op ops_mem[3];
+    Dwarf_Op* ops = nullptr;
+    size_t nops = 0;
+
+    // The return address: at CFA - 8 as a call leaves it, or undefined at a thread's root.
+    if (dwarf_frame_register(frame, kReturnAddress, ops_mem, &ops, &nops) != 0) return row;
+    if (nops == 0 && ops) {
+        row.cfa_rule = BB_CFA_END;
+        return row;
+    }
+    if (auto off = cfa_plus(ops, nops); !off || *off != -8) return row;
+
+    if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 1) return row;
+    int reg;
+    int64_t off;
+    if (ops[0].atom == DW_OP_bregx) {
+        reg = static_cast<int>(ops[0].number);
+        off = static_cast<int64_t>(ops[0].number2);
+    } else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+        reg = ops[0].atom - DW_OP_breg0;
+        off = static_cast<int64_t>(ops[0].number);
+    } else {
+        return row;
+    }
+    if ((reg != kRsp && reg != kRbp) || off < 0 || off % 8 || off / 8 > UINT16_MAX) return row;
+
+    // The caller's rbp: unchanged, or saved in the frame. In another register: not followed.
+    if (dwarf_frame_register(frame, kRbp, ops_mem, &ops, &nops) != 0) return row;
+    int64_t slot = 0;
+    if (nops != 0) {
+        auto saved = cfa_plus(ops, nops);
+        if (!saved || *saved >= 0 || *saved % 8 || *saved / 8 < INT8_MIN) return row;
+        slot = *saved / 8;
+    }
+    row.cfa_rule = reg == kRsp ? BB_CFA_RSP : BB_CFA_RBP;
+    row.cfa_words = static_cast<uint16_t>(off / 8);
+    row.rbp_slot = static_cast<int8_t>(slot);
+    return row;
+}
+
+bool same_rules(const bb_unwind_row& a, const bb_unwind_row& b) {
+    return a.cfa_rule == b.cfa_rule && a.cfa_words == b.cfa_words && a.rbp_slot == b.rbp_slot;
+}
+
+// Size of a pointer in an .eh_frame_hdr field, by its DW_EH_PE encoding; 0 if unsupported.
+size_t encoded_size(uint8_t enc) {
+    switch (enc & 0x0f) {
+        case DW_EH_PE_absptr: return enc == DW_EH_PE_omit ? 0 : 8;
+        case DW_EH_PE_udata4:
+        case DW_EH_PE_sdata4: return 4;
+        case DW_EH_PE_udata8:
+        case DW_EH_PE_sdata8: return 8;
+        default: return 0;
+    }
+}
+
+// The start of every FDE, from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME).
+std::vector<uint64_t> fde_starts(Elf* elf, const char* image, size_t image_size, std::string& error) {
+    std::vector<uint64_t> starts;
+    size_t nphdr = 0;
+    if (elf_getphdrnum(elf, &nphdr) != 0) {
+        error = "no program headers";
+        return starts;
+    }
+    for (size_t i = 0; i < nphdr; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, static_cast<int>(i), &ph) || ph.p_type != PT_GNU_EH_FRAME) continue;
+        if (ph.p_offset > image_size || ph.p_filesz > image_size - ph.p_offset || ph.p_filesz < 4) {
+            error = ".eh_frame_hdr outside the file";
+            return starts;
+        }
+        const auto* hdr = reinterpret_cast<const uint8_t*>(image + ph.p_offset);
+        size_t n = ph.p_filesz;
+        uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
+        size_t ptr_size = encoded_size(ptr_enc), count_size = encoded_size(count_enc);
+        if (hdr[0] != 1 || count_size == 0 || (count_enc & 0x70) != DW_EH_PE_absptr ||
+            table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4)) {
+            error = fmt::format(".eh_frame_hdr of an unsupported form (version {}, encodings {:#x} {:#x})", hdr[0],
+                                count_enc, table_enc);
+            return starts;
+        }
+        size_t at = 4 + ptr_size;
+        if (at + count_size > n) {
+            error = "truncated .eh_frame_hdr";
+            return starts;
+        }
+        uint64_t count = 0;
+        std::memcpy(&count, hdr + at, count_size);  // little-endian
+        at += count_size;
+        if (count > (n - at) / 8) {
+            error = "truncated .eh_frame_hdr";
+            count = (n - at) / 8;
+        }
+        starts.reserve(count);
+        for (uint64_t k = 0; k < count; k++) {
+            int32_t loc;
+            std::memcpy(&loc, hdr + at + k * 8, 4);
+            starts.push_back(ph.p_vaddr + static_cast<int64_t>(loc));
+        }
+        std::sort(starts.begin(), starts.end());
+        starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+        return starts;
+    }
+    error = "no .eh_frame_hdr";
+    return starts;
+}
+
+UnwindTable compile(Elf* elf) {
+    UnwindTable t;
+    size_t image_size = 0;
+    const char* image = elf ? elf_rawfile(elf, &image_size) : nullptr;
+    GElf_Ehdr eh;
+    if (!image || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh)) {
+        t.error = "not an ELF file";
+        return t;
+    }
+    if (eh.e_machine != EM_X86_64) {
+        t.error = "not x86-64";
+        return t;
+    }
+    std::vector<uint64_t> starts = fde_starts(elf, image, image_size, t.error);
+    if (starts.empty()) {
+        if (t.error.empty()) t.error = "no FDEs";
+        return t;
+    }
+    std::unique_ptr<Dwarf_CFI, CfiCloser> cfi(dwarf_getcfi_elf(elf));
+    if (!cfi) {
+        t.error = fmt::format("no .eh_frame: {}", dwarf_errmsg(-1));
+        return t;
+    }
+    if (starts.back() > UINT32_MAX) {
+        t.error = "code above 4 GiB";
+        return t;
+    }
+    auto add = [&](uint64_t pc, bb_unwind_row row) {
+        row.pc = static_cast<uint32_t>(pc);
+        if (!t.rows.empty() && t.rows.back().pc == row.pc) t.rows.pop_back();  // an empty range
+        if (t.rows.empty() || !same_rules(t.rows.back(), row)) t.rows.push_back(row);
+    };
+    for (size_t i = 0; i < starts.size() && t.rows.size() < kMaxRowsPerFile; i++) {
+        uint64_t next = i + 1 < starts.size() ? starts[i + 1] : UINT32_MAX;
+        uint64_t addr = starts[i];
+        for (size_t k = 0; addr < next && k < kMaxRowsPerFde; k++) {
+            Dwarf_Frame* frame = nullptr;
+            if (dwarf_cfi_addrframe(cfi.get(), addr, &frame) != 0) break;
+            Dwarf_Addr lo = 0, hi = 0;
+            bool signal = false;
+            dwarf_frame_info(frame, &lo, &hi, &signal);
+            bb_unwind_row row = row_of(frame);
+            std::free(frame);
+            if (hi <= addr || lo > addr) break;  // garbage: the range must move on
+            if (row.cfa_rule == BB_CFA_BAD) t.bad_rows++;
+            add(addr, row);
+            addr = std::min<uint64_t>(hi, UINT32_MAX);
+        }
+        if (addr > starts[i]) t.functions.emplace_back(starts[i], addr);
+        // Up to the next FDE, no row: an unwind that lands there stops.
+        if (addr < next) add(addr, bb_unwind_row{});
+    }
+    if (!t.rows.empty()) {
+        uint64_t lo = t.rows.front().pc, span = t.rows.back().pc - lo;
+        t.buckets.reserve(span / BB_UNWIND_BUCKET + 1);
+        size_t r = 0;
+        for (uint64_t b = 0; b <= span / BB_UNWIND_BUCKET; b++) {
+            uint64_t at = lo + b * BB_UNWIND_BUCKET;
+            while (r + 1 < t.rows.size() && t.rows[r + 1].pc <= at) r++;
+            t.buckets.push_back(static_cast<uint32_t>(r));
+        }
+    }
+    return t;
+}
+
+}  // namespace
+
+std::optional<std::pair<uint64_t, uint64_t>> UnwindTable::function_at(uint64_t pc) const {
+    auto it = std::upper_bound(functions.begin(), functions.end(), pc,
+                               [](uint64_t v, const auto& f) { return v < f.first; });
+    if (it == functions.begin()) return std::nullopt;
+    --it;
+    if (pc >= it->second) return std::nullopt;
+    return *it;
+}
+
+UnwindTable compile_unwind_table(const void* bytes, size_t size) {
+    elf_version(EV_CURRENT);
+    // elf_memory() may convert the image in place: it gets a copy.
+    std::vector<char> image(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    std::unique_ptr<Elf, ElfCloser> elf(elf_memory(image.data(), image.size()));
+    return compile(elf.get());
+}
+
+UnwindTable compile_unwind_table(const std::string& path) {
+    elf_version(EV_CURRENT);
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        UnwindTable t;
+        t.error = fmt::format("cannot open: {}", std::strerror(errno));
+        return t;
+    }
+    UnwindTable t;
+    {
+        std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+        t = compile(elf.get());
+    }
+    close(fd);
+    return t;
+}
+
+namespace {
+
+std::vector<Mapping> exec_mappings(pid_t pid) {
+    std::vector<Mapping> out;
+    for (auto& m : read_maps(pid))
+        if (m.executable() && m.is_file()) out.push_back(std::move(m));
+    return out;
+}
+
+// Runtime minus link-time address for the mapping of `file_offset` at `start`: from the PT_LOAD
+// that holds that offset. nullopt when none does.
+std::optional<uint64_t> bias_of(const std::string& file, uint64_t start, uint64_t file_offset) {
+    int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    std::optional<uint64_t> bias;
+    if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+        size_t n = 0;
+        if (elf_getphdrnum(elf, &n) == 0)
+            for (size_t i = 0; i < n && !bias; i++) {
+                GElf_Phdr ph;
+                if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
+                    file_offset >= (ph.p_offset & ~0xfffull) && file_offset < ph.p_offset + ph.p_filesz)
+                    bias = start - file_offset - (ph.p_vaddr - ph.p_offset);
+            }
+        elf_end(elf);
+    }
+    close(fd);
+    return bias;
+}
+
+}  // namespace
+
+NativeUnwind::NativeUnwind(pid_t pid) : pid_(pid), max_rows_(SIZE_MAX) {
+    elf_version(EV_CURRENT);
+    refresh();
+    max_rows_ = std::max<size_t>(1u << 20, 2 * rows_.size());
+}
+
+size_t NativeUnwind::refresh() {
+    size_t added = 0;
+    for (const auto& m : exec_mappings(pid_)) {
+        bool known = false;
+        for (const auto& k : modules_) known |= k.start == m.start && k.end == m.end;
+        if (known || modules_.size() >= BB_MAX_UNWIND_MODULES) continue;
+        // The target's own view of the path: a VM in a container maps its own files.
+        std::string file = root_path(pid_, m.path);
+        std::string name = m.path.substr(m.path.rfind('/') + 1);
+        auto& table = tables_[m.path];
+        if (!table) {
+            table = std::make_shared<const UnwindTable>(compile_unwind_table(file));
+            if (!table->error.empty()) skipped_.push_back(fmt::format("{}: {}", name, table->error));
+        }
+        auto bias = bias_of(file, m.start, m.offset);
+        if (table->rows.empty() || !bias) continue;
+        // BB_INJECT_UNWIND_GARBAGE=1 (tests only): rows whose rules match nothing in the code, so
+        // the walker follows garbage CFAs and reads garbage return addresses. It must flag
+        // and stop, never crash or loop (tests/integration/native_test.cpp).
+        if (getenv("BB_INJECT_UNWIND_GARBAGE")) {
+            auto g = std::make_shared<UnwindTable>(*table);
+            std::mt19937 rng(static_cast<uint32_t>(g->rows.size()));
+            for (auto& r : g->rows) {
+                r.cfa_rule = static_cast<uint8_t>(rng() % 5);
+                r.cfa_words = static_cast<uint16_t>(rng());
+                r.rbp_slot = static_cast<int8_t>(rng());
+            }
+            table = g;
+        }
+        if (rows_.size() + table->rows.size() > max_rows_ || buckets_.size() + table->buckets.size() > max_rows_) {
+            skipped_.push_back(fmt::format("{}: no room for its {} unwind rows", name, table->rows.size()));
+            continue;
+        }
+        bb_unwind_module mod{m.start,
+                             m.end,
+                             *bias,
+                             static_cast<uint32_t>(rows_.size()),
+                             static_cast<uint32_t>(table->rows.size()),
+                             static_cast<uint32_t>(buckets_.size()),
+                             static_cast<uint32_t>(table->buckets.size()),
+                             table->rows.front().pc,
+                             0};
+        rows_.insert(rows_.end(), table->rows.begin(), table->rows.end());
+        buckets_.insert(buckets_.end(), table->buckets.begin(), table->buckets.end());
+        modules_.push_back(mod);
+        paths_.push_back(m.path);
+        module_tables_.push_back(table);
+        added++;
+    }
+    return added;
+}
+
+std::optional<NativeUnwind::Function> NativeUnwind::function_at(uint64_t addr) const {
+    for (size_t i = 0; i < modules_.size(); i++) {
+        const auto& m = modules_[i];
+        if (addr < m.start || addr >= m.end) continue;
+        if (auto f = module_tables_[i]->function_at(addr - m.bias)) return Function{paths_[i], f->first, f->second, m.bias};
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace bb

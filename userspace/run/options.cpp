@@ -1,0 +1,180 @@
+#include "run/options.hpp"
+
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace bb {
+
+const char* event_name(Event e) {
+    switch (e) {
+    case Event::cpu_clock: return "cpu-clock";
+    case Event::cycles: return "cycles";
+    case Event::alloc: return "alloc";
+    }
+    return "?";
+}
+
+void add_common_options(CLI::App& app, CommonOptions& o) {
+    app.add_option("PID", o.pid, "OS pid of the running beam.smp")->required();
+    app.add_option("-F,--frequency", o.frequency,
+                   "samples per second of each of the VM's threads while it runs (cpu-clock event)")
+        ->capture_default_str();
+    app.add_flag("--per-cpu", o.per_cpu,
+                 "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
+                 "threads: every process on the machine then takes the sampling interrupts (see README)");
+    app.add_option_function<std::string>(
+           "-e,--event",
+           [&o](const std::string& name) {
+               for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc})
+                   if (name == event_name(e)) o.event = e;
+           },
+                   "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
+                   "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
+                   "VMs), or alloc (beam-bpf-sample: an allocation profile, stacks weighed by the words each "
+                   "process allocated on its heap, taken at every garbage collection; see README)")
+        ->check(CLI::IsMember({"cpu-clock", "cycles", "alloc"}));
+    app.add_option("--period", o.period,
+                   "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
+    app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
+    app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
+    app.add_option("-f,--format", o.format,
+                   "the report: top (a table of functions), folded (collapsed stacks for flamegraph.pl "
+                   "and inferno: root first, ';'-separated, a space and the count), pprof (gzipped "
+                   "profile.proto for go tool pprof, Pyroscope, Parca; needs -o or a redirect), "
+                   "speedscope (JSON for speedscope.app), html (a flame graph in one file, opened in "
+                   "any browser, offline)")
+        ->capture_default_str();
+    app.add_flag("--folded", o.folded, "short for --format folded");
+    app.add_flag("--lines", o.lines,
+                 "tell lines apart: (file.erl:LINE) after Erlang frames (pprof always has the lines)");
+    app.add_flag("--raw-names", o.raw_names,
+                 "name functions as the VM's atoms ('Elixir.MyApp.Repo':all/2) instead of as Elixir "
+                 "writes them (MyApp.Repo.all/2)");
+    app.add_flag("--only-erlang", o.only_erlang,
+                 "show Erlang frames only; samples without an Erlang process are left out (and no native "
+                 "frames are unwound)");
+    app.add_option("--native-depth", o.native_depth,
+                   fmt::format("native frames unwound in the kernel per sample, from the .eh_frame of beam.smp and "
+                               "every library it maps, below the Erlang ones (0 to {}; 0: the native leaf only)",
+                               BB_MAX_NATIVE_FRAMES))
+        ->capture_default_str();
+    app.add_flag("--kernel", o.kernel,
+                 "add the kernel's frames to samples taken in a system call or fault (named from "
+                 "/proc/kallsyms), as perf shows them");
+    app.add_option("--max-depth", o.max_depth,
+                   fmt::format("Erlang frames kept per sample, the running function and the leaf-most callers (2 to {}); deeper "
+                               "stacks are counted as truncated",
+                               BB_MAX_FRAMES))
+        ->capture_default_str();
+    app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
+    app.add_option("--process", o.process,
+                   "only samples of this Erlang process: a pid ('<0.85.0>') or a registered name "
+                   "(my_server, MyApp.Repo), looked up when sampling starts; filtered in the kernel");
+    app.add_flag("--by-process", o.by_process,
+                 "group samples by Erlang process: each stack gets a root frame naming its process "
+                 "(registered name, else process label, else initial call; then the pid), in every format");
+    app.add_option("--every", o.every,
+                   "continuous profiling: write a report every SECONDS, each to the files -o names "
+                   "with %t replaced by its start time (e.g. -o 'prof-%t.pb.gz'), for Pyroscope, Parca or "
+                   "an archive; memory stays flat");
+    app.add_option("--stats", o.stats_file,
+                   "write the run's figures (counters, BPF time per sample, start-up, peak RSS) as JSON");
+    app.add_option("--offsets", o.offsets_file,
+                   "struct offset table to use instead of the built-in ones (made by beam-bpf-offsets); "
+                   "checked against the live VM");
+}
+
+namespace {
+
+// The formats of --format ("top", or several: "html,pprof").
+std::vector<Format> formats_of(const CommonOptions& o) {
+    if (o.folded && o.format != "top" && o.format != "folded")
+        throw UserError(fmt::format("--folded and --format {}: choose one", o.format));
+    std::vector<Format> out;
+    const std::string spec = o.folded ? "folded" : o.format;
+    std::string_view rest = spec;
+    while (true) {
+        size_t comma = rest.find(',');
+        std::string_view name = rest.substr(0, comma);
+        auto f = parse_format(name);
+        if (!f) throw UserError(fmt::format("--format {}: the formats are {}", name, format_names()));
+        if (std::find(out.begin(), out.end(), *f) != out.end())
+            throw UserError(fmt::format("--format {}: {} twice", o.format, name));
+        out.push_back(*f);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+    }
+    return out;
+}
+
+}  // namespace
+
+void resolve(CommonOptions& o) {
+    if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
+        throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
+    if (o.period && o.period < 10000)
+        throw UserError(fmt::format("--period {}: at least 10000 {}", o.period,
+                                    o.event == Event::cycles ? "cycles" : "ns"));
+    if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
+        throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
+    if (o.duration < 0) throw UserError("-d must not be negative");
+    if (o.native_depth > BB_MAX_NATIVE_FRAMES)
+        throw UserError(fmt::format("--native-depth {}: must be 0 to {}", o.native_depth, BB_MAX_NATIVE_FRAMES));
+    if (o.kernel && o.only_erlang) throw UserError("--kernel adds kernel frames: not with --only-erlang");
+    o.formats = formats_of(o);
+    bool to_stdout = o.output.empty() || o.output == "-";
+    if (o.every < 0 || (o.every > 0 && o.every < 1)) throw UserError(fmt::format("--every {}: at least 1 second", o.every));
+    if (o.every > 0 && o.output.find("%t") == std::string::npos)
+        throw UserError("--every needs -o with %t in it (each report's start time), e.g. -o 'prof-%t.pb.gz'");
+    if (o.formats.size() > 1 && to_stdout)
+        throw UserError(fmt::format("--format {}: several formats need -o PREFIX (each gets its own file)", o.format));
+    if (is_binary(o.formats.front()) && to_stdout && isatty(STDOUT_FILENO))
+        throw UserError(fmt::format("--format {} writes binary data: give -o FILE or redirect stdout", o.format));
+    // A cpu-clock sample stands for 1/F s (or --period ns) of CPU time; cycles and allocation
+    // records are counts only.
+    o.ns_per_sample = o.event != Event::cpu_clock ? 0 : o.period ? o.period : 1'000'000'000ull / o.frequency;
+}
+
+std::string describe_event(const CommonOptions& o) {
+    if (o.event == Event::alloc) return "alloc: words allocated, at every GC entry";
+    std::string rate = o.period ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
+                                : fmt::format("{} Hz", o.frequency);
+    return fmt::format("{} {} {}", event_name(o.event), rate, o.per_cpu ? "per CPU" : "per VM thread");
+}
+
+SamplerConfig sampler_config(const CommonOptions& o) {
+    SamplerConfig c;
+    c.frequency_hz = o.frequency;
+    c.period_ns = o.period;
+    c.per_cpu = o.per_cpu;
+    c.cycles = o.event == Event::cycles;
+    c.alloc = o.event == Event::alloc;
+    c.max_frames = o.max_depth;
+    c.max_native_frames = o.only_erlang ? 0 : o.native_depth;
+    c.kernel_stacks = o.kernel;
+    c.measure_walk = !o.stats_file.empty();
+    return c;
+}
+
+void check_privileges() {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (syscall(SYS_capget, &hdr, data) != 0) throw UserError("cannot read this process's capabilities");
+    auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1; };
+    std::vector<std::string> missing;
+    if (!has(CAP_BPF) && !has(CAP_SYS_ADMIN)) missing.push_back("CAP_BPF");
+    if (!has(CAP_PERFMON) && !has(CAP_SYS_ADMIN)) missing.push_back("CAP_PERFMON");
+    if (!has(CAP_SYS_PTRACE)) missing.push_back("CAP_SYS_PTRACE");
+    if (missing.empty()) return;
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw UserError(fmt::format("insufficient privileges: missing {}; run as root or grant CAP_BPF, "
+                                "CAP_PERFMON and CAP_SYS_PTRACE",
+                                list));
+}
+
+}  // namespace bb

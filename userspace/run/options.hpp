@@ -1,0 +1,61 @@
+// The run's configuration, typed: what beam-bpf-sample and beam-bpf-blame are asked on the
+// command line, checked and resolved once (resolve()) before anything attaches.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "report/report.hpp"
+#include "sampling/sampler.hpp"
+
+namespace bb {
+
+// What counts towards a sample.
+enum class Event {
+    cpu_clock,  // CPU time of each VM thread (works everywhere)
+    cycles,     // hardware CPU cycles (a PMU)
+    alloc,      // beam-bpf-sample -e alloc: words allocated on process heaps
+};
+const char* event_name(Event e);
+
+struct CommonOptions {
+    int pid = 0;
+    uint64_t frequency = 999;
+    uint64_t period = 0;         // --period: ns of CPU time (cpu-clock) or cycles; overrides -F
+    bool per_cpu = false;        // one event per CPU instead of one per VM thread
+    Event event = Event::cpu_clock;
+    double duration = 0;      // 0: until Ctrl-C
+    size_t top = 20;
+    std::string format = "top";  // report/report.hpp, comma-separated; --folded: --format folded
+    bool folded = false;
+    bool lines = false;
+    bool raw_names = false;
+    bool only_erlang = false;
+    uint32_t max_depth = 512;
+    uint32_t native_depth = 64;  // native frames unwound per sample below the leaf (0: the leaf only)
+    bool kernel = false;         // the kernel's frames of samples in system calls
+    std::string output;       // empty: stdout
+    std::string offsets_file;
+    std::string process;      // "<0.85.0>" or a registered name: only this Erlang process
+    bool by_process = false;  // a root frame per process: name, then pid
+    std::string stats_file;   // JSON figures of the run, for the bench
+    double every = 0;         // --every: one report per this many seconds, -o names them by %t
+
+    // Resolved by resolve(), from the above:
+    std::vector<Format> formats;
+    uint64_t ns_per_sample = 0;  // the CPU time a cpu-clock sample stands for; 0 for counts
+};
+
+void add_common_options(CLI::App& app, CommonOptions& o);
+// Checks what CLI11 cannot (ranges, combinations, -o) and fills the resolved fields;
+// throws UserError.
+void resolve(CommonOptions& o);
+SamplerConfig sampler_config(const CommonOptions& o);
+// "cpu-clock 999 Hz per VM thread", for the attach line.
+std::string describe_event(const CommonOptions& o);
+// Root, or the three capabilities; UserError naming the missing ones otherwise.
+void check_privileges();
+
+}  // namespace bb

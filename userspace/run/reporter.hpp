@@ -1,0 +1,44 @@
+// Aggregates the run's samples and writes them in --format: at the end, or with --every at
+// the end of each interval (then forgets them: memory stays flat however long it runs).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "profile/aggregate.hpp"
+#include "report/report.hpp"
+#include "run/session.hpp"
+
+namespace bb {
+
+// Who ran a sample: its process if the walker attributed it to one, and its scheduler.
+inline Who who_of(const bb_record& r) {
+    return {(r.flags & BB_F_PROC) ? r.erl_pid : 0,
+            r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
+}
+
+class Reporter {
+public:
+    // `unit`: what a sample counts ("samples", "calls", "words": -e alloc's weights).
+    Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top);
+    void add(const bb_record& r, std::span<const uint32_t> frames);
+    // From the run loop: writes and starts a new interval when --every has passed.
+    void tick(uint64_t now_ns);
+    // The last interval (or the only report).
+    void finish(uint64_t now_ns);
+    // A line above the top table (beam-bpf-blame's "N samples of FUNC").
+    void set_heading(std::string h) { heading_ = std::move(h); }
+
+private:
+    void write(uint64_t now_ns);
+    Session& s_;
+    const CommonOptions& o_;
+    const char* unit_;
+    bool weigh_words_;  // unit "words": records weigh what they allocated
+    TopOptions top_;
+    std::string heading_;
+    Aggregator agg_;
+    uint64_t interval_start_ns_ = 0;  // monotonic
+};
+
+}  // namespace bb

@@ -1,0 +1,22 @@
+// The run loop: drain the sampler's ring, symbolize each record into frames, hand them on,
+// until a deadline, a signal, the VM's exit or the caller's `done`.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "run/run_stats.hpp"
+#include "run/session.hpp"
+
+namespace bb {
+
+// Drains the session's sampler until `duration` (0: no limit), SIGINT/SIGTERM, the VM's exit, or
+// `done` returning true. Each record (of --process only: BPF drops the others) is symbolized
+// into root-first frame ids and handed to `on_stack`; `tick` gets the monotonic time once per
+// drain while the run goes on.
+RunStats run_loop(Session& s, const CommonOptions& o,
+                  const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
+                  const std::function<bool()>& done = {},
+                  const std::function<void(uint64_t)>& tick = {});
+
+}  // namespace bb

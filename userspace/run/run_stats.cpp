@@ -1,0 +1,91 @@
+#include "run/run_stats.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace bb {
+
+void RunStats::count(const bb_record& r) {
+    records++;
+    alloc_words += r.alloc_words;
+    frag_words += r.frag_words;
+    if (r.flags & BB_F_TRUNCATED) truncated++;
+    if (r.flags & BB_F_BAD_PROC) unreadable++;
+    if (r.flags & BB_F_NOT_RUNNING) not_running++;
+    if (r.flags & BB_F_FP_WALK) fp_walked++;
+    native_frames += r.nnative;
+    if (r.flags & BB_F_NATIVE_NO_ROW) native_no_row++;
+    if (r.flags & BB_F_NATIVE_BAD) native_bad++;
+    if (r.flags & BB_F_NATIVE_TRUNCATED) native_truncated++;
+    if (r.flags & BB_F_BLAME_SCAN) blame_scan++;
+}
+
+void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what) {
+    fmt::print(stderr,
+               "{}: {} {} in {:.1f} s, {} dropped, {} truncated, {} unsymbolized frames, "
+               "{} unreadable processes{}{}{}\n",
+               tool_name(), s.records, what, s.seconds, c.dropped, s.truncated, sym.unsymbolized(), s.unreadable,
+               s.vm_exited ? "; the VM exited during the run, this is what was collected" : "",
+               c.handler_errors ? fmt::format("; {} records lost to errors (first: {})", c.handler_errors,
+                                              c.first_handler_error)
+                                : "",
+               s.error.empty() ? "" : "; stopped early: " + s.error + ", this is what was collected");
+}
+
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym) {
+    if (o.stats_file.empty()) return;
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    nlohmann::json j = {
+        {"records", s.records},
+        {"seconds", s.seconds},
+        {"first_record_s", s.first_record_s},
+        {"seen", c.seen},
+        {"event", event_name(o.event)},
+        {"events", c.events},
+        {"bpf_prog_run_cnt", c.prog_run_cnt},
+        {"emitted", c.emitted},
+        {"dropped", c.dropped},
+        {"filtered", c.filtered},
+        {"truncated", s.truncated},
+        {"unreadable", s.unreadable},
+        {"not_running", s.not_running},
+        {"alloc_words", s.alloc_words},
+        {"message_words", s.frag_words},
+        {"handler_errors", c.handler_errors},
+        {"code_events", c.code_events},
+        {"code_events_lost", c.code_events_lost},
+        {"fp_walked", s.fp_walked},
+        {"native_frames", s.native_frames},
+        {"native_unwind_stopped", s.native_no_row + s.native_bad + s.native_truncated},
+        {"native_no_row", s.native_no_row},
+        {"native_bad_rule", s.native_bad},
+        {"native_truncated", s.native_truncated},
+        {"blame_by_scan", s.blame_scan},
+        {"unwind_rows", sym.unwind() ? sym.unwind()->rows().size() : 0},
+        {"unwind_files", sym.unwind() ? sym.unwind()->modules().size() : 0},
+        {"unwind_table_bytes", sym.unwind() ? sym.unwind()->table_bytes() : 0},
+        {"unwind_skipped", sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{}},
+        {"unsymbolized_frames", sym.unsymbolized()},
+        {"bpf_walk_ns_total", c.walk_ns},
+        {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},
+        {"bpf_walk_ns_log2_hist", c.walk_hist},
+        // Of the handler time, what unwinding native frames took: per native frame.
+        {"bpf_native_walk_ns_total", c.native_walk_ns},
+        {"bpf_ns_per_native_frame", s.native_frames ? double(c.native_walk_ns) / s.native_frames : 0.0},
+        {"peak_rss_kib", ru.ru_maxrss},
+        {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
+        {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
+        {"jit_modules", sym.jit().module_count()},
+        {"vm_exited", s.vm_exited},
+        {"error", s.error},
+    };
+    std::ofstream f(o.stats_file);
+    f << j.dump(2) << "\n";
+    if (!f) throw UserError(fmt::format("cannot write {}", o.stats_file));
+}
+
+}  // namespace bb

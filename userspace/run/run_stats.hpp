@@ -1,0 +1,40 @@
+// The figures of one run: counted by the run loop, printed as the summary line and written
+// as --stats JSON (what tests and the bench read).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "beam_bpf.h"
+#include "run/options.hpp"
+#include "sampling/sampler.hpp"
+#include "symbols/symbolizer.hpp"
+
+namespace bb {
+
+struct RunStats {
+    uint64_t records = 0;     // handled (after --process)
+    double first_record_s = -1;  // from the tool's launch to the first record handled
+    uint64_t truncated = 0, unreadable = 0;
+    uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
+    uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
+    // Native frames in the records, and the walks that stopped short: no row for an address, a
+    // rule the walker does not follow, the --native-depth limit; blame decided by the scan.
+    uint64_t native_frames = 0, native_no_row = 0, native_bad = 0, native_truncated = 0, blame_scan = 0;
+    // -e alloc: words allocated by the code on the records' stacks, and the words of other heap
+    // fragments (received messages, NIF environments) counted apart.
+    uint64_t alloc_words = 0, frag_words = 0;
+    double seconds = 0;
+    bool vm_exited = false;
+    bool interrupted = false;
+    std::string error;        // what stopped the run early after attach ("" if nothing did)
+
+    void count(const bb_record& r);  // one record handled
+};
+
+// "TOOL: N samples ..., N dropped, N truncated, N unsymbolized ..." on stderr.
+void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what);
+
+// --stats FILE: the run's figures as JSON (nothing when o.stats_file is empty).
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym);
+
+}  // namespace bb

@@ -1,0 +1,71 @@
+#include "run/session.hpp"
+
+#include <fmt/format.h>
+
+#include "base/clock.hpp"
+#include "base/text.hpp"
+#include "inspect/find_process.hpp"
+#include "target/proc_maps.hpp"
+
+namespace bb {
+
+namespace {
+const CommonOptions& resolved(CommonOptions& o) {
+    resolve(o);
+    return o;
+}
+}  // namespace
+
+// Member order is the order of the checks: bad options, then an unwritable -o, then
+// privileges, then the VM.
+Session::Session(CommonOptions& o)
+    : out(resolved(o)),
+      vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
+      sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
+      names(vm, o.raw_names) {
+    if (o.process.empty()) return;
+    only_pid = find_process(vm, names, o.process, "--process");
+    if (!o.process.starts_with('<'))
+        fmt::print(stderr, "{}: --process {} is {}\n", tool_name(), o.process, vm.format_pid(*only_pid));
+}
+
+void Session::start(SamplerConfig cfg, const std::string& what) {
+    cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
+    if (only_pid) cfg.only_pid = {*only_pid, vm.release().pids.mask()};
+    std::string native = "Erlang frames only";
+    if (cfg.max_native_frames || !cfg.blame_ranges.empty()) {
+        uint64_t t0 = monotonic_ns();
+        unwind.emplace(vm.pid());
+        cfg.unwind = &*unwind;
+        sym.set_unwind(&*unwind);
+        native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows().size(),
+                             unwind->modules().size(), human_bytes(unwind->table_bytes()),
+                             (monotonic_ns() - t0) / 1e6);
+    }
+    sampler.emplace(vm, cfg);
+    start_ns = monotonic_ns();
+    start_unix_ns = unix_now_ns();
+    auto c = sampler->counters();
+    sym.follow_code_events(c.code_events_off.empty(), monotonic_ns());
+    const char* tool = tool_name();
+    if (!c.code_events_off.empty())
+        fmt::print(stderr, "{}: warning: code loads and purges are timed by re-reading the module list ({}); "
+                           "a sample in code reloaded within about a second may go unnamed, or be named from the version before\n",
+                   tool, c.code_events_off);
+    fmt::print(stderr,
+               "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}\n", tool,
+               vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
+               sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what);
+    if (unwind)
+        for (const auto& why : unwind->skipped()) fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, why);
+    if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, vm.caveat());
+    if (!names.unavailable().empty())
+        fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, names.unavailable());
+}
+
+SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {
+    std::string bin = m.file == vm.exe() ? fmt::format("/proc/{}/exe", vm.pid()) : root_path(vm.pid(), m.file);
+    return {bin, m.sym.file_offset};
+}
+
+}  // namespace bb

@@ -1,0 +1,42 @@
+// Attach and wiring: what beam-bpf-sample and beam-bpf-blame do before they differ. Checks
+// the options and privileges, opens the output, attaches to the VM and reads its symbols;
+// start() compiles native unwind tables if asked, then loads and attaches the BPF side.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "inspect/processes.hpp"
+#include "native/function_search.hpp"
+#include "native/unwind_table.hpp"
+#include "run/options.hpp"
+#include "run/output.hpp"
+#include "sampling/sampler.hpp"
+#include "symbols/symbolizer.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+// Built in place: the symbolizer and sampler keep references to the Vm.
+class Session {
+public:
+    explicit Session(CommonOptions& o);  // resolves o
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+    // `what` ends the attach line (how it samples).
+    void start(SamplerConfig cfg, const std::string& what);
+
+    Output out;
+    Vm vm;
+    Symbolizer sym;
+    ProcessNames names;
+    std::optional<uint64_t> only_pid;    // --process, as a masked pid term (filtered in BPF)
+    std::optional<NativeUnwind> unwind;  // native unwind tables, when native frames are walked
+    std::optional<Sampler> sampler;
+    uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
+};
+
+// An entry probe on a native function, for SamplerConfig::entry_probes.
+SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);
+
+}  // namespace bb

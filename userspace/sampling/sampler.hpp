@@ -1,0 +1,93 @@
+// Loads the BPF walker into the kernel, attaches it to per-CPU perf events (or to entry
+// probes for beam-bpf-blame --count), and hands the records it emits to a callback.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "native/unwind_table.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+struct SamplerConfig {
+    uint64_t frequency_hz = 999;  // used when period_ns == 0
+    uint64_t period_ns = 0;       // event period (ns of CPU, or cycles), overrides frequency_hz
+    // The hardware cycles event (with the most precise IP the PMU gives) instead of cpu-clock.
+    bool cycles = false;
+    // Events on each CPU, filtered on the VM in BPF, instead of events on the VM's own threads
+    // (followed as threads start): then every process on the machine takes the interrupts.
+    bool per_cpu = false;
+    uint32_t max_frames = 512;
+    // Native frames below the Erlang ones, unwound with these rows (kept current by
+    // refresh_vm_state()); null or 0 frames: none. beam-bpf-blame needs the rows to decide.
+    NativeUnwind* unwind = nullptr;
+    uint32_t max_native_frames = 0;  // unwound below the native leaf (0: the leaf only)
+    // --process: only samples whose process's pid term, masked, is this one (dropped in BPF).
+    struct OnlyPid {
+        uint64_t pid, mask;
+    };
+    std::optional<OnlyPid> only_pid;
+    bool kernel_stacks = false;  // --kernel: the kernel's frames of samples in system calls
+    uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
+    std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
+    struct Probe {
+        std::string binary;       // path as the kernel can open it
+        uint64_t file_offset = 0;
+        bool heap_alloc = false;  // erts_heap_alloc, for -e alloc (its own program)
+    };
+    std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
+    // With entry probes on the VM's GC entry points and erts_heap_alloc: each record carries the
+    // words its process allocated (bb_record.alloc_words); records of none are not sent.
+    bool alloc = false;
+    bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
+    int frame_layout = 0;                // the JIT's (JitEmulator): 1 = frame pointers to follow
+};
+
+struct SamplerCounters {
+    uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
+    uint64_t prog_run_cnt = 0;                      // the kernel's runs of the program (bpf_stats_enabled), all events
+    size_t events = 0;                              // perf events open (one per CPU or per VM thread)
+    uint64_t walk_ns = 0;                           // with measure_walk
+    uint64_t native_walk_ns = 0;                    // ... of which unwinding native frames
+    std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
+    uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
+    std::string first_handler_error;
+    uint64_t code_events = 0, code_events_lost = 0; // the VM's JIT code (un)registrations
+    std::string code_events_off;                    // why they are not followed, empty if they are
+};
+
+class Sampler {
+public:
+    // Throws UserError with a one-line reason (privileges, kernel support, bad config).
+    Sampler(const Vm& vm, const SamplerConfig& cfg);
+    ~Sampler();
+    Sampler(const Sampler&) = delete;
+    Sampler& operator=(const Sampler&) = delete;
+
+    // Re-reads what can change while the VM runs: JIT code mappings, scheduler threads, and
+    // (per-thread events) threads started since the last call.
+    void refresh_vm_state();
+    // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled. A
+    // handler that throws loses that record only (counters()); a ring error throws UserError.
+    // While events are on, a drain ends after about `timeout` even if the walker writes faster
+    // than the handler reads (the ring then fills and the kernel counts drops), so the caller
+    // keeps control; after stop_events() it empties the ring.
+    using Handler = std::function<void(const bb_record&)>;
+    size_t poll(std::chrono::milliseconds timeout, const Handler& on_record);
+    // Detaches the program from every event: records already in the ring are all that is
+    // left, so a final poll() accounts for every record the walker emitted.
+    void stop_events();
+    SamplerCounters counters() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bb

@@ -1,0 +1,192 @@
+#include "symbols/symbolizer.hpp"
+
+#include <fmt/format.h>
+
+namespace bb {
+
+Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
+    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters), native_(vm.pid()), frames_(opt.raw_names) {
+    unknown_jit_ = frames_.other(FrameKind::vm, "[unknown JIT code]", "[JIT]");
+    kernel_ = frames_.other(FrameKind::kernel, "[kernel]", "[kernel]");
+    no_process_ = frames_.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
+    bad_process_ = frames_.other(FrameKind::vm, "[unreadable Erlang process]", "beam.smp");
+    unknown_native_ = frames_.other(FrameKind::native, "[unknown native code]", "[unknown]");
+    refresh(0);
+}
+
+void Symbolizer::refresh(uint64_t now_ns) {
+    now_ns_ = now_ns;
+    // Walking the module list costs a read per module (thousands on big systems): once a
+    // second catches purges, and misses catch new code. Not while the VM's code events flow:
+    // they say exactly when; a walk sees changes whose events are still in the ring, ahead of
+    // the samples before them, and its guessed instants would name those samples' code wrong.
+    if (now_ns == 0 || (!code_events_ && now_ns - last_refresh_ns_ >= 1000000000ull)) reread_jit(now_ns);
+}
+
+void Symbolizer::follow_code_events(bool on, uint64_t now_ns) {
+    if (on && !code_events_) {
+        now_ns_ = now_ns;
+        reread_jit(now_ns);  // what loaded before they started
+    }
+    code_events_ = on;
+}
+
+void Symbolizer::code_event(const bb_record& r) {
+    JitCodeEvent e;
+    e.registered = r.BB_CODE_EVENT_ACTION == BB_CODE_REGISTER;
+    e.entry = r.BB_CODE_EVENT_ENTRY;
+    e.symfile = r.frames[0];
+    e.symfile_size = r.frames[1];
+    for (size_t i = 0; i < e.head.size(); i++) e.head[i] = r.frames[2 + i];
+    e.time_ns = r.time_ns;
+    // The index reads a new module's symbols now, before it can be purged and freed, and
+    // takes both instants from here rather than from its next walk.
+    jit_.note(e);
+    if (jit_.generation() != jit_generation_) {
+        jit_generation_ = jit_.generation();
+        cp_cache_.clear();
+        leaf_cache_.clear();
+    }
+}
+
+void Symbolizer::reread_jit(uint64_t now_ns) {
+    last_refresh_ns_ = now_ns;
+    jit_.refresh(now_ns);
+    if (jit_.generation() != jit_generation_) {
+        jit_generation_ = jit_.generation();
+        cp_cache_.clear();
+        leaf_cache_.clear();
+    }
+}
+
+uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address) {
+    auto& cache = return_address ? cp_cache_ : leaf_cache_;
+    // A cached name is only valid for samples of the code's lifetime, and until the index
+    // changes (the cache is dropped then).
+    if (auto it = cache.find(addr); it != cache.end() && t >= it->second.from && t < it->second.until)
+        return it->second.id;
+    // A return address may sit just past its call's function: look up the call itself.
+    auto hit = jit_.lookup(return_address ? addr - 1 : addr, t);
+    if (!hit && !code_events_ && now_ns_ - last_refresh_ns_ >= 100000000ull) {
+        // Code loaded since the last walk of the module list, most likely.
+        reread_jit(now_ns_);
+        hit = jit_.lookup(return_address ? addr - 1 : addr, t);
+    }
+    if (!hit) {
+        unsymbolized_++;
+        return unknown_jit_;
+    }
+    const JitRange& r = *hit->range;
+    // Code before the function's first line entry (its prologue) is the function's first line.
+    const JitLine* first = r.lines.empty() ? nullptr : &r.lines.front();
+    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first ? &first->file : nullptr,
+                                 first ? first->line : 0, hit->line ? hit->line : first ? first->line : 0);
+    cache.insert_or_assign(addr, Cached{id, hit->valid_from, hit->valid_until});
+    return id;
+}
+
+std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
+    if (auto it = native_cache_.find(ip); it != native_cache_.end()) return it->second;
+    if (auto r = native_ranges_.upper_bound(ip); r != native_ranges_.begin()) {
+        --r;
+        if (ip < r->second.first) {
+            native_cache_.emplace(ip, r->second.second);
+            return r->second.second;
+        }
+    }
+    if (native_misses_.count(ip)) return std::nullopt;
+    auto sym = native_.lookup(ip);
+    if (!sym && now_ns_ - last_native_refresh_ns_ >= 1000000000ull) {
+        // Maybe a NIF library loaded since we last looked. Re-reading every mapping is
+        // costly: at most once a second, and misses are remembered until then.
+        last_native_refresh_ns_ = now_ns_;
+        native_.refresh();
+        native_misses_.clear();
+        sym = native_.lookup(ip);
+    }
+    if (!sym) {
+        native_misses_.insert(ip);
+        return std::nullopt;
+    }
+    if (sym->name.empty() && unwind_) {
+        // No symbol (a static function of a stripped binary): its FDE's start names it, so
+        // distinct functions never share one "[beam.smp]" bucket.
+        if (auto f = unwind_->function_at(ip)) {
+            uint32_t id = frames_.other(FrameKind::native, fmt::format("{}+{:#x}", sym->module, f->start), sym->module);
+            native_cache_.emplace(ip, id);
+            native_ranges_[f->start + f->bias] = {f->end + f->bias, id};
+            return id;
+        }
+    }
+    uint32_t id = frames_.other(FrameKind::native, sym->name.empty() ? fmt::format("[{}]", sym->module) : sym->name,
+                                sym->module);
+    // "[libcrypto.so.3]" may only mean that the unwind tables have not seen the library yet (a
+    // NIF loaded a moment ago, its rows come with the next re-read of the mappings): not cached,
+    // or hot addresses would keep that name for the rest of the run.
+    if (!sym->name.empty() || !unwind_) native_cache_.emplace(ip, id);
+    if (sym && !sym->name.empty() && sym->size) native_ranges_[ip - sym->offset] = {ip - sym->offset + sym->size, id};
+    return id;
+}
+
+bool Symbolizer::in_native_module(uint64_t addr) const {
+    if (!unwind_) return true;
+    for (const auto& m : unwind_->modules())
+        if (addr >= m.start && addr < m.end) return true;
+    return false;
+}
+
+uint32_t Symbolizer::kernel_frame(uint64_t ip) {
+    if (auto it = kernel_cache_.find(ip); it != kernel_cache_.end()) return it->second;
+    auto name = kernel_syms_.lookup(ip);
+    uint32_t id = name ? frames_.other(FrameKind::kernel, *name, "[kernel]") : kernel_;
+    kernel_cache_.emplace(ip, id);
+    return id;
+}
+
+void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
+    out.clear();
+    uint64_t normal_exit = emulator() ? emulator()->normal_exit : 0;
+    // frames[]: kernel, native, then Erlang, each leaf first (beam_bpf.h).
+    const int nkernel = std::min<int>(r.nkernel, r.nframes), nnative = std::min<int>(r.nnative, r.nframes - nkernel);
+    const int erlang = nkernel + nnative;
+    for (int i = static_cast<int>(r.nframes) - 1; i >= erlang; i--) {
+        if (r.frames[i] == normal_exit) continue;  // bottom of every stack: not a caller
+        out.push_back(erlang_frame(r.frames[i], r.time_ns, true));
+    }
+    auto native_or_unknown = [&](uint64_t ip) {
+        if (auto id = native_frame(ip)) return *id;
+        unsymbolized_++;
+        return unknown_native_;
+    };
+    if (r.where == BB_WHERE_JIT) {
+        uint32_t leaf = erlang_frame(r.ip, r.time_ns, false);
+        if (!opt_.only_erlang || frames_.is_erlang(leaf)) out.push_back(leaf);
+    } else if (!opt_.only_erlang && nnative > 0) {
+        // Root first. The outermost may be the return address into JIT code where a scheduler
+        // entered C (a BIF, a NIF, the collector): the Erlang function or VM routine that called.
+        for (int i = erlang - 1; i >= nkernel; i--) {
+            uint64_t a = r.frames[i];
+            bool return_address = i > nkernel;
+            if (return_address && i == erlang - 1 && !in_native_module(a)) {
+                uint32_t id = erlang_frame(a, r.time_ns, true);
+                out.push_back(id != unknown_jit_ ? id : unknown_native_);  // code in no file, nor the JIT's
+                continue;
+            }
+            // A return address may be just past its function: name the call.
+            out.push_back(native_or_unknown(return_address ? a - 1 : a));
+        }
+    } else if (!opt_.only_erlang) {
+        out.push_back(native_or_unknown(r.ip));
+    }
+    if ((r.flags & BB_F_KERNEL) && !opt_.only_erlang) {
+        if (nkernel == 0) out.push_back(kernel_);
+        for (int i = nkernel - 1; i >= 0; i--) out.push_back(kernel_frame(i > 0 ? r.frames[i] - 1 : r.frames[i]));
+    }
+    // No process: rooted under what says so (and --by-process adds no root of its own).
+    if (!(r.flags & BB_F_PROC)) {
+        if (opt_.only_erlang) out.clear();
+        else out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);
+    }
+}
+
+}  // namespace bb

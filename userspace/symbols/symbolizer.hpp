@@ -1,0 +1,86 @@
+// Turns a record's addresses into locations of the frame table, root first: Erlang frames from the JIT's
+// own symbols, the leaf from JIT or native symbols, "[kernel]" for system-call time.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "profile/frames.hpp"
+#include "symbols/jit_code.hpp"
+#include "native/native_symbols.hpp"
+#include "native/unwind_table.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+struct FrameOptions {
+    bool only_erlang = false;  // drop native and kernel frames
+    bool raw_names = false;    // the VM's atoms ("'Elixir.Foo':bar/1"), not Elixir's names
+};
+
+class Symbolizer {
+public:
+    Symbolizer(const Vm& vm, FrameOptions opt);
+
+    // Re-reads the JIT's module list when a second has passed since the last time; samples
+    // taken before `now_ns` still resolve to code purged since. Call before handling records
+    // drained after `now_ns`. A lookup that misses refreshes sooner (new code).
+    void refresh(uint64_t now_ns);
+    // A BB_WHERE_CODE_EVENT record: the exact instant of a code load or purge; a new
+    // module's symbols are read at once, while they still exist.
+    void code_event(const bb_record& r);
+    // Whether every code event reaches code_event() (the probe is attached and none was lost):
+    // then they alone keep the index current. Turning it on re-reads the module list once.
+    void follow_code_events(bool on, uint64_t now_ns);
+    // Root-first location ids of `r` into `out` (cleared): Erlang frames, then native ones,
+    // then the kernel's. Empty when nothing is left to show.
+    void frames(const bb_record& r, std::vector<uint32_t>& out);
+    // The unwind tables the sampler uses: they name native functions that have no symbol
+    // ("beam.smp+0x1a2b30", the start of the function's FDE) and tell native code from JIT code.
+    void set_unwind(const NativeUnwind* u) { unwind_ = u; }
+    const NativeUnwind* unwind() const { return unwind_; }
+
+    const FrameTable& frames() const { return frames_; }
+    const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
+    const JitCodeIndex& jit() const { return jit_; }
+    uint64_t unsymbolized() const { return unsymbolized_; }
+
+private:
+    uint32_t erlang_frame(uint64_t addr, uint64_t t, bool return_address);
+    std::optional<uint32_t> native_frame(uint64_t ip);
+    uint32_t kernel_frame(uint64_t ip);
+    bool in_native_module(uint64_t addr) const;
+    const NativeUnwind* unwind_ = nullptr;
+    KernelSymbols kernel_syms_;
+    std::unordered_map<uint64_t, uint32_t> kernel_cache_;
+
+    const Vm& vm_;
+    FrameOptions opt_;
+    JitCodeIndex jit_;
+    NativeSymbols native_;
+    FrameTable frames_;
+    void reread_jit(uint64_t now_ns);
+    uint64_t jit_generation_ = ~0ull;
+    bool code_events_ = false;
+    uint64_t last_refresh_ns_ = 0, now_ns_ = 0;
+    // Address -> location id, for samples taken in [from, until): code at an address changes.
+    // Erlang entries die with the JIT index's generation.
+    struct Cached {
+        uint32_t id;
+        uint64_t from, until;
+    };
+    std::unordered_map<uint64_t, Cached> cp_cache_, leaf_cache_;
+    std::unordered_map<uint64_t, uint32_t> native_cache_;
+    uint64_t unsymbolized_ = 0;
+    std::map<uint64_t, std::pair<uint64_t, uint32_t>> native_ranges_;  // start -> (end, id)
+    std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read
+    uint64_t last_native_refresh_ns_ = 0;
+    uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
+};
+
+}  // namespace bb

@@ -1,0 +1,179 @@
+#include "target/elf_file.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
+
+namespace bb {
+namespace {
+
+// Owns a descriptor that lives in the caller's frame.
+struct FdCloser {
+    void operator()(const int* fd) const { ::close(*fd); }
+};
+
+struct ElfCloser {
+    void operator()(Elf* e) const { elf_end(e); }
+};
+
+[[noreturn]] void fail(const std::string& path, std::string_view what) {
+    throw std::runtime_error("cannot read ELF file " + path + ": " + std::string(what));
+}
+
+std::string hex(const unsigned char* p, size_t n) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s;
+    s.reserve(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        s += digits[p[i] >> 4];
+        s += digits[p[i] & 15];
+    }
+    return s;
+}
+
+// The NT_GNU_BUILD_ID note in one block of notes (a section or a segment), or "".
+std::string build_id_in(Elf_Data* notes) {
+    if (!notes) return {};
+    GElf_Nhdr nhdr;
+    size_t off = 0, name_off = 0, desc_off = 0, next;
+    while ((next = gelf_getnote(notes, off, &nhdr, &name_off, &desc_off)) > 0) {
+        const auto* base = static_cast<const unsigned char*>(notes->d_buf);
+        if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+            std::memcmp(base + name_off, "GNU", 4) == 0 && nhdr.n_descsz > 0)
+            return hex(base + desc_off, nhdr.n_descsz);
+        off = next;
+    }
+    return {};
+}
+
+}  // namespace
+
+ElfFile::ElfFile(const std::string& path) : path_(path) {
+    if (elf_version(EV_CURRENT) == EV_NONE) fail(path, "libelf is too old");
+
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, std::strerror(errno));
+    std::unique_ptr<const int, FdCloser> fd_owner(&fd);
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(path, "not a regular file");
+
+    std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+    if (!elf) fail(path, elf_errmsg(-1));
+    if (elf_kind(elf.get()) != ELF_K_ELF) fail(path, "not an ELF file");
+    GElf_Ehdr ehdr;
+    if (!gelf_getehdr(elf.get(), &ehdr)) fail(path, elf_errmsg(-1));
+    machine_ = ehdr.e_machine;
+
+    size_t shstrndx = 0;
+    bool have_names = elf_getshdrstrndx(elf.get(), &shstrndx) == 0;
+
+    // Sections: the build-id note, .debug_info, and the symbol tables to read afterwards.
+    std::vector<Elf_Scn*> symtabs;
+    for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn; scn = elf_nextscn(elf.get(), scn)) {
+        GElf_Shdr shdr;
+        if (!gelf_getshdr(scn, &shdr)) continue;
+        const char* name = have_names ? elf_strptr(elf.get(), shstrndx, shdr.sh_name) : nullptr;
+        if (shdr.sh_type == SHT_NOTE && build_id_.empty())
+            build_id_ = build_id_in(elf_getdata(scn, nullptr));
+        else if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM)
+            symtabs.push_back(scn);
+        // In a stripped file's separate debug file the code sections are NOBITS but
+        // .debug_info is real; in the stripped file itself it is absent.
+        else if (name && std::string_view(name) == ".debug_info" && shdr.sh_type != SHT_NOBITS)
+            has_debug_info_ = true;
+    }
+
+    size_t phnum = 0;
+    if (elf_getphdrnum(elf.get(), &phnum) != 0) phnum = 0;
+    bool have_load = false;
+    for (size_t i = 0; i < phnum; i++) {
+        GElf_Phdr phdr;
+        if (!gelf_getphdr(elf.get(), int(i), &phdr)) continue;
+        if (phdr.p_type == PT_LOAD && !have_load) {
+            // Normally the first PT_LOAD maps offset 0; if not, p_vaddr - p_offset is still the
+            // address that offset 0 would have, which is what the load bias is measured against.
+            first_load_vaddr_ = phdr.p_vaddr - phdr.p_offset;
+            have_load = true;
+        }
+        if (phdr.p_type == PT_LOAD && phdr.p_offset == 0) {
+            first_load_vaddr_ = phdr.p_vaddr;
+            break;
+        }
+    }
+    // Files without section headers still carry the build-id in a PT_NOTE segment.
+    for (size_t i = 0; i < phnum && build_id_.empty(); i++) {
+        GElf_Phdr phdr;
+        if (gelf_getphdr(elf.get(), int(i), &phdr) && phdr.p_type == PT_NOTE)
+            build_id_ = build_id_in(
+                elf_getdata_rawchunk(elf.get(), phdr.p_offset, phdr.p_filesz, ELF_T_NHDR));
+    }
+
+    for (Elf_Scn* scn : symtabs) {
+        GElf_Shdr shdr;
+        Elf_Data* data = elf_getdata(scn, nullptr);
+        if (!gelf_getshdr(scn, &shdr) || !data || shdr.sh_entsize == 0) continue;
+        // Symbols with section indices past SHN_LORESERVE keep the real index in a side table.
+        Elf_Data* xndx = nullptr;
+        if (int x = elf_scnshndx(scn); x > 0)
+            xndx = elf_getdata(elf_getscn(elf.get(), size_t(x)), nullptr);
+        size_t count = data->d_size / shdr.sh_entsize;
+        for (size_t i = 0; i < count; i++) {
+            GElf_Sym sym;
+            Elf32_Word shndx_ext = 0;
+            if (!gelf_getsymshndx(data, xndx, int(i), &sym, &shndx_ext)) continue;
+            size_t shndx = sym.st_shndx == SHN_XINDEX ? shndx_ext : sym.st_shndx;
+            int type = GELF_ST_TYPE(sym.st_info);
+            if (shndx == SHN_UNDEF || (shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) ||
+                type == STT_SECTION || type == STT_FILE)
+                continue;
+            const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
+            GElf_Shdr home;
+            if (!name || !*name || !gelf_getshdr(elf_getscn(elf.get(), shndx), &home)) continue;
+            symbols_.push_back(ElfSymbol{
+                .name = name,
+                .value = sym.st_value,
+                .size = sym.st_size,
+                .file_offset = sym.st_value - home.sh_addr + home.sh_offset,
+                .is_func = type == STT_FUNC || type == STT_GNU_IFUNC,
+            });
+        }
+    }
+    // A symbol in both .symtab and .dynsym is one symbol; keep the first copy.
+    auto key = [](const ElfSymbol& s) { return std::tie(s.name, s.value); };
+    std::stable_sort(symbols_.begin(), symbols_.end(),
+                     [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) < key(b); });
+    symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
+                               [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) == key(b); }),
+                   symbols_.end());
+}
+
+std::optional<ElfSymbol> ElfFile::find(const std::string& name) const {
+    auto it = std::lower_bound(symbols_.begin(), symbols_.end(), name,
+                               [](const ElfSymbol& s, const std::string& n) { return s.name < n; });
+    if (it == symbols_.end() || it->name != name) return std::nullopt;
+    return *it;
+}
+
+std::string ElfFile::machine_name() const {
+    switch (machine_) {
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "arm64";
+    case EM_386: return "x86 (32-bit)";
+    case EM_ARM: return "arm (32-bit)";
+    case EM_RISCV: return "riscv";
+    case EM_PPC64: return "ppc64";
+    default: return "ELF machine " + std::to_string(machine_);
+    }
+}
+
+}  // namespace bb

@@ -1,0 +1,528 @@
+#include "target/offsets.hpp"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "target/elf_file.hpp"
+
+namespace bb::detail {
+// Defined in the generated offsets_builtin.cpp (scripts/embed_offsets.cmake): the file name and
+// text of every userspace/offsets/*.txt.
+std::span<const std::pair<std::string_view, std::string_view>> builtin_tables();
+}  // namespace bb::detail
+
+namespace bb {
+namespace {
+
+// ---- the table format ----------------------------------------------------------------------
+
+struct Field {
+    const char* key;
+    uint32_t VmOffsets::*member;
+    const char* type;    // "struct process" or a typedef name, as DWARF names it
+    const char* path;    // dotted member path, "" for the type's size
+};
+
+// Table order is the field list's. Keys are the member names, so a table reads like the struct.
+constexpr Field fields[] = {
+#define BB_FIELD_ENTRY(field, type, member) {#field, &VmOffsets::field, type, member},
+    BB_VM_FIELDS(BB_FIELD_ENTRY)
+#undef BB_FIELD_ENTRY
+};
+
+bool is_build_id(std::string_view s) {
+    if (s.empty() || s.size() % 2 != 0) return false;
+    for (char c : s)
+        if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)))
+            return false;
+    return true;
+}
+
+// "25", "27": a whole number, as ERLANG_OTP_RELEASE is.
+bool is_release(std::string_view s) {
+    if (s.empty() || s.size() > 3) return false;
+    for (char c : s)
+        if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    return true;
+}
+
+// "-", or comma-separated words of [a-z0-9-] (the VM's own tags: "lock-counting,dtrace").
+bool is_feature_list(std::string_view s) {
+    if (s == "-") return true;
+    if (s.empty() || s.front() == ',' || s.back() == ',' || s.find(",,") != std::string_view::npos)
+        return false;
+    for (char c : s)
+        if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+              c == '-' || c == ','))
+            return false;
+    return true;
+}
+
+std::string lower(std::string_view s) {
+    std::string r(s);
+    for (char& c : r) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return r;
+}
+
+// Splits a line into whitespace-separated words.
+std::vector<std::string_view> words(std::string_view line) {
+    std::vector<std::string_view> out;
+    size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) i++;
+        size_t start = i;
+        while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i]))) i++;
+        if (i > start) out.push_back(line.substr(start, i - start));
+    }
+    return out;
+}
+
+// ---- DWARF ---------------------------------------------------------------------------------
+
+struct FdCloser {
+    void operator()(const int* fd) const { ::close(*fd); }
+};
+struct ElfCloser {
+    void operator()(Elf* e) const { elf_end(e); }
+};
+struct DwarfCloser {
+    void operator()(Dwarf* d) const { dwarf_end(d); }
+};
+
+// An ELF file opened for libdw. Members are destroyed in reverse: Dwarf, Elf, then fd.
+// Not movable: fd_owner points at fd.
+struct DwarfFile {
+    DwarfFile() = default;
+    DwarfFile(const DwarfFile&) = delete;
+    DwarfFile& operator=(const DwarfFile&) = delete;
+
+    int fd = -1;
+    std::unique_ptr<const int, FdCloser> fd_owner;
+    std::unique_ptr<Elf, ElfCloser> elf;
+    std::unique_ptr<Dwarf, DwarfCloser> dwarf;
+};
+
+// Opens `path` and its DWARF; on failure returns false and says why in *err.
+bool open_dwarf(const std::string& path, DwarfFile& f, std::string* err) {
+    elf_version(EV_CURRENT);
+    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) {
+        *err = path + ": " + std::strerror(errno);
+        return false;
+    }
+    f.fd_owner.reset(&f.fd);
+    f.elf.reset(elf_begin(f.fd, ELF_C_READ_MMAP, nullptr));
+    if (!f.elf || elf_kind(f.elf.get()) != ELF_K_ELF) {
+        *err = path + ": not an ELF file";
+        return false;
+    }
+    f.dwarf.reset(dwarf_begin_elf(f.elf.get(), DWARF_C_READ, nullptr));
+    if (!f.dwarf) {
+        *err = path + ": " + dwarf_errmsg(-1);
+        return false;
+    }
+    return true;
+}
+
+bool is_declaration(Dwarf_Die* die) {
+    Dwarf_Attribute a;
+    bool flag = false;
+    return dwarf_attr(die, DW_AT_declaration, &a) && dwarf_formflag(&a, &flag) == 0 && flag;
+}
+
+// The DIE's DW_AT_type, or false when it has none.
+bool type_of(Dwarf_Die* die, Dwarf_Die* out) {
+    Dwarf_Attribute a;
+    return dwarf_attr_integrate(die, DW_AT_type, &a) && dwarf_formref_die(&a, out);
+}
+
+// Follows typedefs and qualifiers to the type that has the layout.
+bool underlying(Dwarf_Die* type, Dwarf_Die* out) {
+    *out = *type;
+    for (int depth = 0; depth < 32; depth++) {
+        switch (dwarf_tag(out)) {
+        case DW_TAG_typedef:
+        case DW_TAG_const_type:
+        case DW_TAG_volatile_type:
+        case DW_TAG_restrict_type:
+        case DW_TAG_atomic_type:
+            if (!type_of(out, out)) return false;
+            break;
+        default:
+            return true;
+        }
+    }
+    return false;  // a loop: corrupt DWARF
+}
+
+bool is_aggregate(Dwarf_Die* die) {
+    int tag = dwarf_tag(die);
+    return tag == DW_TAG_structure_type || tag == DW_TAG_union_type;
+}
+
+// DW_AT_data_member_location: a constant from GCC and Clang; DW_OP_plus_uconst from old
+// (DWARF 2) compilers. Union members have none and sit at 0.
+bool member_offset(Dwarf_Die* member, uint64_t* off) {
+    Dwarf_Attribute a;
+    if (!dwarf_attr(member, DW_AT_data_member_location, &a)) {
+        *off = 0;
+        return true;
+    }
+    Dwarf_Word w;
+    switch (dwarf_whatform(&a)) {
+    case DW_FORM_data1:
+    case DW_FORM_data2:
+    case DW_FORM_data4:
+    case DW_FORM_data8:
+    case DW_FORM_udata:
+    case DW_FORM_sdata:
+    case DW_FORM_implicit_const:
+        if (dwarf_formudata(&a, &w) != 0) return false;
+        *off = w;
+        return true;
+    default: {
+        Dwarf_Op* ops;
+        size_t n;
+        if (dwarf_getlocation(&a, &ops, &n) != 0 || n != 1 || ops[0].atom != DW_OP_plus_uconst)
+            return false;
+        *off = ops[0].number;
+        return true;
+    }
+    }
+}
+
+// Finds member `name` of the aggregate `agg`, looking through anonymous structs and unions,
+// and adds its offset to *off. *member_die is the member.
+bool find_member(Dwarf_Die* agg, std::string_view name, uint64_t* off, Dwarf_Die* member_die,
+                 int depth = 0) {
+    Dwarf_Die child;
+    if (depth > 16 || dwarf_child(agg, &child) != 0) return false;
+    do {
+        if (dwarf_tag(&child) != DW_TAG_member) continue;
+        const char* n = dwarf_diename(&child);
+        uint64_t here;
+        if (n && name == n) {
+            if (!member_offset(&child, &here)) return false;
+            *off += here;
+            *member_die = child;
+            return true;
+        }
+        Dwarf_Die type, inner;
+        if (!n && type_of(&child, &type) && underlying(&type, &inner) && is_aggregate(&inner) &&
+            member_offset(&child, &here)) {
+            uint64_t nested = *off + here;
+            if (find_member(&inner, name, &nested, member_die, depth + 1)) {
+                *off = nested;
+                return true;
+            }
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+    return false;
+}
+
+// Offset of a dotted member path ("r.o.tab") from the start of the aggregate.
+std::optional<uint64_t> path_offset(Dwarf_Die agg, std::string_view path) {
+    uint64_t off = 0;
+    while (true) {
+        size_t dot = path.find('.');
+        Dwarf_Die member, type;
+        if (!find_member(&agg, path.substr(0, dot), &off, &member)) return std::nullopt;
+        if (dot == std::string_view::npos) return off;
+        if (!type_of(&member, &type) || !underlying(&type, &agg) || !is_aggregate(&agg))
+            return std::nullopt;
+        path = path.substr(dot + 1);
+    }
+}
+
+// A type the VM's struct layout is read from, and the fields read from it.
+struct Wanted {
+    int tag;                  // DW_TAG_structure_type or DW_TAG_typedef
+    std::string name;
+    const char* what;         // for messages: the type as the field list spells it
+    std::vector<const Field*> fields;
+    bool found = false;
+};
+
+// One Wanted per type of the field list, in first-use order.
+std::vector<Wanted> wanted_types() {
+    std::vector<Wanted> out;
+    for (const Field& f : fields) {
+        auto it = std::find_if(out.begin(), out.end(), [&](const Wanted& w) { return w.what == std::string_view(f.type); });
+        if (it == out.end()) {
+            std::string_view t = f.type;
+            bool is_struct = t.starts_with("struct ");
+            out.push_back({is_struct ? DW_TAG_structure_type : DW_TAG_typedef,
+                           std::string(is_struct ? t.substr(7) : t), f.type, {}});
+            it = out.end() - 1;
+        }
+        it->fields.push_back(&f);
+    }
+    return out;
+}
+
+// Fills in `w` from the definition `die` if it is a complete one; false if it is not.
+bool take(Wanted& w, Dwarf_Die* die, VmOffsets& o, std::vector<std::string>& missing) {
+    Dwarf_Die agg;
+    if (!underlying(die, &agg) || !is_aggregate(&agg) || is_declaration(&agg)) return false;
+    for (const Field* f : w.fields) {
+        if (*f->path == 0) {
+            Dwarf_Word size = dwarf_bytesize(&agg);
+            if (size == Dwarf_Word(-1) || size == 0 || size > UINT32_MAX)
+                missing.push_back(std::string("size of ") + w.what);
+            else
+                o.*f->member = uint32_t(size);
+            continue;
+        }
+        // "a.b|c": the first of the paths the build has (a member renamed between releases).
+        std::optional<uint64_t> off;
+        for (std::string_view paths = f->path; !off;) {
+            size_t bar = paths.find('|');
+            off = path_offset(agg, paths.substr(0, bar));
+            if (bar == std::string_view::npos) break;
+            paths.remove_prefix(bar + 1);
+        }
+        if (!off || *off > UINT32_MAX)
+            missing.push_back(std::string(w.what) + " member " + f->path);
+        else
+            o.*f->member = uint32_t(*off);
+    }
+    return true;
+}
+
+// Visits the top-level DIEs of a unit and of the (dwz) partial units it imports.
+template <class F>
+void for_each_top_level(Dwarf_Die* unit, F&& visit, std::set<Dwarf_Off>& seen_imports) {
+    Dwarf_Die die;
+    if (dwarf_child(unit, &die) != 0) return;
+    do {
+        if (dwarf_tag(&die) == DW_TAG_imported_unit) {
+            Dwarf_Attribute a;
+            Dwarf_Die imported;
+            if (dwarf_attr(&die, DW_AT_import, &a) && dwarf_formref_die(&a, &imported) &&
+                seen_imports.insert(dwarf_dieoffset(&imported)).second)
+                for_each_top_level(&imported, visit, seen_imports);
+            continue;
+        }
+        if (!visit(&die)) return;
+    } while (dwarf_siblingof(&die, &die) == 0);
+}
+
+std::optional<VmOffsets> read_offsets(Dwarf* dw, std::string* err) {
+    std::vector<Wanted> wanted = wanted_types();
+    VmOffsets o;
+    std::vector<std::string> missing;
+    size_t left = wanted.size();
+    std::set<Dwarf_Off> seen_imports;
+
+    // Types sit at the top level of C compile units; only those are looked at, which also
+    // keeps C++ namespaced types of the same name out.
+    auto visit = [&](Dwarf_Die* die) {
+        int tag = dwarf_tag(die);
+        if (tag != DW_TAG_structure_type && tag != DW_TAG_typedef) return true;
+        const char* name = dwarf_diename(die);
+        if (!name) return true;
+        for (Wanted& w : wanted)
+            if (!w.found && w.tag == tag && w.name == name &&
+                take(w, die, o, missing)) {
+                w.found = true;
+                left--;
+            }
+        return left > 0;
+    };
+    Dwarf_Off off = 0, next;
+    size_t header_size;
+    while (left > 0 && dwarf_nextcu(dw, off, &next, &header_size, nullptr, nullptr, nullptr) == 0) {
+        Dwarf_Die cu;
+        if (dwarf_offdie(dw, off + header_size, &cu)) for_each_top_level(&cu, visit, seen_imports);
+        off = next;
+    }
+    for (const Wanted& w : wanted)
+        if (!w.found) missing.push_back(std::string("definition of ") + w.what);
+    if (!missing.empty()) {
+        std::string list;
+        for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+        *err = "missing in DWARF: " + list;
+        return std::nullopt;
+    }
+    return o;
+}
+
+}  // namespace
+
+namespace {
+std::optional<VmOffsets> offsets_from_dwarf(const std::string& elf_path, std::string* err) {
+    std::string build_id;
+    try {
+        build_id = ElfFile(elf_path).build_id();
+    } catch (const std::exception& e) {
+        *err = e.what();
+        return std::nullopt;
+    }
+
+    DwarfFile file, debug;
+    DwarfFile* used = &file;
+    std::string source = elf_path;
+    if (!open_dwarf(elf_path, file, err)) {
+        // A stripped binary: its DWARF may be installed separately, found by build-id.
+        if (build_id.size() < 4) {
+            *err = elf_path + " has no usable DWARF, and no build-id to find a separate debug file by";
+            return std::nullopt;
+        }
+        source = "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) +
+                 ".debug";
+        std::string why;
+        if (!open_dwarf(source, debug, &why)) {
+            *err = elf_path + " has no usable DWARF, nor has its separate debug file (" + why + ")";
+            return std::nullopt;
+        }
+        used = &debug;
+    }
+    auto o = read_offsets(used->dwarf.get(), err);
+    if (!o) {
+        *err = source + ": " + *err;
+        return std::nullopt;
+    }
+    o->build_id = build_id;
+    o->origin = "DWARF of " + source;
+    return o;
+}
+}  // namespace
+
+Result<VmOffsets> offsets_from_dwarf(const std::string& elf_path) {
+    std::string err;
+    if (auto o = offsets_from_dwarf(elf_path, &err)) return std::move(*o);
+    return Fail{err};
+}
+
+bb_vm_layout VmOffsets::layout() const {
+    bb_vm_layout l{};
+#define BB_LAYOUT_COPY(field, type, member) l.field = field;
+    BB_VM_FIELDS(BB_LAYOUT_COPY)
+#undef BB_LAYOUT_COPY
+    return l;
+}
+
+bool VmOffsets::layout_equal(const bb_vm_layout& a, const bb_vm_layout& b) {
+    return std::memcmp(&a, &b, sizeof a) == 0;  // all __u32: no padding
+}
+
+std::string format_table(const VmOffsets& o) {
+    std::string s;
+    if (!o.origin.empty()) s += "# from " + o.origin + "\n";
+    s += "otp_release " + o.otp_release + "\n";
+    s += "features " + (o.features.empty() ? std::string("-") : o.features) + "\n";
+    if (!o.build_id.empty()) s += "build_id " + o.build_id + "\n";
+    for (const Field& f : fields) s += std::string(f.key) + " " + std::to_string(o.*f.member) + "\n";
+    return s;
+}
+
+namespace {
+std::optional<VmOffsets> parse_table(std::string_view text, std::string* err) {
+    VmOffsets o;
+    std::set<std::string_view> seen;
+    int line_no = 0;
+    auto fail = [&](const std::string& why) {
+        *err = "line " + std::to_string(line_no) + ": " + why;
+        return std::nullopt;
+    };
+    while (!text.empty()) {
+        line_no++;
+        size_t eol = text.find('\n');
+        std::string_view line = text.substr(0, eol);
+        text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+
+        auto w = words(line);
+        if (w.empty() || w[0].front() == '#') continue;
+        if (w.size() != 2) return fail("expected \"key value\"");
+        auto [key, value] = std::pair(w[0], w[1]);
+        if (seen.empty() && key != "otp_release") return fail("the first key must be otp_release");
+        if (!seen.insert(key).second) return fail("duplicate key " + std::string(key));
+        if (key == "otp_release") {
+            if (!is_release(value)) return fail("bad otp_release " + std::string(value));
+            o.otp_release = value;
+            continue;
+        }
+        if (key == "features") {
+            if (!is_feature_list(value)) return fail("bad features " + std::string(value));
+            o.features = value == "-" ? std::string() : std::string(value);
+            continue;
+        }
+        if (key == "build_id") {
+            if (!is_build_id(value)) return fail("bad build_id " + std::string(value));
+            o.build_id = value;
+            continue;
+        }
+        const Field* f = nullptr;
+        for (const Field& c : fields)
+            if (key == c.key) f = &c;
+        if (!f) return fail("unknown key " + std::string(key));
+        uint32_t v;
+        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v, 10);
+        if (ec != std::errc() || end != value.data() + value.size())
+            return fail("bad number for " + std::string(key) + ": " + std::string(value));
+        o.*f->member = v;
+    }
+    for (const char* key : {"otp_release", "features"})
+        if (!seen.count(key)) {
+            *err = std::string("missing key ") + key;
+            return std::nullopt;
+        }
+    for (const Field& f : fields)
+        if (!seen.count(f.key)) {
+            *err = std::string("missing key ") + f.key;
+            return std::nullopt;
+        }
+    return o;
+}
+}  // namespace
+
+Result<VmOffsets> parse_table(std::string_view text) {
+    std::string err;
+    if (auto o = parse_table(text, &err)) return std::move(*o);
+    return Fail{err};
+}
+
+const std::vector<VmOffsets>& builtin_tables() {
+    static const std::vector<VmOffsets> tables = [] {
+        std::vector<VmOffsets> out;
+        for (const auto& [name, text] : detail::builtin_tables()) {
+            // The unit tests check every shipped table; a bad one is left out here rather than
+            // taking the tools down.
+            if (auto o = parse_table(text)) {
+                o->origin = "built-in table " + std::string(name);
+                out.push_back(std::move(*o));
+            }
+        }
+        return out;
+    }();
+    return tables;
+}
+
+std::optional<VmOffsets> builtin_offsets(std::string_view otp_release, std::string_view features,
+                                         std::string_view build_id) {
+    const std::string id = lower(build_id);
+    const VmOffsets* by_release = nullptr;
+    for (const VmOffsets& t : builtin_tables()) {
+        if (t.otp_release != otp_release || t.features != features) continue;
+        if (!id.empty() && t.build_id == id) return t;
+        if (!by_release) by_release = &t;
+    }
+    if (by_release) return *by_release;
+    return std::nullopt;
+}
+
+}  // namespace bb

@@ -1,0 +1,474 @@
+#include "target/vm.hpp"
+#include "target/proc_maps.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <elf.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace bb {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace
+
+namespace {
+constexpr uint64_t kInitPid = 0x3;  // <0.0.0>: pid data 0 under the tag 0011, in every release
+}
+
+Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
+    if (pid <= 0) throw UserError(fmt::format("invalid pid {}", pid));
+    if (kill(pid, 0) != 0 && errno == ESRCH) throw UserError(fmt::format("no such process: {}", pid));
+
+    Vm vm(pid);
+    std::error_code ec;
+    vm.exe_ = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
+    if (ec) {
+        if (ec == std::errc::no_such_file_or_directory)
+            throw UserError(fmt::format("no such process: {} (or it is a kernel thread)", pid));
+        throw UserError(fmt::format("cannot inspect process {}: {} (need root or CAP_SYS_PTRACE)", pid,
+                                    ec.message()));
+    }
+    std::string comm = read_file(fmt::format("/proc/{}/comm", pid));
+    while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    std::string base = fs::path(vm.exe_).filename().string();
+    if (base.rfind("beam", 0) != 0)
+        throw UserError(fmt::format("process {} ({}) is not a BEAM VM: its executable is {}", pid, comm,
+                                    vm.exe_));
+
+    // Through /proc/PID/exe, not the path: a VM in a container has its files in another mount
+    // namespace, and the path may name nothing (or something else) here.
+    try {
+        vm.elf_.emplace(fmt::format("/proc/{}/exe", pid));
+    } catch (const std::exception& e) {
+        throw UserError(fmt::format("cannot read the executable of process {}: {}", pid, e.what()));
+    }
+    vm.identify();
+
+    for (const auto& m : read_maps(pid)) {
+        if (m.offset == 0 && (m.path == vm.exe_ || m.path == vm.exe_ + " (deleted)")) {
+            vm.load_bias_ = m.start - vm.elf_->first_load_vaddr();
+            break;
+        }
+    }
+    if (vm.load_bias_ == 0)
+        throw UserError(fmt::format("cannot find where {} is mapped in process {}", vm.exe_, pid));
+
+    vm.choose_offsets(offsets_file);
+    return vm;
+}
+
+// The release, flavor and architecture, from the binary itself; everything release-specific
+// follows from release_.
+void Vm::identify() {
+    const std::string id = elf_->build_id().empty() ? "none" : elf_->build_id();
+    auto b = read_vm_build_file(fmt::format("/proc/{}/exe", pid_));
+    if (!b)
+        throw UserError(fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
+                                    "string: not a BEAM VM beam-bpf can read",
+                                    pid_, exe_, id));
+    build_ = *b;
+    if (elf_->machine() != EM_X86_64 || !build_.bits64)
+        throw UserError(fmt::format("process {} runs {} for {}: beam-bpf supports x86-64 only", pid_,
+                                    build_.describe(), elf_->machine_name()));
+    release_ = find_release(build_.otp_release);
+    if (!release_) {
+        std::string tested;
+        for (const OtpRelease& r : known_releases())
+            if (r.support == Support::Tested) tested += fmt::format("{}{}", tested.empty() ? "" : " and ", r.major);
+        throw UserError(fmt::format("process {} runs {} (build-id {}): beam-bpf supports {} (tested: {})", pid_,
+                                    build_.describe(), id, supported_range(), tested));
+    }
+    if (build_.flavor != "jit" || !build_.native_stack || !elf_->find("__jit_debug_descriptor"))
+        throw UserError(fmt::format("process {} runs {}: beam-bpf walks the stacks of the x86-64 JIT "
+                                    "(flavor jit), not the {} flavor; start the VM without -emu_flavor emu",
+                                    pid_, build_.describe(), build_.flavor));
+    if (release_->support == Support::Described)
+        caveat_ = fmt::format("OTP {} is described from its sources but untested; the offsets passed the "
+                              "live checks",
+                              release_->major);
+}
+
+void Vm::choose_offsets(const std::string& offsets_file) {
+    const std::string& build_id = elf_->build_id();
+    const std::string what = fmt::format("{} (build-id {})", build_.describe(), build_id.empty() ? "none" : build_id);
+    std::string err;
+    std::optional<VmOffsets> off;
+    bool may_correct = false;  // only values that were not read for this very build
+    if (!offsets_file.empty()) {
+        auto parsed = parse_table(read_file(offsets_file));
+        if (!parsed) throw UserError(fmt::format("offset table {}: {}", offsets_file, parsed.error()));
+        off = std::move(*parsed);
+        if (!off->build_id.empty() && off->build_id != build_id)
+            throw UserError(fmt::format("offset table {} is for build-id {}, but process {} runs {}", offsets_file,
+                                        off->build_id, pid_, what));
+        if (off->build_id.empty() && (off->otp_release != std::to_string(build_.otp_release) ||
+                                      off->features != build_.features))
+            throw UserError(fmt::format("offset table {} is for OTP {} ({}), but process {} runs {}", offsets_file,
+                                        off->otp_release, off->features.empty() ? "no features" : off->features,
+                                        pid_, what));
+        off->origin = "table " + offsets_file;
+    } else if (auto dwarf = offsets_from_dwarf(fmt::format("/proc/{}/exe", pid_))) {
+        // Its own DWARF, or a separate debug file (/usr/lib/debug/.build-id).
+        off = std::move(*dwarf);
+        off->origin = elf_->has_debug_info() ? "DWARF of " + exe_ : "separate debug info of " + exe_;
+    } else if (elf_->has_debug_info()) {
+        throw UserError(fmt::format("DWARF of {}: {}", exe_, dwarf.error()));
+    } else if ((off = builtin_offsets(std::to_string(build_.otp_release), build_.features, build_id))) {
+        may_correct = off->build_id != build_id;
+    } else {
+        // No table for this release and build features: start from the release's nearest
+        // table and let the live VM correct and then check it.
+        off = builtin_offsets(std::to_string(release_->layout_from), "", "");
+        if (!off)
+            throw UserError(fmt::format("process {} runs {}: no offset table for it; make one with "
+                                        "scripts/make-offsets.sh from a -g build, or pass --offsets FILE",
+                                        pid_, what));
+        off->origin += fmt::format(" (the layout of OTP {})", release_->layout_from);
+        may_correct = true;
+        if (caveat_.empty())
+            caveat_ = fmt::format("no offset table for {}: the layout of OTP {} was checked, and corrected "
+                                  "where it did not fit, in the live VM",
+                                  build_.features.empty() ? "this build" : build_.features, release_->layout_from);
+    }
+    off->build_id = build_id;
+    off->otp_release = std::to_string(build_.otp_release);
+    off->features = build_.features;
+
+    std::string why = layout_mismatch(*off);
+    if (!why.empty() && may_correct && correct_layout(*off)) {
+        why = layout_mismatch(*off);
+        if (why.empty()) off->origin += ", corrected in the live VM";
+    }
+    if (!why.empty())
+        throw UserError(fmt::format("offsets ({}) do not match process {} ({}): {}; refusing to report garbage. "
+                                    "Make a table with scripts/make-offsets.sh from a -g build of this VM's "
+                                    "source and configure flags, or pass --offsets FILE",
+                                    off->origin, pid_, what, why));
+    offsets_ = *off;
+
+    // How pids map to process-table slots, chosen by the VM at start (OTP 26 on).
+    if (release_->pids.pixdata) {
+        uint64_t ptab = symbol_address("erts_proc");
+        auto u64 = [&](uint32_t off) { return mem_.read<uint64_t>(ptab + off); };
+        auto u32 = [&](uint32_t off) { return mem_.read<uint32_t>(ptab + off); };
+        auto m = u64(offsets_.ptab_pix_mask), cl = u64(offsets_.ptab_pix_cl_mask), cli = u64(offsets_.ptab_pix_cli_mask);
+        auto cls = u32(offsets_.ptab_pix_cl_shift), clis = u32(offsets_.ptab_pix_cli_shift);
+        if (!m || !cl || !cli || !cls || !clis || *cls > 63 || *clis > 63)
+            throw UserError(fmt::format("cannot read the process table's pid layout in process {}", pid_));
+        pix_ = {*m, *cl, *cli, *cls, *clis};
+        // Each process sits in the slot its pid's low bits name (erts_ptab_pixdata2pix), and
+        // printing a pid then parsing it gives the same term back.
+        uint64_t tab = mem_.read<uint64_t>(ptab + offsets_.ptab_tab).value_or(0);
+        for (uint32_t ix = 0, seen = 0; tab && ix < 4096 && seen < 64; ix++) {
+            auto p = mem_.read<uint64_t>(tab + 8ull * ix);
+            auto id = p && *p && !(*p & 7) ? mem_.read<uint64_t>(*p + offsets_.proc_id) : std::nullopt;
+            if (!id) continue;
+            seen++;
+            if (((*id >> 4) & pix_.mask) != ix || parse_pid(format_pid(*id)) != *id)
+                throw UserError(fmt::format("the process table's pid layout in process {} does not fit its pid {} "
+                                            "in slot {}",
+                                            pid_, format_pid(*id), ix));
+        }
+    }
+}
+
+uint64_t Vm::symbol_address(const std::string& name) const {
+    auto s = elf_->find(name);
+    if (!s) throw UserError(fmt::format("{} has no symbol {}", exe_, name));
+    return s->value + load_bias_;
+}
+
+bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
+
+
+// Processes seen running on a normal scheduler: the scheduler's current_process, read before
+// and after the process's own fields, unchanged, and RUNNING(_SYS) by its state. Up to `want`,
+// looking for at most ~100 ms (an idle VM has none: then there is nothing to see).
+std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t want) const {
+    std::vector<RunningSeen> seen;
+    auto scheds = sched_threads(o);
+    for (int round = 0; round < 50 && seen.size() < want; round++) {
+        for (const auto& t : scheds) {
+            if (t.sched.type != BB_SCHED_NORMAL) continue;
+            auto before = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
+            if (!before || !*before || (*before & 7)) continue;
+            auto proc = mem_.read_bytes(*before, o.proc_size + 64);
+            auto after = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
+            if (!proc || after != before) continue;
+            uint32_t state;
+            std::memcpy(&state, proc->data() + o.proc_state, 4);
+            if (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) seen.push_back({t.sched.esdp, std::move(*proc)});
+        }
+        if (seen.size() < want) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return seen;
+}
+
+std::string Vm::layout_mismatch(const VmOffsets& o) const {
+    uint64_t ptab = symbol_address("erts_proc");
+    auto tab = mem_.read<uint64_t>(ptab + o.ptab_tab);
+    auto max = mem_.read<uint32_t>(ptab + o.ptab_max);
+    if (!tab || !max) return "cannot read the process table";
+    if (*max < 16 || *max > (1u << 27)) return fmt::format("process table size {} is implausible", *max);
+    for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_scheduler_data})
+        if (off % 8 || off + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
+    if (o.proc_state % 4 || o.proc_state + 4 > o.proc_size)
+        return fmt::format("Process.state offset {} is not a 32-bit field in Process", o.proc_state);
+
+    // Slot 0 is init, <0.0.0>, for the life of the VM.
+    auto init = mem_.read<uint64_t>(*tab);
+    auto init_id = init ? mem_.read<uint64_t>(*init + o.proc_id) : std::nullopt;
+    if (!init_id || *init_id != kInitPid) return "slot 0 of the process table is not <0.0.0>";
+
+    int checked = 0, good = 0;
+    for (uint32_t ix = 0; ix < std::min<uint32_t>(*max, 4096) && checked < 64; ix++) {
+        auto p = mem_.read<uint64_t>(*tab + 8ull * ix);
+        if (!p) return "cannot read the process table";
+        if (*p == 0 || (*p & 7) != 0) continue;
+        auto id = mem_.read<uint64_t>(*p + o.proc_id);
+        auto htop = mem_.read<uint64_t>(*p + o.proc_htop);
+        auto stop = mem_.read<uint64_t>(*p + o.proc_stop);
+        auto heap = mem_.read<uint64_t>(*p + o.proc_heap);
+        auto hend = mem_.read<uint64_t>(*p + o.proc_hend);
+        checked++;
+        if (id && htop && stop && heap && hend && (*id & 0xf) == 0x3 && *heap < *hend && *heap <= *htop &&
+            *htop <= *stop && *stop <= *hend && (*hend - *heap) < (1ull << 40))
+            good++;
+    }
+    // A process in GC is caught mid-move now and then; a wrong offset fails nearly all.
+    if (good * 4 < checked * 3)
+        return fmt::format("{} of {} processes failed heap <= htop <= stop <= hend and the pid tag check",
+                           checked - good, checked);
+
+    // Every normal scheduler thread (by its name) must find its data naming itself.
+    int named = 0, normal = 0;
+    for (const auto& t : threads()) named += release_->normal.number(t.name) > 0;
+    for (const auto& t : sched_threads(o)) normal += t.sched.type == BB_SCHED_NORMAL;
+    if (named == 0)
+        return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
+    if (normal != named)
+        return fmt::format("the data of {} of {} schedulers does not name itself", named - normal, named);
+
+    // A process running on a normal scheduler names that scheduler in its scheduler_data.
+    int agree = 0, disagree = 0;
+    for (const auto& r : running_processes(o, 8)) {
+        uint64_t sd;
+        std::memcpy(&sd, r.proc.data() + o.proc_scheduler_data, 8);
+        (sd == r.esdp ? agree : disagree)++;
+    }
+    if (disagree > agree)
+        return fmt::format("{} of {} running processes do not name their scheduler in Process.scheduler_data",
+                           disagree, agree + disagree);
+    return "";
+}
+
+bool Vm::correct_layout(VmOffsets& o) const {
+    bool changed = false;
+    // The process table: lock counting and other options grow the lock in its first,
+    // cache-line padded part, which moves the read-only part (r.o.tab, then r.o.max at a fixed
+    // distance). Find the word that points at a table whose slot 0 is <0.0.0>.
+    auto sym = elf_->find("erts_proc");
+    uint64_t ptab = symbol_address("erts_proc");
+    uint64_t size = sym && sym->size ? std::min<uint64_t>(sym->size, 4096) : 1024;
+
+    if (auto bytes = mem_.read_bytes(ptab, size)) {
+        for (uint64_t off = 0; off + 8 <= size; off += 8) {
+            uint64_t tab;
+            std::memcpy(&tab, bytes->data() + off, 8);
+            if (!tab || (tab & 7)) continue;
+            auto init = mem_.read<uint64_t>(tab);
+            auto id = init && *init && !(*init & 7) ? mem_.read<uint64_t>(*init + o.proc_id) : std::nullopt;
+            if (id && *id == kInitPid) {
+                // The read-only part moves as one: every field of it by the same distance.
+                int64_t d = int64_t(off) - int64_t(o.ptab_tab);
+                changed |= d != 0;
+                for (uint32_t* f : {&o.ptab_tab, &o.ptab_max, &o.ptab_pix_mask, &o.ptab_pix_cl_mask,
+                                    &o.ptab_pix_cl_shift, &o.ptab_pix_cli_mask, &o.ptab_pix_cli_shift})
+                    *f = uint32_t(int64_t(*f) + d);
+                break;
+            }
+        }
+    }
+    // Scheduler data: lock checking (debug builds) puts a lock before the fields read here and
+    // moves them together; other options grow the element and so the array's stride. Find the
+    // shift at which scheduler 1 names itself (no 1, type normal, current_process 0 or a
+    // pointer), then the stride at which the others do.
+    uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
+    uint64_t nsched = elf_->find("erts_no_schedulers") ? mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0) : 0;
+    auto names_itself = [&](uint64_t esdp, uint64_t no, const VmOffsets& t) {
+        auto cur = mem_.read<uint64_t>(esdp + t.esd_current_process);
+        return esd_names_itself(esdp, no, BB_SCHED_NORMAL, t) && cur && (*cur & 7) == 0;
+    };
+    if (arr && !names_itself(arr, 1, o)) {
+        for (int64_t d = -64; d <= 256; d += 8) {
+            VmOffsets t = o;
+            t.esd_no = uint32_t(int64_t(o.esd_no) + d);
+            t.esd_type = uint32_t(int64_t(o.esd_type) + d);
+            t.esd_current_process = uint32_t(int64_t(o.esd_current_process) + d);
+            if (int64_t(o.esd_current_process) + d >= 0 && names_itself(arr, 1, t)) {
+                o = t;
+                changed = true;
+                break;
+            }
+        }
+    }
+    // The smallest cache-line multiple at which every scheduler names itself: a larger one can
+    // land on a field that happens to hold the right number.
+    if (arr && nsched >= 2)
+        for (uint64_t stride = 64; stride <= (1u << 20); stride += 64) {
+            bool all = true;
+            for (uint64_t k = 1; k < std::min<uint64_t>(nsched, 64) && all; k++)
+                all = names_itself(arr + k * stride, k + 1, o);
+            if (all) {
+                changed |= o.aligned_esd_size != stride;
+                o.aligned_esd_size = uint32_t(stride);
+                break;
+            }
+        }
+    // Last, as it needs the scheduler data right. Process.scheduler_data: lock counting and
+    // lock checking grow the lock before it. Where a running process does not name its
+    // scheduler there, take the word that does, if the running processes seen agree on one.
+    auto running = running_processes(o, 8);
+    auto names_sched = [&](uint32_t off) {
+        int n = 0;
+        for (const auto& r : running) {
+            uint64_t sd;
+            std::memcpy(&sd, r.proc.data() + off, 8);
+            n += sd == r.esdp;
+        }
+        return n;
+    };
+    if (!running.empty() && names_sched(o.proc_scheduler_data) * 2 <= int(running.size())) {
+        for (uint32_t off = o.proc_state & ~7u; off + 8 <= o.proc_size + 64; off += 8)
+            if (names_sched(off) * 2 > int(running.size())) {
+                o.proc_scheduler_data = off;
+                o.proc_size = std::max(o.proc_size, off + 8);
+                changed = true;
+                break;
+            }
+    }
+
+    return changed;
+}
+
+std::vector<Vm::MappedFile> Vm::mapped_files() const {
+    std::vector<MappedFile> out;
+    for (const auto& m : read_maps(pid_)) {
+        if (m.offset != 0 || m.path.empty() || m.path[0] != '/' || m.path.rfind("/memfd:", 0) == 0) continue;
+        bool dup = false;
+        for (const auto& f : out) dup |= f.path == m.path;
+        if (!dup) out.push_back({m.path, m.start});
+    }
+    return out;
+}
+
+std::vector<bb_range> Vm::jit_code_ranges() const {
+    // The JIT maps its code twice from a memfd (writable and executable views), except with
+    // perf support or where that fails: then it uses anonymous rwx memory. Nothing else in a
+    // BEAM maps anonymous executable memory.
+    std::vector<bb_range> r;
+    for (const auto& m : read_maps(pid_)) {
+        bool exec = m.executable();
+        bool jit = m.path.rfind("/memfd:vmem", 0) == 0 || m.path.empty();
+        if (!exec || !jit) continue;
+        if (!r.empty() && r.back().end == m.start)
+            r.back().end = m.end;  // adjacent chunks: one range
+        else if (r.size() < BB_MAX_CODE_RANGES)
+            r.push_back({m.start, m.end});
+    }
+    return r;
+}
+
+std::string sched_name(uint8_t type, uint16_t no) {
+    switch (type) {
+    case BB_SCHED_NORMAL: return fmt::format("scheduler {}", no);
+    case BB_SCHED_DIRTY_CPU: return fmt::format("dirty cpu scheduler {}", no);
+    case BB_SCHED_DIRTY_IO: return fmt::format("dirty io scheduler {}", no);
+    default: return "";
+    }
+}
+
+std::vector<SchedThread> Vm::sched_threads() const { return sched_threads(offsets_); }
+
+std::vector<Vm::Thread> Vm::threads() const {
+    std::vector<Thread> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid_), ec)) {
+        Thread t;
+        const std::string id = e.path().filename().string();
+        if (std::from_chars(id.data(), id.data() + id.size(), t.tid).ec != std::errc() || t.tid <= 0) continue;
+        t.name = read_file(e.path() / "comm");
+        while (!t.name.empty() && t.name.back() == '\n') t.name.pop_back();
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+// The scheduler data at esdp says it is scheduler `no` of `type`.
+bool Vm::esd_names_itself(uint64_t esdp, uint64_t no, uint8_t type, const VmOffsets& o) const {
+    auto n = mem_.read<uint64_t>(esdp + o.esd_no);
+    auto t = mem_.read<uint32_t>(esdp + o.esd_type);
+    return n && t && *n == no && *t == type;
+}
+
+std::vector<SchedThread> Vm::sched_threads(const VmOffsets& o) const {
+    struct Kind {
+        const ThreadNaming* naming;
+        const char* array;
+        uint8_t type;
+    };
+    const std::array kinds{
+        Kind{&release_->normal, "erts_aligned_scheduler_data", BB_SCHED_NORMAL},
+        Kind{&release_->dirty_cpu, "erts_aligned_dirty_cpu_scheduler_data", BB_SCHED_DIRTY_CPU},
+        Kind{&release_->dirty_io, "erts_aligned_dirty_io_scheduler_data", BB_SCHED_DIRTY_IO},
+    };
+    std::array<uint64_t, kinds.size()> arrays{};
+    for (size_t k = 0; k < kinds.size(); k++)
+        arrays[k] = mem_.read<uint64_t>(symbol_address(kinds[k].array)).value_or(0);
+
+    std::vector<SchedThread> out;
+    for (const auto& [tid, name] : threads()) {
+        for (size_t k = 0; k < kinds.size(); k++) {
+            int no = kinds[k].naming->number(name);
+            if (!no || !arrays[k]) continue;
+            uint64_t esdp = arrays[k] + uint64_t(no - 1) * o.aligned_esd_size;
+            // Trust the slot only if it names itself as this scheduler (dirty schedulers keep
+            // no = 0 and their number in dirty_no).
+            if (!esd_names_itself(esdp, kinds[k].type == BB_SCHED_NORMAL ? uint64_t(no) : 0, kinds[k].type, o))
+                continue;
+            SchedThread t;
+            t.tid = tid;
+            t.name = name;
+            t.sched.esdp = esdp;
+            t.sched.type = kinds[k].type;
+            t.sched.no = static_cast<uint16_t>(no);
+            uint64_t regs = mem_.read<uint64_t>(esdp + o.esd_registers).value_or(0);
+            t.sched.runtime_top = regs ? regs + o.regs_runtime_stack : 0;
+            out.push_back(t);
+        }
+    }
+    return out;
+}
+
+}  // namespace bb

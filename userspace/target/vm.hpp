@@ -1,0 +1,105 @@
+// The target VM: a running beam.smp, checked before anything is attached to it.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "beam_bpf.h"
+#include "base/error.hpp"
+#include "target/elf_file.hpp"
+#include "target/offsets.hpp"
+#include "target/release.hpp"
+#include "target/remote_memory.hpp"
+
+namespace bb {
+
+struct SchedThread {
+    pid_t tid = 0;
+    bb_sched sched{};  // as the BPF map holds it
+    std::string name;  // thread name, e.g. "1_scheduler"
+};
+
+// "scheduler 3", "dirty cpu scheduler 1" ("" for BB_SCHED_NONE).
+std::string sched_name(uint8_t type, uint16_t no);
+
+class Vm {
+public:
+    // Checks that `pid` is a live beam.smp of a supported release and flavor, finds its struct
+    // offsets (--offsets FILE, its own DWARF, the shipped table for its release and build
+    // features, else the nearest release's table corrected in the live VM) and checks them
+    // against the live VM. UserError, one line, when no route works.
+    static Vm attach(pid_t pid, const std::string& offsets_file = {});
+
+    pid_t pid() const { return pid_; }
+    const std::string& exe() const { return exe_; }
+    const ElfFile& elf() const { return *elf_; }
+    const VmOffsets& offsets() const { return offsets_; }
+    const VmBuild& build() const { return build_; }
+    const OtpRelease& release() const { return *release_; }
+    // A warning for the attach line ("" when none): an untested release, or offsets found live.
+    const std::string& caveat() const { return caveat_; }
+    const RemoteMemory& mem() const { return mem_; }
+    uint64_t load_bias() const { return load_bias_; }
+    // Runtime address of a beam.smp symbol; UserError if absent.
+    uint64_t symbol_address(const std::string& name) const;
+
+    bool alive() const;
+    // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
+    // adjacent, at most BB_MAX_CODE_RANGES.
+    std::vector<bb_range> jit_code_ranges() const;
+    // The VM's threads (/proc/PID/task) with their names, e.g. "erts_sched_1".
+    struct Thread {
+        pid_t tid = 0;
+        std::string name;
+    };
+    std::vector<Thread> threads() const;
+    // Scheduler threads, from thread names; esdp from the scheduler data arrays.
+    std::vector<SchedThread> sched_threads() const;
+    // Files mapped from offset 0 (the executable, then libraries: libc, NIFs), with where
+    // their offset 0 is mapped.
+    struct MappedFile {
+        std::string path;
+        uint64_t start = 0;
+    };
+    std::vector<MappedFile> mapped_files() const;
+    // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
+    // hend of many processes, scheduler data that names itself), else why not.
+    std::string layout_mismatch(const VmOffsets& o) const;
+    // Corrects, from the live VM, what build options move: where the process table's read-only
+    // part sits in erts_proc, the scheduler data fields and the stride of their arrays. True if
+    // it changed o. Attach uses it only on values that were not read for this very build.
+    bool correct_layout(VmOffsets& o) const;
+
+    // "<0.85.0>" for an internal pid term, as this VM prints it; and back (nullopt: not a pid).
+    std::string format_pid(uint64_t pid_term) const { return release_->pids.format(pid_term, pix_); }
+    std::optional<uint64_t> parse_pid(std::string_view text) const { return release_->pids.parse(text, pix_); }
+
+private:
+    Vm(pid_t pid) : pid_(pid), mem_(pid) {}
+    void identify();
+    void choose_offsets(const std::string& offsets_file);
+    std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
+    bool esd_names_itself(uint64_t esdp, uint64_t no, uint8_t type, const VmOffsets& o) const;
+    struct RunningSeen {
+        uint64_t esdp;                // the normal scheduler it runs on
+        std::vector<std::byte> proc;  // its Process, proc_size + 64 bytes
+    };
+    std::vector<RunningSeen> running_processes(const VmOffsets& o, size_t want) const;
+
+    pid_t pid_;
+    RemoteMemory mem_;
+    std::string exe_;
+    std::optional<ElfFile> elf_;
+    uint64_t load_bias_ = 0;
+    VmOffsets offsets_;
+    VmBuild build_;
+    const OtpRelease* release_ = nullptr;
+    std::string caveat_;
+    PidLayout::Pix pix_;  // the process table's index permutation (OTP 26 on)
+};
+
+}  // namespace bb

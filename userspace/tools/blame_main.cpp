@@ -1,0 +1,88 @@
+// beam-bpf-blame: which Erlang code is on the stack while the VM runs a native function.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "base/clock.hpp"
+#include "run/reporter.hpp"
+#include "run/run_loop.hpp"
+#include "run/session.hpp"
+
+using namespace bb;
+
+namespace {
+
+int run(int argc, char** argv) {
+    CLI::App app{
+        "beam-bpf-blame: which Erlang code is on the stack while a running BEAM VM executes a native\n"
+        "function, e.g. `beam-bpf-blame erts_garbage_collect PID` for who triggers GC.\n"
+        "FUNC names a symbol of beam.smp (or of a library the VM has loaded), matched as a name prefix\n"
+        "unless --exact; the matched symbols are printed. On OTP 25, erts_garbage_collect covers\n"
+        "erts_garbage_collect_nobump (how the JIT enters GC), _hibernate and _literals, but NOT\n"
+        "erts_gc_after_bif_call_lhf (GC after a BIF), which must be named separately.\n"
+        "Default: sampling; a sample counts while FUNC is executing, i.e. the IP is in FUNC or a return\n"
+        "address into it is on the scheduler's native stack (bounded scan). Each Erlang function is\n"
+        "counted once per sample. --count: exact calls, from an entry probe on FUNC."};
+    CommonOptions o;
+    std::string func;
+    bool exact = false, count_calls = false;
+    app.add_option("FUNC", func, "native function name (prefix)")->required();
+    add_common_options(app, o);
+    app.add_flag("--exact", exact, "match FUNC exactly instead of as a prefix");
+    app.add_flag("--count", count_calls,
+                 "count every call of FUNC (entry uprobe) by Erlang stack instead of sampling time");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    Session s(o);
+    auto &vm = s.vm;
+    auto &sym = s.sym;
+    auto &sampler_slot = s.sampler;
+    if (o.event == Event::alloc) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
+    auto found = resolve_functions(vm, func, exact);
+    std::string names;
+    for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
+    std::string where = found.front().file;
+
+    SamplerConfig cfg = sampler_config(o);
+    for (const auto& m : found) {
+        if (count_calls) {
+            cfg.entry_probes.push_back(entry_probe(vm, m));
+        } else {
+            cfg.blame_ranges.push_back({m.start, m.start + m.sym.size});
+        }
+    }
+    s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size())
+                             : "sampling " + describe_event(o));
+    // After attaching: an error before then is the run's only line.
+    fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
+    Sampler& sampler = *sampler_slot;
+
+    const char* unit = count_calls ? "calls" : "samples";
+    Reporter rep(s, o, unit, {.rows = o.top, .by_total = true, .erlang_only = true});
+    auto st = run_loop(
+        s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
+        [&](uint64_t now) { rep.tick(now); });
+    auto c = sampler.counters();
+    if (st.records == 0) {
+        fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
+                   o.process.empty() ? "" : " for " + o.process, st.seconds);
+    } else if (!count_calls) {
+        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names,
+                   st.records, c.seen, c.seen ? 100.0 * st.records / c.seen : 0.0);
+    }
+    if (st.records && o.every == 0)
+        rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",
+                                    st.records, unit, names, count_calls ? "call" : "sample"));
+    rep.finish(monotonic_ns());
+    print_summary(st, c, sym, unit);
+    write_stats(o, st, c, sym);
+    return st.error.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return guarded_main("beam-bpf-blame", [&] { return run(argc, argv); });
+}

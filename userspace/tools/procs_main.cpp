@@ -1,0 +1,391 @@
+// beam-bpf-procs: every Erlang process of a running BEAM VM, read from outside (the process table
+// and each Process with process_vm_readv): the VM does no work to answer, and is never stopped
+// or written to.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "base/clock.hpp"
+#include "base/error.hpp"
+#include "base/text.hpp"
+#include "inspect/find_process.hpp"
+#include "inspect/heap_inspect.hpp"
+#include "profile/frames.hpp"
+#include "inspect/process_table.hpp"
+#include "inspect/processes.hpp"
+#include "symbols/symbolizer.hpp"
+#include "target/vm.hpp"
+
+using namespace bb;
+
+namespace {
+
+struct Options {
+    int pid = 0;
+    std::string sort = "memory", offsets_file, inspect;
+    size_t top = 20;
+    bool all = false, json = false, raw_names = false;
+    double watch = 0;
+    size_t count = 0;
+    int depth = 20;
+    size_t width = 120;
+    uint64_t max_heap_mib = 1024;
+};
+
+std::string signed_bytes(int64_t b) {
+    return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b));
+}
+
+// What the tool has to name processes and the code they are in.
+struct Context {
+    const Vm& vm;
+    ProcessNames& names;
+    Symbolizer& sym;
+    bool raw_names;
+
+    // The function the ErtsCodeMFA at `mfa` names, else the one `addr` is in ("" if neither).
+    std::string function(uint64_t mfa, uint64_t addr) {
+        if (mfa) {
+            auto w = vm.mem().read<std::array<uint64_t, 3>>(mfa);
+            if (w) {
+                auto text = names.mfa_text((*w)[0], (*w)[1], (*w)[2]);
+                if (!text.empty()) return text;
+            }
+        }
+        if (auto hit = sym.jit().lookup(addr, monotonic_ns()); hit && hit->range)
+            return raw_names ? hit->range->name : display_name(hit->range->name);
+        return "";
+    }
+};
+
+struct Row {
+    const ProcessEntry* p;
+    std::string pid, name, initial, current;
+    int64_t d_memory = 0, d_queue = 0;
+    uint64_t d_reds = 0;
+    bool fresh = false;  // not in the previous reading (--watch)
+};
+
+Row make_row(Context& c, const ProcessEntry& e) {
+    Row r{&e, c.vm.format_pid(e.pid), c.names.name(e.pid, e.c_p, e.reg_name, e.initial), {}, {}};
+    r.initial = c.names.mfa_text(e.initial[0], e.initial[1], e.initial[2]);
+    // Where it is: the function the VM last noted, else the one its resume address is in.
+    r.current = c.function(e.current, e.i);
+    return r;
+}
+
+ProcessTable read_table(const Vm& vm) {
+    ProcessTable table = read_process_table(vm);
+    if (auto why = table.sizes_mismatch(); !why.empty())
+        throw UserError(fmt::format("the Process sizes do not read right on this build ({}): offsets from {}", why,
+                                    vm.offsets().origin));
+    return table;
+}
+
+nlohmann::json row_json(const Row& r, uint32_t proc_size) {
+    const ProcessEntry& e = *r.p;
+    return {{"pid", r.pid},
+            {"name", r.name},
+            {"initial_call", r.initial},
+            {"current_function", r.current},
+            {"status", e.status()},
+            {"memory", e.memory(proc_size)},
+            {"heap_size", e.heap_sz},
+            {"old_heap_size", e.old_heap_sz},
+            {"heap_fragments_size", e.mbuf_sz},
+            {"total_heap_size", e.total_heap_sz()},
+            {"stack_size", e.stack_sz},
+            {"message_queue_len", e.msgq_len},
+            {"reductions", e.reds}};
+}
+
+// The order of --sort, on the figures (a snapshot) or on their growth (--watch).
+uint64_t figure(const std::string& sort, const ProcessEntry& e, uint32_t proc_size) {
+    if (sort == "heap") return e.total_heap_sz();
+    if (sort == "stack") return e.stack_sz;
+    if (sort == "queue") return static_cast<uint64_t>(std::max<int64_t>(e.msgq_len, 0));
+    if (sort == "reductions") return e.reds;
+    return e.memory(proc_size);
+}
+
+int run_table(Context& c, const Options& o) {
+    const uint32_t proc_size = c.vm.offsets().proc_size;
+    uint64_t t0 = monotonic_ns();
+    ProcessTable table = read_table(c.vm);
+    uint64_t read_ns = monotonic_ns() - t0;
+
+    std::vector<const ProcessEntry*> order;
+    for (const auto& e : table.processes) order.push_back(&e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](auto* a, auto* b) { return figure(o.sort, *a, proc_size) > figure(o.sort, *b, proc_size); });
+    if (!o.all && order.size() > o.top) order.resize(o.top);
+    std::vector<Row> rows;
+    for (const ProcessEntry* e : order) rows.push_back(make_row(c, *e));
+
+    if (o.json) {
+        nlohmann::json j;
+        j["vm_pid"] = c.vm.pid();
+        j["otp_release"] = c.vm.release().major;
+        j["processes_total"] = table.processes.size();
+        j["unreadable"] = table.unreadable;
+        j["read_ms"] = read_ns / 1e6;
+        j["processes"] = nlohmann::json::array();
+        for (const Row& r : rows) j["processes"].push_back(row_json(r, proc_size));
+        std::cout << j.dump(1) << "\n";
+        return 0;
+    }
+    fmt::print("beam-bpf-procs: {} processes of {} {} ({}), {} unreadable, read in {:.1f} ms\n",
+               table.processes.size(), c.vm.exe(), c.vm.pid(), c.vm.build().describe(), table.unreadable,
+               read_ns / 1e6);
+    if (!c.names.unavailable().empty()) fmt::print("beam-bpf-procs: warning: no names: {}\n", c.names.unavailable());
+    fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "HEAP", "STACK", "MSGQ",
+               "REDS", "STATUS", "NAME", "CURRENT");
+    for (const Row& r : rows) {
+        const ProcessEntry& e = *r.p;
+        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", r.pid,
+                   human_bytes(e.memory(proc_size)), e.total_heap_sz(), e.stack_sz, e.msgq_len, e.reds, e.status(),
+                   r.name, r.current);
+    }
+    return 0;
+}
+
+// --watch: the table again every interval, ranked by what grew in it.
+int run_watch(Context& c, const Options& o) {
+    const uint32_t proc_size = c.vm.offsets().proc_size;
+    const bool tty = isatty(STDOUT_FILENO);
+    std::unordered_map<uint64_t, ProcessEntry> prev;
+    for (const auto& e : read_table(c.vm).processes) prev[e.pid] = e;
+    for (size_t n = 0; o.count == 0 || n < o.count; n++) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
+        if (!c.vm.alive()) throw UserError("the VM exited");
+        ProcessTable table = read_table(c.vm);
+        std::vector<Row> rows;
+        for (const ProcessEntry& e : table.processes) {
+            auto it = prev.find(e.pid);
+            Row r{&e, "", "", "", ""};
+            if (it == prev.end()) {
+                r.fresh = true;
+                r.d_memory = static_cast<int64_t>(e.memory(proc_size));
+                r.d_queue = e.msgq_len;
+                r.d_reds = e.reds;
+            } else {
+                r.d_memory = static_cast<int64_t>(e.memory(proc_size)) - static_cast<int64_t>(it->second.memory(proc_size));
+                r.d_queue = e.msgq_len - it->second.msgq_len;
+                r.d_reds = e.reds >= it->second.reds ? e.reds - it->second.reds : 0;
+            }
+            rows.push_back(r);
+        }
+        auto growth = [&](const Row& r) -> int64_t {
+            if (o.sort == "reductions") return static_cast<int64_t>(r.d_reds);
+            if (o.sort == "queue") return r.d_queue;
+            return r.d_memory;  // memory, heap and stack: what the process holds
+        };
+        // Ties (most processes grow by nothing) go to the one that ran the most.
+        std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+            return std::pair(growth(a), a.d_reds) > std::pair(growth(b), b.d_reds);
+        });
+        if (!o.all && rows.size() > o.top) rows.resize(o.top);
+        for (Row& r : rows) {
+            Row named = make_row(c, *r.p);
+            r.pid = named.pid, r.name = named.name, r.initial = named.initial, r.current = named.current;
+        }
+        if (o.json) {
+            nlohmann::json j{{"interval_s", o.watch}, {"processes_total", table.processes.size()},
+                             {"unreadable", table.unreadable}, {"processes", nlohmann::json::array()}};
+            for (const Row& r : rows) {
+                auto p = row_json(r, proc_size);
+                p["memory_growth"] = r.d_memory;
+                p["message_queue_growth"] = r.d_queue;
+                p["reductions_in_interval"] = r.d_reds;
+                p["new"] = r.fresh;
+                j["processes"].push_back(p);
+            }
+            std::cout << j.dump() << std::endl;  // one line per interval
+        } else {
+            if (tty) fmt::print("\x1b[H\x1b[2J");
+            fmt::print("beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
+                       "they hold)\n",
+                       table.processes.size(), c.vm.exe(), c.vm.pid(), o.watch, o.sort);
+            fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
+                       "+MSGQ", "+REDS", "STATUS", "NAME", "CURRENT");
+            for (const Row& r : rows) {
+                const ProcessEntry& e = *r.p;
+                fmt::print("{:<14} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<32} {}\n", r.pid + (r.fresh ? "*" : ""),
+                           human_bytes(e.memory(proc_size)), signed_bytes(r.d_memory), e.msgq_len, r.d_queue, r.d_reds,
+                           e.status(), r.name, r.current);
+            }
+            std::fflush(stdout);
+        }
+        prev.clear();
+        for (const auto& e : table.processes) prev[e.pid] = e;
+    }
+    return 0;
+}
+
+// The process `text` names: a pid (<0.85.0>) or a registered name. A running process's
+// Process may not verify in one reading of the table (its heap pointers move), so a miss is
+// read again a few times before it is believed.
+ProcessEntry inspected_process(Context& c, const std::string& text) {
+    const uint64_t want = find_process(c.vm, c.names, text, "--inspect");
+    const uint64_t mask = c.vm.release().pids.mask();
+    for (int attempt = 0; attempt < 10; attempt++) {
+        if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (const ProcessEntry& e : read_table(c.vm).processes)
+            if ((e.pid & mask) == want) return e;
+    }
+    throw UserError(fmt::format("--inspect {}: no such process", text));
+}
+
+int run_inspect(Context& c, const Options& o) {
+    ProcessEntry e = inspected_process(c, o.inspect);
+    HeapSnapshot snap = snapshot_process(c.vm, e.c_p, e.pid, o.max_heap_mib << 20);
+    term::TermSource terms = snapshot_terms(c.vm, snap, c.names.term_source());
+    const term::Limits limits{.max_chars = o.width ? o.width : SIZE_MAX / 4,
+                              .depth = o.depth ? o.depth : -1,
+                              .max_reads = 50'000'000};
+    const term::Limits key_limits{.max_chars = 40, .depth = 4, .max_reads = 4096};
+    const ProcessEntry& p = snap.proc;
+    // Named as in the table: the copy's own RegProc is not followed, the table's reading is.
+    ProcessEntry named = p;
+    named.reg_name = e.reg_name;
+    const Row row = make_row(c, named);
+    std::vector<Root> roots = root_set(snap, row.current, [&](uint64_t cp) {
+        std::string f = c.function(0, cp);
+        return f.empty() ? fmt::format("{:#x}", cp) : f;
+    });
+    for (Root& r : roots) {
+        r.size = term::flat_size(terms, r.term);
+        r.text = term::text(terms, r.term, limits);
+        if (r.kind == Root::Kind::Dictionary)
+            r.where = term::text(terms, r.key, key_limits).value_or(fmt::format("<bad term at {:#x}>", r.key & ~3ull));
+    }
+    std::stable_sort(roots.begin(), roots.end(), [](const Root& a, const Root& b) {
+        return (a.size ? a.size->words : 0) > (b.size ? b.size->words : 0);
+    });
+    struct Total {
+        size_t terms = 0;
+        uint64_t words = 0, off_heap_bytes = 0;
+    } totals[3];
+    for (const Root& r : roots) {
+        Total& t = totals[static_cast<int>(r.kind)];
+        t.terms++;
+        if (r.size) t.words += r.size->words, t.off_heap_bytes += r.size->off_heap_bytes;
+    }
+    auto shown = [](const Root& r) {
+        return r.text ? *r.text : fmt::format("<bad term at {:#x}>", r.term & ~3ull);
+    };
+
+    if (o.json) {
+        nlohmann::json j = row_json(row, c.vm.offsets().proc_size);
+        j["undecoded_messages"] = snap.undecoded_messages;
+        j["attempts"] = snap.attempts;
+        j["bytes_copied"] = snap.bytes_copied();
+        j["roots"] = nlohmann::json::array();
+        for (const Root& r : roots) {
+            nlohmann::json k{{"kind", kind_name(r.kind)}, {"where", r.where}, {"term", shown(r)}, {"decoded", r.text.has_value()}};
+            if (!r.function.empty()) k["function"] = r.function;
+            if (r.size) k["words"] = r.size->words, k["off_heap_bytes"] = r.size->off_heap_bytes;
+            else k["words"] = nullptr;
+            j["roots"].push_back(k);
+        }
+        for (int kind = 0; kind < 3; kind++)
+            j["totals"][kind_name(static_cast<Root::Kind>(kind))] = {
+                {"terms", totals[kind].terms}, {"words", totals[kind].words}, {"off_heap_bytes", totals[kind].off_heap_bytes}};
+        std::cout << j.dump(1) << "\n";
+        return 0;
+    }
+    fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
+               row.current.empty() ? "?" : row.current);
+    fmt::print("  heap {} words, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
+               p.heap_sz, p.old_heap_sz, p.mbuf_sz, p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()),
+               snap.attempts);
+    fmt::print("{:>10} {:>9}  {:<44} {}\n", "WORDS", "OFF-HEAP", "ROOT", "TERM");
+    size_t listed = 0;
+    for (const Root& r : roots) {
+        if (!o.all && listed++ >= o.top) break;
+        std::string where = fmt::format("{} {}{}{}", kind_name(r.kind), r.where, r.function.empty() ? "" : " ", r.function);
+        fmt::print("{:>10} {:>9}  {:<44} {}\n", r.size ? std::to_string(r.size->words) : "?",
+                   r.size && r.size->off_heap_bytes ? human_bytes(r.size->off_heap_bytes) : "-", where, shown(r));
+    }
+    if (!o.all && roots.size() > o.top) fmt::print("  ... {} more (--all, or -t N)\n", roots.size() - o.top);
+    fmt::print("totals (flat sizes, shared terms counted per reference):");
+    for (int kind = 0; kind < 3; kind++)
+        fmt::print("{} {} {} terms, {} words{}", kind ? ";" : "", kind_name(static_cast<Root::Kind>(kind)),
+                   totals[kind].terms, totals[kind].words,
+                   totals[kind].off_heap_bytes ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes)) : "");
+    fmt::print("\n");
+    if (snap.undecoded_messages)
+        fmt::print("  {} distribution messages not yet decoded (no term to show)\n", snap.undecoded_messages);
+    return 0;
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{
+        "beam-bpf-procs: the Erlang processes of a running BEAM VM (OS pid of beam.smp), read from\n"
+        "outside with process_vm_readv: the VM does no work to answer and is never stopped. Needs root\n"
+        "or CAP_SYS_PTRACE. MEMORY is process_info(P, memory) less links, monitors and messages not yet\n"
+        "on the heap; HEAP is total_heap_size and STACK stack_size, in words; MSGQ counts the messages\n"
+        "in the process's own queue (not signals still in transit); REDS are the reductions up to its\n"
+        "last time on a scheduler.\n\n"
+        "--watch SECONDS shows, every interval, what each process gained in it (memory, queue,\n"
+        "reductions), ranked by --sort. --inspect PROC copies one process's heaps while it is not running\n"
+        "and lists the terms it holds (its stack's Y registers, dictionary and messages), biggest first,\n"
+        "with their flat sizes in words (as erts_debug:flat_size/1 counts them)."};
+    Options o;
+    app.add_option("pid", o.pid, "OS pid of beam.smp")->required();
+    app.add_option("--sort", o.sort, "order: memory, heap, stack, queue, reductions (largest first)")
+        ->capture_default_str();
+    app.add_option("-t,--top", o.top, "rows to show")->capture_default_str();
+    app.add_flag("--all", o.all, "show every process (every root with --inspect)");
+    app.add_flag("--json", o.json, "JSON: one document (one line per interval with --watch)");
+    app.add_flag("--raw-names", o.raw_names, "Elixir modules as the VM's atoms ('Elixir.MyApp.Repo')");
+    app.add_option("--offsets", o.offsets_file, "struct offset table to use instead of the built-in ones");
+    auto* watch = app.add_option("--watch", o.watch, "every SECONDS, the growth in that interval")
+                      ->check(CLI::Range(0.05, 3600.0));
+    app.add_option("--count", o.count, "with --watch: stop after N intervals (0: run until interrupted)")
+        ->capture_default_str()
+        ->needs(watch);
+    auto* inspect = app.add_option("--inspect", o.inspect, "PROC, a pid (<0.85.0>) or a registered name: its heap")
+                        ->excludes(watch);
+    app.add_option("--depth", o.depth, "with --inspect: ~P depth of each term printed (0: whole)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->needs(inspect);
+    app.add_option("--width", o.width, "with --inspect: characters of each term printed (0: all)")
+        ->capture_default_str()
+        ->needs(inspect);
+    app.add_option("--max-heap", o.max_heap_mib, "with --inspect: MiB of heap to copy at most")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
+        ->needs(inspect);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    static const std::set<std::string> kSorts{"memory", "heap", "stack", "queue", "reductions"};
+    if (!kSorts.count(o.sort))
+        throw UserError(fmt::format("--sort {}: the orders are memory, heap, stack, queue, reductions", o.sort));
+    Vm vm = Vm::attach(o.pid, o.offsets_file);
+    ProcessNames names(vm, o.raw_names);
+    Symbolizer sym(vm, {.raw_names = o.raw_names});
+    Context c{vm, names, sym, o.raw_names};
+    if (!c.vm.caveat().empty()) fmt::print(stderr, "beam-bpf-procs: warning: {}\n", c.vm.caveat());
+    if (!o.inspect.empty()) return run_inspect(c, o);
+    if (o.watch > 0) return run_watch(c, o);
+    return run_table(c, o);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+    return guarded_main("beam-bpf-procs", [&] { return run(argc, argv); });
+}
