@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bb {
@@ -55,6 +56,9 @@ struct Profile {
     uint64_t start_unix_ns = 0;    // wall clock at the start of the profiled interval
     uint64_t duration_ns = 0;
     std::string title;             // "beam.smp 1234 (OTP 27)": shown by viewers
+    // Labels of the whole profile, which pprof can only carry on each sample (beam-bpf-agent:
+    // host, node, service_name, ...); empty values are left out.
+    std::vector<std::pair<std::string, std::string>> labels;
     bool lines = false;            // --lines: frames are per line, shown "name (file:LINE)"
 
     // The frame text of a location as folded stacks and the top table show it.

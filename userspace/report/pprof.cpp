@@ -74,6 +74,9 @@ void write_pprof(const Profile& p, std::ostream& out) {
     pp.set_time_nanos(static_cast<int64_t>(p.start_unix_ns));
     pp.set_duration_nanos(static_cast<int64_t>(p.duration_ns));
     if (!p.title.empty()) pp.add_comment(str(p.title));
+    // Also as comments: a profile with no sample still says whose it is.
+    for (const auto& [key, value] : p.labels)
+        if (!value.empty()) pp.add_comment(str(key + "=" + value));
 
     // Mappings: beam.smp first (pprof takes mapping 1 for the main binary), then JIT code per
     // module and shared libraries as the frames name them. No addresses: the frames are
@@ -125,6 +128,7 @@ void write_pprof(const Profile& p, std::ostream& out) {
         label("pid", s.pid);
         label("process", s.process);
         label("scheduler", s.scheduler);
+        for (const auto& [key, value] : p.labels) label(key.c_str(), value);
     }
     std::string bytes;
     if (!pp.SerializeToString(&bytes)) throw std::runtime_error("pprof: cannot serialize the profile");
