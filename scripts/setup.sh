@@ -25,6 +25,8 @@ packages=(
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
   linux-perf                                  # the incumbent, for scripts/bench.sh
   libcap2-bin                                 # capsh: the non-root capability tests
+  libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
+  yamllint                                    # packaging/check.py: the DaemonSet example
 )
 if [ -z "${BB_SKIP_APT:-}" ]; then
   missing=()

@@ -1,0 +1,403 @@
+#include "agent/agent.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "base/clock.hpp"
+#include "profile/aggregate.hpp"
+#include "report/pprof.hpp"
+#include "run/options.hpp"
+#include "run/reporter.hpp"
+#include "run/run_stats.hpp"
+#include "run/session.hpp"
+
+namespace bb::agent {
+
+namespace {
+
+constexpr uint64_t kSecond = 1'000'000'000ull;
+// A VM that cannot be attached at its first sight may be too young (its schedulers and JIT
+// not up yet): tried again each scan for this long before it is refused.
+constexpr uint64_t kAttachRetryNs = 5 * kSecond;
+
+void log(const std::string& line) { fmt::print(stderr, "beam-bpf-agent: {}\n", line); }
+
+// A directory name from a service name: [A-Za-z0-9_.@-], never starting with a dot.
+std::string dir_safe(const std::string& s) {
+    std::string out = s.substr(0, 128);
+    for (char& c : out)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_.@-", c)) c = '_';
+    if (out.empty() || out[0] == '.') out.insert(out.begin(), '_');
+    return out;
+}
+
+uint64_t rss_kib() {
+    std::ifstream f("/proc/self/statm");
+    uint64_t size = 0, resident = 0;
+    f >> size >> resident;
+    return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 1024;
+}
+
+}  // namespace
+
+struct Agent::Followed {
+    BeamProcess proc;
+    VmLabels labels;
+    std::string dir_name;  // its subdirectory, named at attach: a reload does not move its files
+    CommonOptions o;
+    std::unique_ptr<Session> s;
+    // Process names of this interval only: the session's own table keeps every pid it ever named,
+    // which a VM that spawns processes all day would grow without bound.
+    std::optional<ProcessNames> names;
+    Aggregator agg;
+    RunStats st;
+    uint64_t interval_start_ns = 0, interval_start_unix_ns = 0, last_check_ns = 0, profiles = 0;
+    std::vector<uint32_t> frames;
+
+    void handle(const bb_record& r) {
+        if (r.where == BB_WHERE_CODE_EVENT) return s->sym.code_event(r);
+        st.count(r);
+        s->sym.frames(r, frames);
+        Who who = who_of(r);
+        if (who.erl_pid) names->name(r);  // read now, while the process is likely alive
+        agg.add(frames, 1, who);
+    }
+    void drain(std::chrono::milliseconds timeout) {
+        s->sampler->poll(timeout, [&](const bb_record& r) { handle(r); });
+    }
+};
+
+Agent::Agent(AgentConfig cfg) {
+    check(cfg);
+    if (cfg.host.empty()) {
+        char h[256] = {};
+        gethostname(h, sizeof h - 1);
+        host_ = clean(h);
+    }
+    if (cfg.output != "none") dir_.emplace(cfg.output, cfg.retention);
+    if (!cfg.push.url.empty()) pusher_ = std::make_unique<Pusher>(cfg.push);
+    cfg_ = std::move(cfg);
+    if (!cfg_.host.empty()) host_ = clean(cfg_.host);
+}
+
+Agent::~Agent() = default;
+
+std::string Agent::service_of(const VmLabels& l) const {
+    if (auto it = cfg_.service_by_node.find(l.node); !l.node.empty() && it != cfg_.service_by_node.end()) return it->second;
+    if (!cfg_.service.empty()) return cfg_.service;
+    if (!l.release.empty()) return l.release;
+    if (!l.node.empty()) return l.node;
+    return "beam.smp";
+}
+
+bool Agent::wanted(const BeamProcess& p, const VmLabels& l) const {
+    if (cfg_.match.empty()) return true;
+    std::string cmdline;
+    for (const std::string& a : p.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
+    for (const std::string& m : cfg_.match) {
+        std::regex re(m);
+        if (std::regex_search(cmdline, re) || (!l.node.empty() && std::regex_search(l.node, re)) ||
+            (!l.cgroup.empty() && std::regex_search(l.cgroup, re)))
+            return true;
+    }
+    return false;
+}
+
+void Agent::scan(uint64_t now_ns) {
+    std::vector<BeamProcess> beams = find_beams();
+    std::set<Key> present;
+    for (const BeamProcess& p : beams) present.insert({p.pid, p.start_time});
+    // Gone first: a pid reused by a new VM is a new VM.
+    for (auto it = vms_.begin(); it != vms_.end();) {
+        pid_t pid = it->first;
+        ++it;
+        const Followed& f = *vms_.at(pid);
+        if (!present.count({pid, f.proc.start_time})) detach(pid, "the VM exited");
+    }
+    for (const BeamProcess& p : beams) {
+        Key k{p.pid, p.start_time};
+        if (vms_.count(p.pid) || refused_.count(k) || ignored_.count(k)) continue;
+        VmLabels l = labels_of(p);
+        if (!wanted(p, l)) {
+            ignored_.insert(k);
+            log(fmt::format("ignored pid {} (node {}, cgroup {}): it matches no --match", p.pid,
+                            l.node.empty() ? "-" : l.node, l.cgroup.empty() ? "-" : l.cgroup));
+            continue;
+        }
+        attach(p, now_ns);
+    }
+    // What is remembered of VMs not followed stays bounded by the VMs that exist.
+    std::erase_if(refused_, [&](const Key& k) { return !present.count(k); });
+    std::erase_if(ignored_, [&](const Key& k) { return !present.count(k); });
+    std::erase_if(first_failure_ns_, [&](const auto& kv) { return !present.count(kv.first); });
+}
+
+void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
+    Key k{p.pid, p.start_time};
+    auto f = std::make_unique<Followed>();
+    f->proc = p;
+    f->labels = labels_of(p);
+    f->o.pid = p.pid;
+    f->o.frequency = cfg_.frequency;
+    f->o.native_depth = cfg_.native_depth;
+    const VmLabels& l = f->labels;
+    try {
+        f->s = std::make_unique<Session>(f->o);
+        f->s->start(sampler_config(f->o),
+                    fmt::format("node {}, service {}, cgroup {}{}; {}", l.node.empty() ? "-" : l.node, service_of(l),
+                                l.cgroup.empty() ? "-" : l.cgroup,
+                                l.container_id.empty() ? "" : ", container " + l.container_id.substr(0, 12),
+                                describe_event(f->o)));
+    } catch (const std::exception& e) {
+        auto [it, first] = first_failure_ns_.try_emplace(k, now_ns);
+        if (now_ns - it->second < kAttachRetryNs && p.pid != getpid()) return;  // young: next scan
+        refused_.insert(k);
+        first_failure_ns_.erase(k);
+        c_.refused++;
+        log(fmt::format("refused pid {} (node {}): {}", p.pid, l.node.empty() ? "-" : l.node, clean(e.what(), 1024)));
+        return;
+    }
+    first_failure_ns_.erase(k);
+    f->names.emplace(f->s->vm, false);
+    f->dir_name = dir_safe(service_of(l)) + "-" + std::to_string(p.pid);
+    f->interval_start_ns = f->s->start_ns;
+    f->interval_start_unix_ns = f->s->start_unix_ns;
+    f->last_check_ns = monotonic_ns();
+    c_.attached++;
+    vms_.emplace(p.pid, std::move(f));
+}
+
+void Agent::step(Followed& f, uint64_t now_ns) {
+    Sampler& sampler = *f.s->sampler;
+    if (now_ns - f.last_check_ns >= kSecond) {
+        f.last_check_ns = now_ns;
+        sampler.refresh_vm_state();
+        // A lost code event leaves the index behind: back to walking the list.
+        if (sampler.counters().code_events_lost) f.s->sym.follow_code_events(false, now_ns);
+    }
+    // Code loaded or purged since the last drain must be known before its samples are
+    // symbolized; records still in the ring were all taken before `now_ns`.
+    f.s->sym.refresh(now_ns);
+    f.drain(std::chrono::milliseconds(0));
+    if (now_ns - f.interval_start_ns >= static_cast<uint64_t>(cfg_.every * 1e9)) finish_interval(f, now_ns);
+}
+
+void Agent::finish_interval(Followed& f, uint64_t now_ns) {
+    Session& s = *f.s;
+    const VmLabels& l = f.labels;
+    const std::string service = service_of(l);
+    ProfileMeta m;
+    m.title = fmt::format("{} {} (OTP {}){}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
+                          l.node.empty() ? "" : " node " + l.node);
+    m.unit = "samples";
+    m.period_ns = f.o.ns_per_sample;
+    m.start_unix_ns = f.interval_start_unix_ns;
+    m.duration_ns = now_ns - f.interval_start_ns;
+    m.pid_text = [&](uint64_t pid) { return s.vm.format_pid(pid); };
+    m.process_text = [&](uint64_t pid) { return f.names->known(pid); };
+    m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
+    Profile prof = f.agg.profile(s.sym.frames(), m);
+
+    FinishedProfile fp;
+    fp.dir_name = f.dir_name;
+    fp.service = service;
+    fp.labels = {{"service_name", service},
+                 {"host", host_},
+                 {"os_pid", std::to_string(f.proc.pid)},
+                 {"ns_pid", f.proc.ns_pid && f.proc.ns_pid != f.proc.pid ? std::to_string(f.proc.ns_pid) : ""},
+                 {"node", l.node},
+                 {"release", l.release},
+                 {"otp_release", std::to_string(s.vm.build().otp_release)},
+                 {"erts_version", s.vm.build().erts_version},
+                 {"container_id", l.container_id},
+                 {"cgroup", l.cgroup}};
+    for (const auto& kv : cfg_.labels) fp.labels.push_back(kv);
+    for (const auto& [k, v] : fp.labels)
+        if (!v.empty()) prof.labels.emplace_back(k, v);
+    fp.start_unix_ns = m.start_unix_ns;
+    fp.end_unix_ns = m.start_unix_ns + m.duration_ns;
+    fp.frequency_hz = cfg_.frequency;
+    std::ostringstream os;
+    write_pprof(prof, os);
+    fp.pprof_gz = std::move(os).str();
+
+    f.agg.clear();
+    f.names.emplace(s.vm, false);
+    f.interval_start_ns = now_ns;
+    f.interval_start_unix_ns = fp.end_unix_ns;
+    f.profiles++;
+    c_.profiles++;
+    if (dir_) {
+        try {
+            dir_->write(fp);
+        } catch (const std::exception& e) {
+            c_.write_errors++;
+            log(fmt::format("pid {}: {}", f.proc.pid, e.what()));
+        }
+    }
+    if (pusher_) pusher_->enqueue(fp);  // never waits for the network
+}
+
+void Agent::detach(pid_t pid, const std::string& why) {
+    auto it = vms_.find(pid);
+    if (it == vms_.end()) return;
+    Followed& f = *it->second;
+    std::string err;
+    try {
+        // The last interval, partial: what the walker emitted before the VM went.
+        f.s->sampler->stop_events();
+        f.s->sym.refresh(monotonic_ns());
+        f.drain(std::chrono::milliseconds(0));
+        if (f.agg.total() > 0) finish_interval(f, monotonic_ns());
+    } catch (const std::exception& e) {
+        err = fmt::format(" (its last interval is lost: {})", e.what());
+    }
+    SamplerCounters sc = f.s->sampler->counters();
+    c_.ring_dropped += sc.dropped;
+    c_.samples += f.st.records;
+    c_.detached++;
+    log(fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
+                    f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped, f.profiles, err));
+    vms_.erase(it);  // the Session: sampler (BPF objects, perf events, ring), tables, symbols
+}
+
+void Agent::apply(AgentConfig cfg) {
+    check(cfg);
+    std::vector<std::string> kept;
+    if (cfg.every != cfg_.every) kept.push_back("every");
+    if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
+    if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
+    if (cfg.output != cfg_.output) kept.push_back("output");
+    cfg.every = cfg_.every;
+    cfg.frequency = cfg_.frequency;
+    cfg.native_depth = cfg_.native_depth;
+    cfg.output = cfg_.output;
+    if (cfg.push.url.empty())
+        pusher_.reset();  // drops what it still held: said in the reload line
+    else if (pusher_)
+        pusher_->reconfigure(cfg.push);
+    else
+        pusher_ = std::make_unique<Pusher>(cfg.push);
+    if (dir_) dir_->set_retention(cfg.retention);
+    cfg_ = std::move(cfg);
+    host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);
+    log(fmt::format("configuration reloaded{}", kept.empty() ? "" : "; needs a restart to change: " + fmt::format("{}", fmt::join(kept, ", "))));
+    std::vector<pid_t> unwanted;
+    for (const auto& [pid, f] : vms_)
+        if (!wanted(f->proc, f->labels)) unwanted.push_back(pid);
+    for (pid_t pid : unwanted) detach(pid, "it no longer matches --match");
+    ignored_.clear();  // looked at again at the next scan
+}
+
+void Agent::write_stats() const {
+    if (cfg_.stats_file.empty()) return;
+    AgentCounters c = c_;
+    nlohmann::json vms = nlohmann::json::array();
+    for (const auto& [pid, f] : vms_) {
+        SamplerCounters sc = f->s->sampler->counters();
+        c.samples += f->st.records;
+        c.ring_dropped += sc.dropped;
+        vms.push_back({{"os_pid", pid},
+                       {"node", f->labels.node},
+                       {"service", service_of(f->labels)},
+                       {"samples", f->st.records},
+                       {"dropped", sc.dropped},
+                       {"profiles", f->profiles},
+                       {"events", sc.events}});
+    }
+    PushCounters pc = pusher_ ? pusher_->counters() : PushCounters{};
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    nlohmann::json j = {
+        {"vms_followed", vms_.size()},
+        {"vms_attached", c.attached},
+        {"vms_detached", c.detached},
+        {"vms_refused", c.refused},
+        {"samples", c.samples},
+        {"ring_dropped", c.ring_dropped},
+        {"profiles", c.profiles},
+        {"write_errors", c.write_errors},
+        {"pushes", pc.pushed},
+        {"push_failures", pc.failures},
+        {"push_dropped", pc.dropped},
+        {"push_rejected", pc.rejected},
+        {"push_last_error", pc.last_error},
+        {"queue_bytes", pc.queue_bytes},
+        {"queue_profiles", pc.queue_profiles},
+        {"rss_kib", rss_kib()},
+        {"peak_rss_kib", ru.ru_maxrss},
+        {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
+        {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
+        {"vms", vms},
+    };
+    // Whole or not at all: a reader never sees half a file.
+    const std::string tmp = cfg_.stats_file + ".tmp";
+    {
+        std::ofstream f(tmp);
+        f << j.dump(2) << "\n";
+        if (!f) return;
+    }
+    std::rename(tmp.c_str(), cfg_.stats_file.c_str());
+}
+
+void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
+                const std::function<AgentConfig()>& reconfigure) {
+    uint64_t last_scan = 0, last_stats = 0;
+    while (!stop) {
+        uint64_t now = monotonic_ns();
+        if (reload.exchange(false)) {
+            try {
+                apply(reconfigure());
+            } catch (const std::exception& e) {
+                log(fmt::format("reload failed, the configuration is unchanged: {}", e.what()));
+            }
+        }
+        if (now - last_scan >= kSecond) {
+            last_scan = now;
+            scan(now);
+        }
+        std::vector<pid_t> pids;
+        for (const auto& [pid, f] : vms_) pids.push_back(pid);
+        for (pid_t pid : pids) {
+            try {
+                step(*vms_.at(pid), monotonic_ns());
+            } catch (const std::exception& e) {
+                detach(pid, fmt::format("stopped following it: {}", e.what()));
+            }
+        }
+        if (now - last_stats >= kSecond) {
+            last_stats = now;
+            write_stats();
+        }
+        // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty.
+        timespec ts{0, 100'000'000};
+        nanosleep(&ts, nullptr);
+    }
+    std::vector<pid_t> pids;
+    for (const auto& [pid, f] : vms_) pids.push_back(pid);
+    for (pid_t pid : pids) detach(pid, "the agent stops");
+    if (pusher_) pusher_->flush(std::chrono::seconds(5));
+    write_stats();
+    if (pusher_) {
+        PushCounters pc = pusher_->counters();
+        log(fmt::format("stopped: {} profiles, {} pushed, {} push failures, {} dropped from the queue, {} rejected, {} "
+                        "left unsent",
+                        c_.profiles, pc.pushed, pc.failures, pc.dropped, pc.rejected, pc.queue_profiles));
+    } else {
+        log(fmt::format("stopped: {} profiles", c_.profiles));
+    }
+}
+
+}  // namespace bb::agent

@@ -1,0 +1,68 @@
+// beam-bpf-agent: every beam.smp on the host, found as it starts (a /proc scan each second),
+// sampled until it exits, one pprof profile per VM per interval, to a directory and/or
+// Pyroscope.
+//
+// First step, said plainly: each followed VM has its own Session (Vm, Symbolizer, names, native
+// unwind tables and its own loaded BPF walker), not one walker for all VMs; see README, Agent.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "agent/config.hpp"
+#include "agent/discovery.hpp"
+#include "agent/sinks.hpp"
+
+namespace bb::agent {
+
+struct AgentCounters {
+    uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
+    uint64_t samples = 0;         // records aggregated, all VMs
+    uint64_t ring_dropped = 0;    // samples the BPF side could not hand over (ring full), all VMs
+    uint64_t profiles = 0;        // intervals finished (written and/or queued)
+    uint64_t write_errors = 0;    // profiles the directory sink could not write
+};
+
+class Agent {
+public:
+    explicit Agent(AgentConfig cfg);
+    ~Agent();
+    // Runs until `stop` is set; `reload` set means: call `reconfigure` and apply what it returns.
+    // On stop, every followed VM's last (partial) interval is written and pushed, the push
+    // queue flushed for up to 5 s.
+    void run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
+             const std::function<AgentConfig()>& reconfigure);
+
+private:
+    struct Followed;
+    using Key = std::pair<pid_t, uint64_t>;  // pid and start time: pids are reused
+    void scan(uint64_t now_ns);
+    bool wanted(const BeamProcess& p, const VmLabels& l) const;
+    void attach(const BeamProcess& p, uint64_t now_ns);
+    // Drains one VM's ring; false when the VM is gone or failed (then it is detached).
+    void step(Followed& f, uint64_t now_ns);
+    void finish_interval(Followed& f, uint64_t now_ns);
+    void detach(pid_t pid, const std::string& why);
+    void apply(AgentConfig cfg);
+    void write_stats() const;
+    std::string service_of(const VmLabels& l) const;
+
+    AgentConfig cfg_;
+    std::string host_;
+    std::optional<ProfileDir> dir_;
+    std::unique_ptr<Pusher> pusher_;
+    std::map<pid_t, std::unique_ptr<Followed>> vms_;
+    std::set<Key> refused_, ignored_;
+    std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while
+    AgentCounters c_;
+};
+
+}  // namespace bb::agent

@@ -1,0 +1,83 @@
+#include "agent/config.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <fstream>
+#include <regex>
+
+#include "base/error.hpp"
+
+namespace bb::agent {
+
+namespace {
+
+template <typename T>
+T number(const std::string& key, const std::string& v) {
+    T out{};
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || end != v.data() + v.size()) throw UserError(fmt::format("{}={}: not a number", key, v));
+    return out;
+}
+
+std::string trim(const std::string& s) {
+    size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
+    if (key == "every") c.every = number<double>(key, v);
+    else if (key == "frequency") c.frequency = number<uint64_t>(key, v);
+    else if (key == "native-depth") c.native_depth = number<uint32_t>(key, v);
+    else if (key == "output") c.output = v;
+    else if (key == "retention") c.retention = number<size_t>(key, v);
+    else if (key == "push") c.push.url = v;
+    else if (key == "push-auth") c.push.auth_file = v;
+    else if (key == "push-tenant") c.push.tenant = v;
+    else if (key == "queue-bytes") c.push.queue_bytes = number<size_t>(key, v);
+    else if (key == "max-backoff") c.push.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
+    else if (key == "match") c.match.push_back(v);
+    else if (key == "stats") c.stats_file = v;
+    else if (key == "host") c.host = v;
+    else if (key == "service") c.service = v;
+    else if (key.starts_with("service.") && key.size() > 8) c.service_by_node[key.substr(8)] = v;
+    else if (key.starts_with("label.") && key.size() > 6) c.labels.emplace_back(key.substr(6), v);
+    else throw UserError(fmt::format("unknown setting {}", key));
+}
+
+void load_config_file(const std::string& path, AgentConfig& c) {
+    std::ifstream f(path);
+    if (!f) throw UserError(fmt::format("cannot read the configuration {}", path));
+    std::string line;
+    for (int no = 1; std::getline(f, line); no++) {
+        if (line.size() > 4096) throw UserError(fmt::format("{}:{}: line too long", path, no));
+        std::string t = trim(line);
+        if (t.empty() || t[0] == '#') continue;
+        size_t eq = t.find('=');
+        if (eq == std::string::npos) throw UserError(fmt::format("{}:{}: not key=value", path, no));
+        try {
+            set_option(c, trim(t.substr(0, eq)), trim(t.substr(eq + 1)));
+        } catch (const UserError& e) {
+            throw UserError(fmt::format("{}:{}: {}", path, no, e.what()));
+        }
+    }
+}
+
+void check(const AgentConfig& c) {
+    if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
+    if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
+    if (c.output == "none" && c.push.url.empty()) throw UserError("--output none without --push: the profiles would go nowhere");
+    for (const std::string& m : c.match) {
+        try {
+            std::regex re(m);
+        } catch (const std::regex_error& e) {
+            throw UserError(fmt::format("--match {}: not a regular expression: {}", m, e.what()));
+        }
+    }
+    if (!c.push.url.empty() && !c.push.url.starts_with("http://") && !c.push.url.starts_with("https://"))
+        throw UserError(fmt::format("--push {}: an http:// or https:// URL", c.push.url));
+}
+
+}  // namespace bb::agent

@@ -1,0 +1,41 @@
+// beam-bpf-agent's configuration: the command line, over a key=value file (--config) that
+// SIGHUP re-reads. The file's keys are the long options' names (see README, Agent).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/sinks.hpp"
+
+namespace bb::agent {
+
+inline constexpr const char* kDefaultOutput = "/var/lib/beam-bpf/profiles";
+
+struct AgentConfig {
+    double every = 60;              // seconds per profile
+    // 99 Hz per VM thread while it runs (see README, Agent: why).
+    uint64_t frequency = 99;
+    uint32_t native_depth = 64;     // native frames below the Erlang ones (0: the native leaf only)
+    std::string output = kDefaultOutput;  // "none": no files
+    size_t retention = 60;          // files kept per VM directory (0: all)
+    PushConfig push;                // push.url empty: no push
+    std::vector<std::string> match; // ECMAScript regexes; a VM is followed if one matches its
+                                    // command line, node name or cgroup path (none given: all)
+    std::string stats_file;
+    std::string host;               // the host label; "" -> gethostname()
+    std::string service;            // every VM's service name, over the release and node names
+    std::map<std::string, std::string> service_by_node;  // service.NODE=NAME
+    std::vector<std::pair<std::string, std::string>> labels;  // label.KEY=VALUE: added to every profile
+};
+
+// Applies the key=value lines of `path` to `c` ('#' starts a comment, blank lines are skipped).
+// UserError naming the file and line for an unknown key or a bad value.
+void load_config_file(const std::string& path, AgentConfig& c);
+// Applies one key=value (a file line or a command-line option); UserError on a bad one.
+void set_option(AgentConfig& c, const std::string& key, const std::string& value);
+// Ranges and combinations; UserError.
+void check(const AgentConfig& c);
+
+}  // namespace bb::agent

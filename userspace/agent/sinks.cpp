@@ -1,0 +1,273 @@
+#include "agent/sinks.hpp"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.hpp"
+
+namespace bb::agent {
+
+namespace fs = std::filesystem;
+
+ProfileDir::ProfileDir(std::string dir, size_t retention) : dir_(std::move(dir)), retention_(retention) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || access(dir_.c_str(), W_OK) != 0)
+        throw UserError(fmt::format("--output {}: cannot write there: {}", dir_, ec ? ec.message() : std::strerror(errno)));
+}
+
+std::string ProfileDir::write(const FinishedProfile& p) {
+    const std::string vm_dir = dir_ + "/" + p.dir_name;
+    std::error_code ec;
+    fs::create_directories(vm_dir, ec);
+    if (ec) throw UserError(fmt::format("cannot create {}: {}", vm_dir, ec.message()));
+    time_t t = static_cast<time_t>(p.start_unix_ns / 1'000'000'000ull);
+    tm utc{};
+    gmtime_r(&t, &utc);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
+    // Milliseconds too: the last, partial interval of a VM can start in the second its previous
+    // one did.
+    const std::string name = fmt::format("cpu-{}.{:03d}Z.pb.gz", stamp, (p.start_unix_ns / 1'000'000) % 1000);
+    const std::string path = vm_dir + "/" + name, tmp = vm_dir + "/." + name + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        f.write(p.pprof_gz.data(), static_cast<std::streamsize>(p.pprof_gz.size()));
+        f.close();
+        if (!f) {
+            fs::remove(tmp, ec);
+            throw UserError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+        }
+    }
+    if (rename(tmp.c_str(), path.c_str()) != 0) {
+        int e = errno;
+        fs::remove(tmp, ec);
+        throw UserError(fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(e)));
+    }
+    // Retention: the names sort by time.
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(vm_dir, ec)) {
+        std::string f = e.path().filename().string();
+        if (f.starts_with("cpu-") && f.ends_with(".pb.gz")) files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    for (size_t i = 0; retention_ && i + retention_ < files.size(); i++) fs::remove(files[i], ec);
+    return path;
+}
+
+std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels) {
+    auto value = [](std::string v) {
+        for (char& c : v)
+            if (std::strchr("{},=\"", c) || static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+                c = '_';
+        return v;
+    };
+    std::string out = value(service) + "{";
+    bool first = true;
+    for (const auto& [k, v] : labels) {
+        if (v.empty()) continue;
+        std::string key = k;
+        for (char& c : key)
+            if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+        out += (first ? "" : ",") + key + "=" + value(v);
+        first = false;
+    }
+    return out + "}";
+}
+
+namespace {
+
+// curl_easy_escape ignores its handle since curl 7.82 (Debian 12 has 7.88).
+std::string url_escape(CURL* curl, const std::string& s) {
+    char* e = curl_easy_escape(curl, s.c_str(), static_cast<int>(s.size()));
+    std::string out = e ? e : "";
+    curl_free(e);
+    return out;
+}
+
+// What Pyroscope should make of the profile's sample types: the CPU time, summed, sampled.
+constexpr const char* kSampleTypeConfig =
+    R"({"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}})";
+
+size_t discard(char*, size_t size, size_t n, void*) { return size * n; }
+
+std::string trimmed(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    size_t b = 0;
+    while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) b++;
+    return s.substr(b);
+}
+
+}  // namespace
+
+Pusher::Pusher(PushConfig cfg) : cfg_(std::move(cfg)) {
+    static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+    if (!global || !(curl_ = curl_easy_init())) throw UserError("--push: cannot start libcurl");
+    thread_ = std::thread([this] { run(); });
+}
+
+Pusher::~Pusher() {
+    {
+        std::lock_guard l(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
+
+void Pusher::enqueue(const FinishedProfile& p) {
+    auto it = std::make_shared<Item>();
+    it->query = fmt::format("name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=beam-bpf",
+                            url_escape(nullptr, pyroscope_name(p.service, p.labels)), p.start_unix_ns / 1'000'000'000ull,
+                            (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull, p.frequency_hz);
+    it->body = p.pprof_gz;
+    {
+        std::lock_guard l(mu_);
+        queue_.push_back(std::move(it));
+        c_.queue_bytes += queue_.back()->body.size();
+        trim_locked();
+    }
+    cv_.notify_all();
+}
+
+void Pusher::trim_locked() {
+    // The oldest go first; the newest profile is kept even alone over the bound (the one being
+    // sent is counted too: it comes back first if it fails).
+    while (queue_.size() > 1 && c_.queue_bytes > cfg_.queue_bytes) {
+        c_.queue_bytes -= queue_.front()->body.size();
+        queue_.pop_front();
+        c_.dropped++;
+    }
+    c_.queue_profiles = queue_.size() + (inflight_ != nullptr);
+}
+
+void Pusher::flush(std::chrono::milliseconds deadline) {
+    std::unique_lock l(mu_);
+    cv_.wait_for(l, deadline, [&] { return queue_.empty() && !inflight_; });
+}
+
+void Pusher::reconfigure(PushConfig cfg) {
+    {
+        std::lock_guard l(mu_);
+        cfg_ = std::move(cfg);
+        trim_locked();
+    }
+    cv_.notify_all();
+}
+
+PushCounters Pusher::counters() const {
+    std::lock_guard l(mu_);
+    return c_;
+}
+
+std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
+    CURL* c = static_cast<CURL*>(curl_);
+    retry = true;
+    std::string base = cfg.url;
+    while (base.ends_with("/")) base.pop_back();
+    if (!base.ends_with("/ingest")) base += "/ingest";
+    const std::string url = base + "?" + it.query;
+
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(cfg.timeout.count()));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg.timeout.count()));
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "beam-bpf-agent");
+    curl_slist* headers = nullptr;
+    if (!cfg.tenant.empty()) headers = curl_slist_append(headers, ("X-Scope-OrgID: " + cfg.tenant).c_str());
+    std::string userpwd;
+    if (!cfg.auth_file.empty()) {
+        // Read at each push: a rotated credential is picked up without a reload.
+        std::ifstream f(cfg.auth_file);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        std::string auth = trimmed(ss.str().substr(0, 4096));
+        if (!f || auth.empty()) {
+            retry = true;
+            curl_slist_free_all(headers);
+            return fmt::format("cannot read the credentials in {}", cfg.auth_file);
+        }
+        if (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0) {
+            headers = curl_slist_append(headers, ("Authorization: Bearer " + trimmed(auth.substr(7))).c_str());
+        } else {
+            userpwd = auth;
+            curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+            curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
+        }
+    }
+    if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_mime* mime = curl_mime_init(c);
+    curl_mimepart* part = curl_mime_addpart(mime);
+    curl_mime_name(part, "profile");
+    curl_mime_filename(part, "profile.pb.gz");
+    curl_mime_data(part, it.body.data(), it.body.size());
+    part = curl_mime_addpart(mime);
+    curl_mime_name(part, "sample_type_config");
+    curl_mime_filename(part, "sample_type_config.json");
+    curl_mime_data(part, kSampleTypeConfig, CURL_ZERO_TERMINATED);
+    curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_mime_free(mime);
+    curl_slist_free_all(headers);
+    if (rc != CURLE_OK) return curl_easy_strerror(rc);
+    if (status >= 200 && status < 300) return {};
+    retry = status >= 500 || status == 429 || status == 408;
+    return fmt::format("HTTP {}", status);
+}
+
+void Pusher::run() {
+    auto backoff = std::chrono::milliseconds(0);
+    std::unique_lock l(mu_);
+    while (!stop_) {
+        // After a failure wait `backoff` (new profiles do not cut it short); else for work.
+        if (backoff.count()) cv_.wait_for(l, backoff, [&] { return stop_; });
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) break;
+        inflight_ = queue_.front();
+        queue_.pop_front();
+        PushConfig cfg = cfg_;
+        l.unlock();
+        bool retry = false;
+        std::string err = send(*inflight_, cfg, retry);
+        l.lock();
+        if (err.empty() || !retry) {
+            c_.queue_bytes -= inflight_->body.size();
+            inflight_.reset();
+            c_.queue_profiles = queue_.size();
+            if (err.empty()) {
+                c_.pushed++;
+            } else {
+                c_.failures++;
+                c_.rejected++;
+                c_.last_error = err;
+            }
+            backoff = {};
+            cv_.notify_all();  // flush() waits for an empty queue
+            continue;
+        }
+        c_.failures++;
+        c_.last_error = err;
+        queue_.push_front(std::move(inflight_));  // still the oldest: the first to drop
+        inflight_.reset();
+        trim_locked();
+        backoff = std::min(cfg.max_backoff, backoff.count() ? backoff * 2 : std::chrono::milliseconds(500));
+    }
+}
+
+}  // namespace bb::agent

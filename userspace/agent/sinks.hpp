@@ -1,0 +1,105 @@
+// Where the agent's profiles go: a directory of pprof files, and Grafana Pyroscope's ingest API.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace bb::agent {
+
+// One finished interval of one VM, as both sinks take it.
+struct FinishedProfile {
+    std::string dir_name;    // the VM's subdirectory: "<service>-<os pid>", cleaned
+    std::string service;     // Pyroscope's application name
+    std::vector<std::pair<std::string, std::string>> labels;  // host, os_pid, node, ...
+    uint64_t start_unix_ns = 0, end_unix_ns = 0;
+    uint64_t frequency_hz = 0;
+    std::string pprof_gz;    // the gzipped profile.proto
+};
+
+// DIR/<dir_name>/cpu-<start, UTC>.pb.gz, written to a temporary name in the same directory and
+// renamed, so a reader never sees half a file; then only the newest `retention` files of that
+// directory are kept.
+class ProfileDir {
+public:
+    ProfileDir(std::string dir, size_t retention);
+    // The path written; throws UserError when it cannot be written.
+    std::string write(const FinishedProfile& p);
+    void set_retention(size_t n) { retention_ = n; }
+    const std::string& dir() const { return dir_; }
+
+private:
+    std::string dir_;
+    size_t retention_;
+};
+
+// Label keys and values as Pyroscope's application name takes them: keys of [A-Za-z0-9_],
+// values without the characters that delimit the name ({ } , = ") or control bytes.
+std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels);
+
+struct PushConfig {
+    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"); /ingest is added
+    std::string auth_file;   // "user:password" (basic) or "Bearer TOKEN"; "" for none
+    std::string tenant;      // X-Scope-OrgID, "" for none
+    size_t queue_bytes = 64 << 20;  // profiles waiting to be pushed, at most this many bytes
+    std::chrono::milliseconds max_backoff{30'000};
+    std::chrono::milliseconds timeout{10'000};  // one request, connection included
+};
+
+struct PushCounters {
+    uint64_t pushed = 0;        // accepted (2xx)
+    uint64_t failures = 0;      // attempts that failed (each retry counts)
+    uint64_t dropped = 0;       // profiles lost: pushed out of a full queue (oldest first)
+    uint64_t rejected = 0;      // profiles the store refused with a 4xx other than 429: not retried
+    uint64_t queue_bytes = 0, queue_profiles = 0;
+    std::string last_error;
+};
+
+// POST /ingest?name=SERVICE{labels}&from=&until=&format=pprof&sampleRate=F&spyName=beam-bpf, the
+// body multipart/form-data with the profile in the field "profile" (Pyroscope's documented
+// form for pprof with a sample type configuration). One thread sends; enqueue() never waits for
+// the network. A failure (no connection, a 5xx, a 429) is retried after a backoff that doubles
+// up to max_backoff; the queue is bounded in bytes and drops its oldest profile first.
+class Pusher {
+public:
+    explicit Pusher(PushConfig cfg);
+    ~Pusher();
+    Pusher(const Pusher&) = delete;
+    Pusher& operator=(const Pusher&) = delete;
+
+    void enqueue(const FinishedProfile& p);
+    // Waits until the queue is empty or `deadline` passed (SIGTERM's last push).
+    void flush(std::chrono::milliseconds deadline);
+    // SIGHUP: a new URL, credentials or bound (the queue is trimmed to it).
+    void reconfigure(PushConfig cfg);
+    PushCounters counters() const;
+
+private:
+    struct Item {
+        std::string query;  // after /ingest?
+        std::string body;
+    };
+    void run();
+    // Empty: accepted; else why not. `retry`: whether trying again may help.
+    std::string send(const Item& it, const PushConfig& cfg, bool& retry);
+    void trim_locked();
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    PushConfig cfg_;
+    std::deque<std::shared_ptr<const Item>> queue_;
+    std::shared_ptr<const Item> inflight_;  // taken off the queue while it is being sent
+    PushCounters c_;
+    bool stop_ = false;
+    void* curl_ = nullptr;  // CURL*, used by the sending thread only
+    std::thread thread_;
+};
+
+}  // namespace bb::agent

@@ -1,0 +1,110 @@
+// beam-bpf-agent: one long-running process per host that profiles every BEAM VM on it, into a
+// directory of pprof files and/or Grafana Pyroscope.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "agent/agent.hpp"
+#include "base/error.hpp"
+#include "run/options.hpp"
+
+using namespace bb;
+
+namespace {
+
+std::atomic<bool> g_stop{false}, g_reload{false};
+void on_stop(int) { g_stop = true; }
+void on_hup(int) { g_reload = true; }
+
+int run(int argc, char** argv) {
+    CLI::App app{
+        "beam-bpf-agent: profiles every BEAM VM on this host (containers too), one pprof profile per VM\n"
+        "per interval, to a directory and/or Grafana Pyroscope. Runs until SIGTERM (which writes the last\n"
+        "interval); SIGHUP re-reads --config. Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE."};
+    agent::AgentConfig defaults;
+    // Options given on the command line, as key=value: applied over the file's at each (re)load.
+    std::vector<std::pair<std::string, std::string>> given;
+    auto opt = [&](const char* names, const char* key, const std::string& help) {
+        return app.add_option_function<std::vector<std::string>>(
+            names, [&given, key](const std::vector<std::string>& vs) {
+                for (const std::string& v : vs) given.emplace_back(key, v);
+            },
+            help);
+    };
+    std::string config_file;
+    bool check_only = false;
+    app.add_flag("--check", check_only, "check the options and the configuration file, say what they mean, and exit");
+    app.add_option("--config", config_file,
+                   "key=value settings, one per line, keys as the long options (and service.NODE=NAME, "
+                   "label.KEY=VALUE); the command line wins; SIGHUP re-reads it");
+    opt("--every", "every", "seconds per profile (default 60)");
+    opt("-F,--frequency", "frequency", "samples per second of each VM thread while it runs (default 99)");
+    opt("--native-depth", "native-depth", "native frames below the Erlang ones (default 64; 0: the native leaf only)");
+    opt("-o,--output", "output",
+        fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)", agent::kDefaultOutput));
+    opt("--retention", "retention", "files kept per VM subdirectory (default 60; 0: all)");
+    opt("--push", "push", "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof");
+    opt("--push-auth", "push-auth", "a file holding user:password (basic) or 'Bearer TOKEN'");
+    opt("--push-tenant", "push-tenant", "X-Scope-OrgID for a multi-tenant Pyroscope");
+    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, at most this many bytes (default 64 MiB)");
+    opt("--max-backoff", "max-backoff", "seconds between retries of a failed push, at most (default 30)");
+    opt("--match", "match",
+        "follow only VMs whose command line, node name or cgroup path this regular expression finds (repeatable)")
+        ->allow_extra_args(false);
+    opt("--stats", "stats", "counters as JSON, rewritten every second");
+    opt("--host", "host", "the host label (default: the host name)");
+    opt("--service", "service", "the service name of every VM (default: its release name, else its node name)");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    auto load = [&] {
+        agent::AgentConfig c;
+        if (!config_file.empty()) agent::load_config_file(config_file, c);
+        // A --match on the command line replaces the file's.
+        bool cli_match = std::any_of(given.begin(), given.end(), [](const auto& kv) { return kv.first == "match"; });
+        if (cli_match) c.match.clear();
+        for (const auto& [k, v] : given) {
+            try {
+                agent::set_option(c, k, v);
+            } catch (const UserError& e) {
+                throw UserError(fmt::format("--{}", e.what()));
+            }
+        }
+        agent::check(c);
+        return c;
+    };
+    agent::AgentConfig cfg = load();
+    const std::string summary = fmt::format(
+        "every {} s, {} Hz, {}{}{}", cfg.every, cfg.frequency, cfg.output == "none" ? "no files" : "files in " + cfg.output,
+        cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url,
+        cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
+    if (check_only) {
+        fmt::print("beam-bpf-agent: configuration ok: {}\n", summary);
+        return 0;
+    }
+    check_privileges();
+
+    struct sigaction sa{};
+    sa.sa_handler = on_stop;  // no SA_RESTART: the loop's sleep ends at once
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    agent::Agent a(cfg);
+    fmt::print(stderr, "beam-bpf-agent: started: {}\n", summary);
+    a.run(g_stop, g_reload, load);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return guarded_main("beam-bpf-agent", [&] { return run(argc, argv); });
+}
