@@ -1,0 +1,297 @@
+// beam-bpf-agent on real VMs with real BPF: three VMs of two tested builds started at different
+// times during one agent run (one in its own pid and mount namespace), one killed mid-interval,
+// pushes to a receiver that follows Pyroscope's documented ingest API and goes down for a while,
+// a SIGHUP reload and a SIGTERM. Every profile is decoded with `go tool pprof`, labels included.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness.hpp"
+
+namespace bbt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const TestVm& otp27_vm() {
+    for (const TestVm& v : test_vms())
+        if (v.name == "otp27") return v;
+    throw std::runtime_error("no otp27 test VM");
+}
+
+// A sample of `go tool pprof -traces`: its labels, count and frames (leaf first).
+struct Trace {
+    std::map<std::string, std::string> labels;
+    long count = 0;
+    std::vector<std::string> frames;
+};
+
+std::vector<Trace> decode(const fs::path& file) {
+    ToolResult r = run_command({"go", "tool", "pprof", "-traces", "-sample_index=samples", file.string()}, 60s);
+    if (r.exit_code != 0) throw std::runtime_error("go tool pprof -traces " + file.string() + ": " + describe(r));
+    std::vector<Trace> out;
+    std::optional<Trace> t;
+    static const std::regex label(R"(^\s*([A-Za-z_]+):\s+(.*)$)"), first(R"(^\s*(\d+)\s+(\S.*)$)");
+    for (const std::string& line : lines_of(r.out)) {
+        if (line.starts_with("-----------")) {
+            if (t && t->count) out.push_back(*t);
+            t.emplace();
+            continue;
+        }
+        if (!t) continue;  // the header
+        std::smatch m;
+        if (t->frames.empty() && std::regex_match(line, m, first)) {
+            t->count = std::stol(m[1]);
+            t->frames.push_back(m[2]);
+        } else if (t->frames.empty() && std::regex_match(line, m, label)) {
+            t->labels[m[1]] = m[2];
+        } else if (!t->frames.empty()) {
+            size_t b = line.find_first_not_of(' ');
+            if (b != std::string::npos) t->frames.push_back(line.substr(b));
+        } else {
+            throw std::runtime_error("go tool pprof -traces " + file.string() + ": cannot read the line '" + line + "'");
+        }
+    }
+    if (t && t->count) out.push_back(*t);
+    return out;
+}
+
+bool has_frame(const Trace& t, const std::string& prefix) {
+    for (const std::string& f : t.frames)
+        if (f.starts_with(prefix)) return true;
+    return false;
+}
+
+// The pid of beam.smp under `parent` (unshare's forked child): the VM in its own namespace.
+pid_t beam_child(pid_t parent) {
+    for (int i = 0; i < 200; i++) {
+        std::string kids = slurp("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
+        std::istringstream in(kids);
+        pid_t kid = 0;
+        if (in >> kid) {
+            std::error_code ec;
+            std::string exe = fs::read_symlink("/proc/" + std::to_string(kid) + "/exe", ec).string();
+            if (exe.find("beam") != std::string::npos) return kid;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+}
+
+class AgentTest : public RootTest {};
+
+TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAnOutage) {
+    char tmpl[] = "/tmp/bb-agent-test-XXXXXX";
+    ASSERT_TRUE(mkdtemp(tmpl));
+    const fs::path dir = tmpl, out = dir / "profiles", recv = dir / "received", port_file = dir / "port",
+                   stats = dir / "stats.json", cfg = dir / "agent.conf";
+    struct Cleanup {
+        fs::path p;
+        ~Cleanup() {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+        }
+    } cleanup{dir};
+    const std::string receiver = std::string(BB_SOURCE_DIR) + "/tests/agent/pyroscope_receiver.py";
+    auto start_receiver = [&](const std::string& port) {
+        fs::remove(port_file);
+        auto c = std::make_unique<ChildProcess>(std::vector<std::string>{
+            "python3", receiver, "--out", recv.string(), "--port", port, "--port-file", port_file.string()});
+        for (int i = 0; i < 200 && !fs::exists(port_file); i++) std::this_thread::sleep_for(50ms);
+        if (!fs::exists(port_file)) throw std::runtime_error("the receiver did not start");
+        return c;
+    };
+    auto receiver_proc = start_receiver("0");
+    const std::string port = slurp(port_file);
+    {
+        std::ofstream c(cfg);
+        c << "# the agent test's configuration\nservice.bbagent_c=svc_c\nlabel.env=agent_test\n";
+    }
+
+    // VM A: Debian's OTP 25, split532 (50/30/20 by construction), started before the agent.
+    ErlVm a(debian_vm(), "bb_work:main(split532)", {"-sname", "bbagent_a"});
+    a.wait_line("ready", 60s);
+    // Only this test's VMs: other VMs on the machine (other tests) are not ours to profile.
+    RunningTool agent = start_tool(
+        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--push",
+                           "http://127.0.0.1:" + port, "--max-backoff", "1", "--queue-bytes", "1", "--match",
+                           "bbagent_[abc]", "--stats", stats.string(), "--config", cfg.string()});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(a.os_pid()) + ",", 10s, &err)) << err;
+    const double found_a_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - agent.started).count();
+    std::cerr << "agent test: VM A attached " << found_a_s << " s after the agent started\n";
+
+    // VM B: the OTP 27 build, `deep`, started while the agent runs.
+    ErlVm b(otp27_vm(), "bb_work:main(deep, 10)", {"-sname", "bbagent_b"});
+    b.wait_line("ready", 60s);
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(b.os_pid()) + ",", 10s, &err)) << err;
+
+    // VM C: OTP 25 in its own pid and mount namespace (pid 1 there), busy2.
+    TestVm in_ns = debian_vm();
+    in_ns.launcher = {"unshare", "-p", "-m", "--fork", "--mount-proc", "--kill-child", in_ns.bin_dir + "/erl"};
+    ErlVm c(in_ns, "bb_work:main(busy2)", {"-sname", "bbagent_c", "+S", "1"});
+    c.wait_line("ready", 60s);
+    const pid_t c_pid = beam_child(c.os_pid());
+    ASSERT_GT(c_pid, 0);
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(c_pid) + ",", 10s, &err)) << err;
+
+    // B killed mid-interval, once it has written two profiles.
+    const fs::path b_dir = out / ("bbagent_b-" + std::to_string(b.os_pid()));
+    auto count_files = [](const fs::path& d) {
+        size_t n = 0;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(d, ec)) n += e.path().string().ends_with(".pb.gz");
+        return n;
+    };
+    for (int i = 0; i < 100 && count_files(b_dir) < 2; i++) std::this_thread::sleep_for(100ms);
+    ASSERT_GE(count_files(b_dir), 2u);
+    std::this_thread::sleep_for(1s);
+    const pid_t b_pid = b.os_pid();
+    b.kill_now();
+    ASSERT_TRUE(wait_stderr(agent, "detached pid " + std::to_string(b_pid), 10s, &err)) << err;
+
+    // The store goes down for 6 s (three intervals), then comes back on the same port.
+    std::this_thread::sleep_for(2s);
+    receiver_proc.reset();
+    const size_t before_outage = count_files(recv);
+    // SIGHUP meanwhile: A's service name changes from the next profile on.
+    {
+        std::ofstream c2(cfg);
+        c2 << "service.bbagent_c=svc_c\nlabel.env=agent_test\nservice.bbagent_a=svc_a2\n";
+    }
+    kill(agent.pid, SIGHUP);
+    ASSERT_TRUE(wait_stderr(agent, "configuration reloaded", 5s, &err)) << err;
+    std::this_thread::sleep_for(6s);
+    receiver_proc = start_receiver(port);
+    std::this_thread::sleep_for(5s);
+
+    // SIGTERM: the last interval of each VM is written and pushed, then the agent exits 0.
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node bbagent_b): the VM exited"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node bbagent_a): the agent stops"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("refused"), std::string::npos) << r.err;
+
+    // --- the files: one subdirectory per VM, every profile labelled with its VM -----------
+    struct Expect {
+        pid_t pid;
+        std::string node, otp, dir_prefix;
+        std::vector<std::string> own, foreign;  // frames it must show / never
+    };
+    const std::vector<Expect> vms{
+        {a.os_pid(), "bbagent_a", "25", "bbagent_a-", {"bb_work:f5/2"}, {"bb_work:deep_leaf", "bb_work:spin_"}},
+        {b_pid, "bbagent_b", "27", "bbagent_b-", {"bb_work:deep_leaf"}, {"bb_work:f5/2", "bb_work:spin_"}},
+        {c_pid, "bbagent_c", "25", "svc_c-", {"bb_work:spin_a"}, {"bb_work:f5/2", "bb_work:deep_leaf"}},
+    };
+    std::map<std::string, std::string> file_of_bytes;  // profile bytes -> the file holding them
+    size_t files = 0;
+    std::map<std::string, long> split;                 // A: samples in f5, f3, f2
+    size_t a_renamed = 0;
+    for (const Expect& e : vms) {
+        const fs::path d = out / (e.dir_prefix + std::to_string(e.pid));
+        ASSERT_TRUE(fs::is_directory(d)) << d;
+        size_t n = 0;
+        bool own_seen = false;
+        for (const auto& f : fs::directory_iterator(d)) {
+            ASSERT_TRUE(f.path().string().ends_with(".pb.gz")) << "a temporary left behind: " << f.path();
+            n++;
+            files++;
+            file_of_bytes[slurp(f.path())] = f.path().string();
+            for (const Trace& t : decode(f.path())) {
+                EXPECT_EQ(t.labels.count("os_pid") ? t.labels.at("os_pid") : "", std::to_string(e.pid)) << f.path();
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", e.node) << f.path();
+                EXPECT_EQ(t.labels.count("otp_release") ? t.labels.at("otp_release") : "", e.otp) << f.path();
+                EXPECT_TRUE(t.labels.count("erts_version") && t.labels.count("host") && t.labels.count("cgroup")) << f.path();
+                EXPECT_EQ(t.labels.count("env") ? t.labels.at("env") : "", "agent_test") << f.path();
+                if (e.node == "bbagent_c") {
+                    EXPECT_EQ(t.labels.count("ns_pid") ? t.labels.at("ns_pid") : "", "1") << f.path();
+                    EXPECT_EQ(t.labels.count("service_name") ? t.labels.at("service_name") : "", "svc_c") << f.path();
+                }
+                if (e.node == "bbagent_a" && t.labels.count("service_name") && t.labels.at("service_name") == "svc_a2")
+                    a_renamed++;
+                for (const std::string& foreign : e.foreign)
+                    EXPECT_FALSE(has_frame(t, foreign)) << f.path() << " holds a sample of another VM: " << foreign;
+                own_seen = own_seen || has_frame(t, e.own.front());
+                // The samples keep their Erlang process: a pid label on those in Erlang code.
+                if (has_frame(t, e.own.front())) {
+                    EXPECT_TRUE(t.labels.count("pid")) << f.path();
+                    EXPECT_TRUE(t.labels.count("process")) << f.path();
+                }
+                if (e.node == "bbagent_a" && !t.frames.empty())
+                    for (const char* leaf : {"bb_work:f5/2", "bb_work:f3/2", "bb_work:f2/2"})
+                        if (t.frames.front().starts_with(leaf)) split[leaf] += t.count;
+            }
+        }
+        EXPECT_GE(n, 2u) << d;
+        EXPECT_TRUE(own_seen) << d << " never shows " << e.own.front();
+    }
+    EXPECT_GT(a_renamed, 0u) << "no profile of A after the reload carries service_name=svc_a2";
+
+    // A's shares: 50/30/20 by construction; the tolerance is at least 3 standard deviations.
+    const long total = split["bb_work:f5/2"] + split["bb_work:f3/2"] + split["bb_work:f2/2"];
+    const double tol = 5.0;
+    ASSERT_LE(3 * 100 * std::sqrt(0.25 / std::max(total, 1L)), tol) << total << " samples are too few for a 5-point tolerance";
+    std::cerr << "agent test: A's f5/f3/f2 " << 100.0 * split["bb_work:f5/2"] / total << "/"
+              << 100.0 * split["bb_work:f3/2"] / total << "/" << 100.0 * split["bb_work:f2/2"] / total << "% of "
+              << total << " samples, " << files << " files\n";
+    EXPECT_NEAR(100.0 * split["bb_work:f5/2"] / total, 50, tol) << total;
+    EXPECT_NEAR(100.0 * split["bb_work:f3/2"] / total, 30, tol) << total;
+    EXPECT_NEAR(100.0 * split["bb_work:f2/2"] / total, 20, tol) << total;
+
+    // --- the pushes: Pyroscope's form, the same bytes as the files, losses counted ---------
+    nlohmann::json st = nlohmann::json::parse(slurp(stats));
+    size_t received = 0, after_outage = 0;
+    for (const auto& f : fs::directory_iterator(recv)) {
+        if (f.path().extension() != ".json") continue;
+        received++;
+        nlohmann::json meta = nlohmann::json::parse(slurp(f.path()));
+        fs::path body = f.path();
+        body.replace_extension(".pb.gz");
+        const std::string bytes = slurp(body);
+        ASSERT_TRUE(file_of_bytes.count(bytes)) << body << " is no profile the agent wrote";
+        const std::string file = file_of_bytes[bytes];
+        // The pushed name carries the same VM's labels.
+        const std::string os_pid = meta["labels"].value("os_pid", "");
+        EXPECT_NE(file.find("-" + os_pid + "/"), std::string::npos) << file << " pushed as os_pid " << os_pid;
+        EXPECT_EQ(meta["app"].get<std::string>(), meta["labels"].value("service_name", "")) << meta.dump();
+        EXPECT_LE(meta["from"].get<long>(), meta["until"].get<long>());
+        EXPECT_TRUE(meta["sample_type_config"].contains("cpu")) << meta.dump();
+        decode(body);  // go tool pprof reads what Pyroscope got (its traces were checked in the file)
+        if (std::stoul(f.path().stem().string()) >= before_outage) after_outage++;
+    }
+    std::cerr << "agent test: " << received << " profiles received (" << after_outage << " after the outage), "
+              << st["push_dropped"] << " dropped, " << st["push_failures"] << " failed pushes\n";
+    EXPECT_GT(after_outage, 0u) << "nothing arrived after the receiver came back";
+    EXPECT_GT(st["push_failures"].get<long>(), 0) << st.dump();
+    EXPECT_GT(st["push_dropped"].get<long>(), 0) << st.dump();
+    EXPECT_EQ(st["push_rejected"].get<long>(), 0) << st.dump();
+    EXPECT_EQ(st["queue_profiles"].get<long>(), 0) << st.dump();
+    // Every profile written was pushed or counted as dropped: nothing lost silently.
+    EXPECT_EQ(files, received + st["push_dropped"].get<size_t>()) << st.dump();
+    EXPECT_EQ(st["pushes"].get<size_t>(), received) << st.dump();
+    EXPECT_EQ(st["profiles"].get<size_t>(), files) << st.dump();
+    EXPECT_EQ(st["vms_attached"].get<long>(), 3) << st.dump();
+    EXPECT_EQ(st["vms_detached"].get<long>(), 3) << st.dump();
+    EXPECT_EQ(st["vms_followed"].get<long>(), 0) << st.dump();
+}
+
+}  // namespace
+}  // namespace bbt
