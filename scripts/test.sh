@@ -11,6 +11,9 @@ echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tai
 # the first time on 2 cores, then cached in /var/tmp): every integration test runs on them too.
 echo "test.sh: OTP 27 test VMs: $(scripts/build-test-vms.sh | tail -n 1)"
 (cd build && ctest --output-on-failure --timeout 600 "$@")
+# The agent's systemd unit and Kubernetes DaemonSet example: linted, and every option and setting
+# they pass checked by the built agent (no cluster here).
+packaging/check.py build
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the fuzz targets
 # (BB_SKIP_SANITIZE=1 skips this pass when iterating locally).
 [ -n "${BB_SKIP_SANITIZE:-}" ] || scripts/sanitize.sh
