@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
 # the hottest functions, one stack of each scheduler, its processes (and one's heap), which
-# code allocates, who triggers GC, and flame graphs (also by process), pprof and folded-stack
-# files. Run as root.
+# code allocates, who triggers GC, the host agent (files and a push to a local stand-in for
+# Pyroscope), and flame graphs (also by process), pprof and folded-stack files. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -34,6 +34,18 @@ build/beam-bpf-sample -e alloc -d 5 -t 12 "$vm"
 echo
 echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"
+echo
+echo "== beam-bpf-agent --every 3 for 8 s: every VM on this host, a pprof profile per VM per interval,"
+echo "   to files and pushed to a local stand-in for Pyroscope's ingest API (tests/agent/pyroscope_receiver.py)"
+python3 tests/agent/pyroscope_receiver.py --out "$work/pushed" --port-file "$work/port" > /dev/null &
+receiver=$!
+trap 'kill $vm $receiver 2>/dev/null || true' EXIT
+while [ ! -s "$work/port" ]; do sleep 0.1; done
+timeout -s TERM 8 build/beam-bpf-agent --every 3 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
+  --match demo_workload --stats "$work/agent-stats.json" || true
+ls "$work"/agent/*/
+echo "pushed: $(ls "$work"/pushed/*.json | wc -l) profiles; the labels of the first:"
+python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["query"]["name"])' "$(ls "$work"/pushed/*.json | head -1)"
 echo
 build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
 build/beam-bpf-sample -d 5 --by-process --format html -o "$work/demo-by-process.html" "$vm"
