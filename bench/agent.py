@@ -3,7 +3,7 @@
 
 For each count N (--vms, default 1,5,20), N Debian OTP 25 VMs run `bb_work` `busy2 +S 1` (two
 busy Erlang processes on one scheduler: samples on every VM, not more CPU than 2 cores can
-share), the agent follows them (--match on their node names) at its default rate for --seconds
+share; --workload idle for many VMs on few cores), the agent follows them (--match on their node names) at its default rate for --seconds
 after they are all attached, and the figures are read from outside: its CPU time
 (/proc/PID/stat, user + system, as a share of one CPU), its RSS (/proc/PID/statm), and the
 kernel memory of the BPF programs and maps it holds (bpftool's bytes_memlock of the objects
@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--vms", default="1,5,20")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--frequency", type=int, default=99)
+    ap.add_argument("--workload", default="busy2", help="bb_work's busy2, or idle (for many VMs on few cores)")
     ap.add_argument("--json", default="bench-agent.json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -76,7 +77,7 @@ def main():
             try:
                 for i in range(n):
                     p = subprocess.Popen(["erl", "-noshell", "-pa", tmp, "+S", "1", "-sname", f"bbbench{i}",
-                                          "-eval", "bb_work:main(busy2)"], stdin=subprocess.PIPE,
+                                          "-eval", f"bb_work:main({a.workload})"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True)
                     vms.append(p)
                 for p in vms:
@@ -119,7 +120,7 @@ def main():
         per_vm = {k: round((hi[k] - lo[k]) / d, 1) for k in ("agent_rss_kib", "bpf_kib", "agent_cpu_pct")}
         print(f"per added VM: RSS {per_vm['agent_rss_kib']} KiB, BPF objects {per_vm['bpf_kib']} KiB, "
               f"CPU {per_vm['agent_cpu_pct']}% of one CPU")
-    json.dump({"frequency": a.frequency, "seconds": a.seconds, "rows": rows, "per_added_vm": per_vm},
+    json.dump({"frequency": a.frequency, "seconds": a.seconds, "workload": a.workload, "rows": rows, "per_added_vm": per_vm},
               open(a.json, "w"), indent=2)
 
 
