@@ -26,6 +26,7 @@ packages=(
   linux-perf                                  # the incumbent, for scripts/bench.sh
   libcap2-bin                                 # capsh: the non-root capability tests
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
+  libmicrohttpd-dev                           # beam-bpf-agent: its /metrics on localhost
   yamllint                                    # packaging/check.py: the DaemonSet example
 )
 if [ -z "${BB_SKIP_APT:-}" ]; then

@@ -143,7 +143,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     RunningTool agent = start_tool(
         "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--push",
                            "http://127.0.0.1:" + port, "--max-backoff", "1", "--queue-bytes", "1", "--match",
-                           "bbagent_[abc]", "--stats", stats.string(), "--config", cfg.string()});
+                           "bbagent_[abc]", "--stats", stats.string(), "--config", cfg.string(), "--metrics", "0"});
     std::string err;
     // Deadlines, not timings: an attach takes about 2 s here, up to 6 s on a loaded machine
     // (bench/agent.py measures it).
@@ -196,6 +196,21 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     {
         std::ofstream c2(cfg);
         c2 << "service.bbagent_c=svc_c\nlabel.env=agent_test\nservice.bbagent_a=svc_a2\n";
+    }
+    // The Prometheus endpoint on localhost, during the outage: A and C followed, pushes failing.
+    {
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))"))) << agent.err;
+        std::this_thread::sleep_for(3s);
+        ToolResult got = run_command({"python3", "-c",
+                                      "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                                      m[1].str()}, 20s);
+        ASSERT_EQ(got.exit_code, 0) << describe(got);
+        EXPECT_NE(got.out.find("\nbeam_bpf_agent_vms_followed 2\n"), std::string::npos) << got.out;
+        EXPECT_NE(got.out.find("# TYPE beam_bpf_agent_push_failures_total counter\n"), std::string::npos) << got.out;
+        std::smatch f;
+        ASSERT_TRUE(std::regex_search(got.out, f, std::regex(R"(\nbeam_bpf_agent_push_failures_total (\d+)\n)"))) << got.out;
+        EXPECT_GT(std::stol(f[1]), 0) << got.out;
     }
     kill(agent.pid, SIGHUP);
     ASSERT_TRUE(wait_stderr(agent, "configuration reloaded", 5s, &err)) << err;

@@ -88,6 +88,10 @@ Agent::Agent(AgentConfig cfg) {
     }
     if (cfg.output != "none") dir_.emplace(cfg.output, cfg.retention);
     if (!cfg.push.url.empty()) pusher_ = std::make_unique<Pusher>(cfg.push);
+    if (cfg.metrics_port >= 0) {
+        metrics_ = std::make_unique<MetricsEndpoint>(static_cast<uint16_t>(cfg.metrics_port));
+        log(fmt::format("metrics on http://127.0.0.1:{}/metrics", metrics_->port()));
+    }
     cfg_ = std::move(cfg);
     if (!cfg_.host.empty()) host_ = clean(cfg_.host);
 }
@@ -280,6 +284,8 @@ void Agent::apply(AgentConfig cfg) {
     if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
     if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
     if (cfg.output != cfg_.output) kept.push_back("output");
+    if (cfg.metrics_port != cfg_.metrics_port) kept.push_back("metrics");
+    cfg.metrics_port = cfg_.metrics_port;
     cfg.every = cfg_.every;
     cfg.frequency = cfg_.frequency;
     cfg.native_depth = cfg_.native_depth;
@@ -302,7 +308,7 @@ void Agent::apply(AgentConfig cfg) {
 }
 
 void Agent::write_stats() const {
-    if (cfg_.stats_file.empty()) return;
+    if (cfg_.stats_file.empty() && !metrics_) return;
     AgentCounters c = c_;
     nlohmann::json vms = nlohmann::json::array();
     for (const auto& [pid, f] : vms_) {
@@ -342,6 +348,31 @@ void Agent::write_stats() const {
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
         {"vms", vms},
     };
+    if (metrics_) {
+        // Prometheus' text format: the same figures, counters with _total.
+        std::string text;
+        auto metric = [&](const char* name, const char* type, const char* help, const nlohmann::json& v) {
+            text += fmt::format("# HELP beam_bpf_agent_{0} {1}\n# TYPE beam_bpf_agent_{0} {2}\nbeam_bpf_agent_{0} {3}\n",
+                                name, help, type, v.dump());
+        };
+        metric("vms_followed", "gauge", "VMs followed now", j["vms_followed"]);
+        metric("vms_attached_total", "counter", "VMs attached since the start", j["vms_attached"]);
+        metric("vms_detached_total", "counter", "VMs detached since the start", j["vms_detached"]);
+        metric("vms_refused_total", "counter", "VMs that could not be attached", j["vms_refused"]);
+        metric("samples_total", "counter", "samples aggregated", j["samples"]);
+        metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
+        metric("profiles_total", "counter", "profiles finished", j["profiles"]);
+        metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);
+        metric("pushes_total", "counter", "profiles accepted by the store", j["pushes"]);
+        metric("push_failures_total", "counter", "push attempts that failed", j["push_failures"]);
+        metric("push_dropped_total", "counter", "profiles dropped from the full push queue", j["push_dropped"]);
+        metric("push_rejected_total", "counter", "profiles the store refused (4xx)", j["push_rejected"]);
+        metric("queue_bytes", "gauge", "bytes of profiles waiting to be pushed", j["queue_bytes"]);
+        metric("queue_profiles", "gauge", "profiles waiting to be pushed", j["queue_profiles"]);
+        metric("rss_bytes", "gauge", "the agent's resident memory", nlohmann::json(j["rss_kib"].get<uint64_t>() * 1024));
+        metrics_->set(std::move(text));
+    }
+    if (cfg_.stats_file.empty()) return;
     // Whole or not at all: a reader never sees half a file.
     const std::string tmp = cfg_.stats_file + ".tmp";
     {

@@ -19,6 +19,7 @@
 
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
+#include "agent/metrics.hpp"
 #include "agent/sinks.hpp"
 
 namespace bb::agent {
@@ -59,6 +60,7 @@ private:
     std::string host_;
     std::optional<ProfileDir> dir_;
     std::unique_ptr<Pusher> pusher_;
+    std::unique_ptr<MetricsEndpoint> metrics_;
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     std::set<Key> refused_, ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while

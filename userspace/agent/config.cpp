@@ -40,6 +40,7 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     else if (key == "max-backoff") c.push.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
     else if (key == "match") c.match.push_back(v);
     else if (key == "stats") c.stats_file = v;
+    else if (key == "metrics") c.metrics_port = number<int>(key, v);
     else if (key == "host") c.host = v;
     else if (key == "service") c.service = v;
     else if (key.starts_with("service.") && key.size() > 8) c.service_by_node[key.substr(8)] = v;
@@ -67,6 +68,7 @@ void load_config_file(const std::string& path, AgentConfig& c) {
 
 void check(const AgentConfig& c) {
     if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
+    if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
     if (c.output == "none" && c.push.url.empty()) throw UserError("--output none without --push: the profiles would go nowhere");
     for (const std::string& m : c.match) {

@@ -24,6 +24,7 @@ struct AgentConfig {
     std::vector<std::string> match; // ECMAScript regexes; a VM is followed if one matches its
                                     // command line, node name or cgroup path (none given: all)
     std::string stats_file;
+    int metrics_port = -1;          // Prometheus text on 127.0.0.1:PORT/metrics (0: a free port; -1: none)
     std::string host;               // the host label; "" -> gethostname()
     std::string service;            // every VM's service name, over the release and node names
     std::map<std::string, std::string> service_by_node;  // service.NODE=NAME

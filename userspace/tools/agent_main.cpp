@@ -55,6 +55,7 @@ int run(int argc, char** argv) {
         "follow only VMs whose command line, node name or cgroup path this regular expression finds (repeatable)")
         ->allow_extra_args(false);
     opt("--stats", "stats", "counters as JSON, rewritten every second");
+    opt("--metrics", "metrics", "the counters in Prometheus' text format on http://127.0.0.1:PORT/metrics (0: a free port, said on stderr)");
     opt("--host", "host", "the host label (default: the host name)");
     opt("--service", "service", "the service name of every VM (default: its release name, else its node name)");
     try {
