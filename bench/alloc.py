@@ -113,7 +113,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=int, default=20000, help="gc_heavy rounds per timing")
     ap.add_argument("--json", default="bench-alloc.json")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory of the tools")
     a = ap.parse_args()
+    global SAMPLE
+    SAMPLE = os.path.join(a.build, "beam-bpf-sample")
     if os.geteuid() != 0:
         raise SystemExit("alloc.py: run as root")
     result = {}

@@ -11,53 +11,32 @@ is timed in BPF around the native walk (--stats bpf_ns_per_native_frame); the is
 native + 100 Erlang frames) is estimated from it and the deep-100 VM's time per sample, not
 measured: no workload here reaches 30 native frames.
 
-    bench/native.py [--rounds 3] [--seconds 4] [--json FILE]
+    bench/native.py [--rounds 3] [--seconds 4] [--build DIR] [--json FILE]
 """
-import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(ROOT, "build", "beam-bpf-sample")
-
-
-def start_vm(beams, expr):
-    p = subprocess.Popen(["erl", "-noshell", "-pa", beams, "-eval", expr], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
-    for line in p.stdout:
-        if line.startswith("ready"):
-            return p
-    raise SystemExit(f"native.py: {expr} ended before `ready`")
-
-
-def run_tool(pid, seconds, extra):
-    with tempfile.NamedTemporaryFile(suffix=".json") as st:
-        r = subprocess.run([SAMPLE, "-d", str(seconds), "-o", os.devnull, "--stats", st.name, *extra, str(pid)],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            raise SystemExit(f"native.py: beam-bpf-sample failed: {r.stderr.strip()}")
-        return json.load(open(st.name))
+from lib import Bench, Vm, arg_parser, compile_workloads, require_root, write_json
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arg_parser(__doc__, "bench-native.json")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4)
-    ap.add_argument("--json", default="bench-native.json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("native.py: run as root")
+    require_root("native.py")
+    bench = Bench(a.build)
+
+    def run_tool(pid, seconds, extra):
+        return bench.run("beam-bpf-sample", ["-d", str(seconds), "-o", os.devnull, *extra, str(pid)], timeout=120)[0]
+
     result = {}
     with tempfile.TemporaryDirectory() as beams:
-        for w in ("bb_native", "bb_work"):
-            subprocess.run(["erlc", "-o", beams, os.path.join(ROOT, "tests", "workloads", w + ".erl")], check=True)
+        compile_workloads(beams, ("bb_native", "bb_work"))
         for name, expr in (("zlib", "bb_native:main(zlib)"), ("gc", "bb_native:main(gc)"),
                            ("deep100", "bb_work:main(deep, 100)")):
-            vm = start_vm(beams, expr)
+            vm = Vm(beams, expr)
             try:
                 runs = {"native": [], "leaf_only": []}
                 for r in range(a.rounds):
@@ -65,9 +44,9 @@ def main():
                     for c in order:
                         runs[c].append(run_tool(vm.pid, a.seconds, [] if c == "native" else ["--native-depth", "0"]))
             finally:
-                vm.stdin.write("quit\n")
-                vm.stdin.flush()
-                vm.wait(timeout=30)
+                vm.p.stdin.write("quit\n")
+                vm.p.stdin.flush()
+                vm.p.wait(timeout=30)
             def med(c, key):
                 return statistics.median(s[key] for s in runs[c])
             frames = statistics.median(s["native_frames"] / max(1, s["records"]) for s in runs["native"])
@@ -103,8 +82,7 @@ def main():
         print(f"estimate for 30 native + 100 Erlang frames: {est:.0f} ns per sample "
               f"(deep-100's {result['deep100']['walk_ns_native']:.0f} ns + 30 x {max(per_frame):.0f} ns); target 2000 ns",
               flush=True)
-    with open(a.json, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(a.json, result)
 
 
 if __name__ == "__main__":

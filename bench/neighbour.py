@@ -9,10 +9,8 @@ both of the machine's CPUs are busy. Rounds rotate the order of the three config
 figure is the median over rounds of each configuration's throughput relative to the same
 round's unprofiled run. Run as root after scripts/setup.sh:
 
-    bench/neighbour.py [--rounds 5] [--seconds 5] [--json FILE]
+    bench/neighbour.py [--rounds 5] [--seconds 5] [--build DIR] [--json FILE]
 """
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -20,22 +18,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(ROOT, "build", "beam-bpf-sample")
-
-
-def start_vm(beam_dir):
-    vm = subprocess.Popen(["erl", "-noshell", "-pa", beam_dir, "-eval", "bb_work:main(split532)"],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    for line in vm.stdout:
-        if line.startswith("ready"):
-            return vm
-    raise SystemExit("neighbour.py: the VM did not start")
-
-
-def beam_pid(vm):
-    # erl execs beam.smp: the same pid.
-    return vm.pid
+from lib import Bench, Vm, arg_parser, compile_workloads, require_root, write_json
 
 
 def neighbour_throughput(seconds):
@@ -56,54 +39,45 @@ def neighbour_throughput(seconds):
     return (b1 - b0) / (t1 - t0)
 
 
-def run_config(config, vm_pid, seconds):
+def run_config(bench, config, vm_pid, seconds):
     if config == "none":
         return neighbour_throughput(seconds)
-    args = [SAMPLE, "-F", "9999", "-d", str(seconds + 30), vm_pid]
+    args = ["-F", "9999", "-d", str(seconds + 30), vm_pid]
     if config == "per-cpu":
-        args.insert(1, "--per-cpu")
-    tool = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for line in tool.stderr:
-        if "attached" in line:
-            break
+        args.insert(0, "--per-cpu")
+    tool = bench.start("beam-bpf-sample", args)
     try:
         return neighbour_throughput(seconds)
     finally:
-        tool.send_signal(2)
-        tool.wait()
+        bench.stop(tool)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = arg_parser(__doc__, "bench-neighbour.json")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--json", default="bench-neighbour.json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("neighbour.py: run as root")
+    require_root("neighbour.py")
+    bench = Bench(a.build)
     with tempfile.TemporaryDirectory() as beams:
-        subprocess.run(["erlc", "-o", beams, os.path.join(ROOT, "tests", "workloads", "bb_work.erl")], check=True)
-        vm = start_vm(beams)
-        try:
+        compile_workloads(beams, ("bb_work",))
+        with Vm(beams, "bb_work:main(split532)") as vm:
             configs = ["none", "per-thread", "per-cpu"]
             rel = {"per-thread": [], "per-cpu": []}
             raw = []
             for r in range(a.rounds):
                 order = configs[r % 3:] + configs[:r % 3]
-                got = {c: run_config(c, str(beam_pid(vm)), a.seconds) for c in order}
+                got = {c: run_config(bench, c, str(vm.pid), a.seconds) for c in order}
                 raw.append(got)
                 for c in rel:
                     rel[c].append(got[c] / got["none"])
                 print(f"round {r + 1}: " + ", ".join(f"{c} {got[c] / 1e6:.0f} MB/s" for c in configs), flush=True)
-        finally:
-            vm.kill()
     result = {c: {"median_relative_throughput": statistics.median(v), "rounds": v} for c, v in rel.items()}
     result["raw_bytes_per_s"] = raw
     print("\nbusy neighbour's throughput with beam-bpf-sample -F 9999 on a VM (median over rounds, vs no profiler):")
     for c in rel:
         print(f"  {c:10s} {100 * (result[c]['median_relative_throughput'] - 1):+.1f}%")
-    with open(a.json, "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(a.json, result)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ root after scripts/setup.sh:
 
     bench/procs.py [--processes 200000] [--runs 5] [--json FILE]
 """
-import argparse
 import json
 import os
 import statistics
@@ -20,25 +19,14 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROCS = os.path.join(ROOT, "build", "beam-bpf-procs")
+from lib import ROOT, Bench, Vm, arg_parser, require_root, write_json
 
 
-def start_vm(beam_dir, n):
-    vm = subprocess.Popen(["erl", "+P", str(max(2 * n, 262144)), "-noshell", "-pa", beam_dir,
-                           "-eval", f"bench_work:main(procs, {n})"],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    for line in vm.stdout:
-        if line.startswith("ready"):
-            return vm, int(line.split()[1])
-    raise SystemExit("procs.py: the VM did not start")
-
-
-def run_tool(vm_pid):
+def run_tool(procs, vm_pid):
     """One snapshot: (exit status, stdout, stderr, wall seconds, peak RSS in KiB of the tool)."""
     with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
         t0 = time.monotonic()
-        p = subprocess.Popen([PROCS, "--json", "-t", "20", str(vm_pid)], stdout=out, stderr=err)
+        p = subprocess.Popen([procs, "--json", "-t", "20", str(vm_pid)], stdout=out, stderr=err)
         _, status, usage = os.wait4(p.pid, 0)  # the tool's own rusage, not the VM's or erlc's
         wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -48,36 +36,36 @@ def run_tool(vm_pid):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arg_parser(__doc__, "bench-procs.json")
     ap.add_argument("--processes", type=int, default=200000)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--json", default="bench-procs.json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("procs.py: run as root")
+    require_root("procs.py")
+    procs = Bench(a.build).tool("beam-bpf-procs")
     with tempfile.TemporaryDirectory() as beams:
         subprocess.run(["erlc", "-o", beams, os.path.join(ROOT, "bench", "bench_work.erl")], check=True)
-        vm, count = start_vm(beams, a.processes)
+        vm = Vm(beams, f"bench_work:main(procs, {a.processes})", flags=["+P", str(max(2 * a.processes, 262144))])
+        count = int(vm.ready_line.split()[1])
         try:
             runs = []
             for i in range(a.runs):
-                code, out, err, wall, rss_kib = run_tool(vm.pid)
+                code, out, err, wall, rss_kib = run_tool(procs, vm.pid)
                 if code != 0:
                     raise SystemExit(f"procs.py: beam-bpf-procs failed: {err.strip()}")
                 j = json.loads(out)
                 runs.append({"wall_s": wall, "read_ms": j["read_ms"], "processes": j["processes_total"],
                              "unreadable": j["unreadable"], "rss_kib": rss_kib})
-                vm.stdin.write("info\n")
-                vm.stdin.flush()
-                line = vm.stdout.readline().split()
+                vm.p.stdin.write("info\n")
+                vm.p.stdin.flush()
+                line = vm.p.stdout.readline().split()
                 runs[-1]["in_vm_process_info_ms"] = float(line[1])
                 print(f"run {i + 1}: {wall:.2f} s wall, table read in {j['read_ms']:.0f} ms, "
                       f"{j['processes_total']} processes, {j['unreadable']} unreadable; "
                       f"in the VM, process_info/2 of all took {line[1]} ms", flush=True)
         finally:
-            vm.stdin.write("quit\n")
-            vm.stdin.flush()
-            vm.wait(timeout=30)
+            vm.p.stdin.write("quit\n")
+            vm.p.stdin.flush()
+            vm.p.wait(timeout=30)
     result = {
         "processes_in_vm": count,
         "runs": runs,
@@ -93,8 +81,7 @@ def main():
           f"(max {result['wall_s_max']:.2f}; target < 2 s), table read {result['read_ms_median']:.0f} ms, "
           f"peak RSS {result['peak_rss_mib']:.1f} MiB (target < 256); in the VM, process_info/2 of every "
           f"process: {result['in_vm_process_info_ms_median']:.0f} ms of the VM's own time")
-    with open(a.json, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(a.json, result)
 
 
 if __name__ == "__main__":

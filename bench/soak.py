@@ -17,9 +17,8 @@ recognise it (100 loads a second: +1.3 MB of the tool's RSS in 150 s, 0 dropped)
 Prints the figures and writes JSON; exit 1 if a check fails. Run as root after
 scripts/setup.sh, on demand (scripts/bench.sh --soak [SECONDS]):
 
-    bench/soak.py [--seconds 3600] [--hz 999] [--reload-ms 1000] [--json FILE]
+    bench/soak.py [--seconds 3600] [--hz 999] [--reload-ms 1000] [--build DIR] [--json FILE]
 """
-import argparse
 import json
 import os
 import subprocess
@@ -27,9 +26,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(ROOT, "build", "beam-bpf-sample")
-WORKLOADS = os.path.join(ROOT, "tests", "workloads")
+from lib import Bench, Vm, arg_parser, compile_workloads
 LEAVES = {"bb_work:f5/2": 50.0, "bb_work:f3/2": 30.0, "bb_work:f2/2": 20.0}
 
 
@@ -45,28 +42,21 @@ def rss_kib(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = arg_parser(__doc__, "soak-results.json")
     ap.add_argument("--seconds", type=int, default=3600)
     ap.add_argument("--hz", type=int, default=999)
-    ap.add_argument("--json", default="soak-results.json")
     ap.add_argument("--reload-ms", type=int, default=1000, help="reload period of bb_reload (default 1000)")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["erlc", "-o", tmp, os.path.join(WORKLOADS, "bb_work.erl"),
-                        os.path.join(WORKLOADS, "bb_reload.erl")], check=True)
+        compile_workloads(tmp, ("bb_work", "bb_reload"))
         # split532 in the foreground process; the reload storm beside it. Both print "ready".
         expr = ("spawn(fun() -> bb_reload:main() end), bb_work:main(split532)")
-        vm = subprocess.Popen(["erl", "-noshell", "-pa", tmp, "-eval", expr],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, BB_RELOAD_PERIOD_MS=str(a.reload_ms)))
+        vm = Vm(tmp, expr, env=dict(os.environ, BB_RELOAD_PERIOD_MS=str(a.reload_ms)))
         try:
-            for line in vm.stdout:
-                if line.startswith("ready"):
-                    break
             stats = os.path.join(tmp, "stats.json")
             folded = os.path.join(tmp, "out.folded")
-            tool = subprocess.Popen([SAMPLE, "-F", str(a.hz), "-d", str(a.seconds), "--folded", "--only-erlang",
+            tool = subprocess.Popen([Bench(a.build).tool("beam-bpf-sample"), "-F", str(a.hz), "-d", str(a.seconds), "--folded", "--only-erlang",
                                      "-o", folded, "--stats", stats, str(vm.pid)],
                                     stderr=subprocess.PIPE, text=True)
             rss = []  # (seconds since start, KiB)
@@ -88,8 +78,7 @@ def main():
                     leaf = stack.split(";")[-1]
                     counts[leaf] = counts.get(leaf, 0) + int(n)
         finally:
-            vm.kill()
-            vm.wait()
+            vm.close()
 
     in_leaves = sum(counts.get(k, 0) for k in LEAVES)
     shares = {k: 100.0 * counts.get(k, 0) / in_leaves if in_leaves else 0.0 for k in LEAVES}

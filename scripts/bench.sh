@@ -23,7 +23,7 @@
 #   zero drops and stable top-function shares.
 # Prints a table and writes JSON. Run as root after scripts/setup.sh (which builds ./build).
 #
-#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,3,4] [--soak [S]]
+#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,9] [--soak [S]]
 #                    [--build DIR] [--max-load L] [--max-others PCT] [--load-wait S]
 # It waits for a quiet machine first (load average <= L, others' CPU use <= PCT%), and runs an
 # overhead round again when other processes used more than PCT% of the CPUs during it.
@@ -38,7 +38,7 @@ JSON=bench-results.json
 BUILD=build
 RUNS=
 ITERS=
-SECTIONS=1,2,3,4
+SECTIONS=1,2,3,4,5,6,7,8,9
 MAX_LOAD=1.5      # wait while the 1-minute load average (others' work) is above this
 MAX_OTHERS_PCT=10 # ... or while other processes use more than this % of the CPUs (5 s sample)
 LOAD_WAIT=900     # ... for at most this many seconds, then run anyway and say so
@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
     --soak)
       SOAK_S=3600
       if [ $# -gt 1 ] && [[ $2 =~ ^[0-9]+$ ]]; then SOAK_S=$2; shift; fi
-      exec python3 "$ROOT/bench/soak.py" --seconds "$SOAK_S" --json "${JSON%.json}-soak.json" ;;
+      exec python3 "$ROOT/bench/soak.py" --build "$BUILD" --seconds "$SOAK_S" --json "${JSON%.json}-soak.json" ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -701,13 +701,13 @@ if has_section 1; then
   cp "$OV" "${JSON%.json}-overhead-runs.tsv"
 fi
 log "wrote $JSON"
-if [ "$QUICK" != 1 ]; then
-  log "6. a busy neighbour's throughput, per-thread events vs --per-cpu (bench/neighbour.py)"
-  python3 "$ROOT/bench/neighbour.py" --json "${JSON%.json}-neighbour.json"
-fi
-log "7. beam-bpf-procs on 200,000 processes (bench/procs.py)"
-python3 "$ROOT/bench/procs.py" --json "${JSON%.json}-procs.json"
-log "8. beam-bpf-sample -e alloc: cost and bias (bench/alloc.py)"
-python3 "$ROOT/bench/alloc.py" --json "${JSON%.json}-alloc.json"
-log "9. native frames: time per frame, tables, start-up (bench/native.py)"
-python3 "$ROOT/bench/native.py" --json "${JSON%.json}-native.json"
+# Sections 6 to 9 are Python (bench/*.py, on bench/lib.py), each told the build to use.
+py_section() {  # number, script, title
+  has_section "$1" || return 0
+  log "$1. $3 (bench/$2.py)"
+  python3 "$ROOT/bench/$2.py" --build "$BUILD" --json "${JSON%.json}-$2.json"
+}
+[ "$QUICK" = 1 ] || py_section 6 neighbour "a busy neighbour's throughput, per-thread events vs --per-cpu"
+py_section 7 procs "beam-bpf-procs on 200,000 processes"
+py_section 8 alloc "beam-bpf-sample -e alloc: cost and bias"
+py_section 9 native "native frames: time per frame, tables, start-up"

@@ -104,7 +104,7 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     ToolResult r = run_tool(kTool, {"-d", "5", kGc, pid_arg(vm)}, 60s);
     std::cout << r.out;
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    const long samples = summary_count(r.err, "samples").value_or(-1);
+    const long samples = stat(r, "records").value_or(-1);
     std::cout << "erts_garbage_collect* in " << samples << " samples\n";
     ASSERT_GE(samples, 50) << "too few GC samples for a ranking\n" << describe(r);
 
@@ -190,7 +190,7 @@ TEST_P(BlameVmTest, CountMatchesVmGcTrace) {
     ToolResult r = finish_tool(t, true, 15s);
     ASSERT_EQ(w.size(), 8u) << vm.output();
     const long trace_n = std::stol(w[1]), fallback = std::stol(w[7]);
-    const long calls = summary_count(r.err, "calls").value_or(-1);
+    const long calls = stat(r, "records").value_or(-1);
     std::cout << "VM garbage_collection trace for " << worker << ": " << trace_n
               << " collections (minor " << w[3] << ", major " << w[5]
               << ", minor-then-major " << fallback << "); beam-bpf-blame --count: " << calls
@@ -227,7 +227,7 @@ TEST_F(BlameTest, NeverCalledFunctionReportsZero) {
         std::cout << r.err;
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         EXPECT_EQ(watched(r), std::vector<std::string>{fn}) << describe(r);
-        EXPECT_EQ(summary_count(r.err, unit).value_or(-1), 0) << describe(r);
+        EXPECT_EQ(stat(r, "records").value_or(-1), 0) << describe(r);
         EXPECT_TRUE(std::regex_search(
             r.err, std::regex("beam-bpf-blame: 0 " + unit + ": " + fn + " did not run")))
             << "stderr does not say it did not run\n" << describe(r);

@@ -351,7 +351,7 @@ TEST_P(ChaosCapsTest, SampleWithOnlyThreeCapabilities) {
     const auto a = count_chain(stacks, "bb_work:spin_a/2", {"bb_work:caller_a/1", "bb_work:spin_a/2"});
     const auto b = count_chain(stacks, "bb_work:spin_b/2", {"bb_work:caller_b/1", "bb_work:spin_b/2"});
     std::cout << vm().name << " as " << kUser << " with " << kCaps << ": " << r.seconds << " s, "
-              << summary_count(r.err, "samples").value_or(-1) << " samples, " << a.with_leaf
+              << stat(r, "records").value_or(-1) << " samples, " << a.with_leaf
               << " in spin_a (" << pct(a.exact, a.with_leaf) << "% exact chain), " << b.with_leaf
               << " in spin_b (" << pct(b.exact, b.with_leaf) << "% exact chain)\n" << r.err;
     // Loose floors and a share, as in HundredThousandProcesses: the counts follow the load.
@@ -365,7 +365,7 @@ TEST_P(ChaosCapsTest, SampleWithOnlyThreeCapabilities) {
     // from the VM's binaries, which are world-readable. Only the vDSO goes unnamed (libdwfl
     // finds it through /proc/PID/auxv and reads it from /proc/PID/mem, both closed to this
     // user): its clock_gettime, a fraction of a percent of the VM's samples.
-    const long unsymbolized = summary_count(r.err, "unsymbolized").value_or(-1);
+    const long unsymbolized = stat(r, "unsymbolized_frames").value_or(-1);
     EXPECT_GE(unsymbolized, 0) << describe(r);
     EXPECT_LE(pct(unsymbolized, all), 1.0) << describe(r);
 
@@ -408,7 +408,7 @@ TEST_P(ChaosCapsTest, BlameWithOnlyThreeCapabilities) {
     EXPECT_TRUE(s.out.find("bb_work:alloc_loop/0") != std::string::npos ||
                 s.out.find("bb_work:build/2") != std::string::npos)
         << describe(s);
-    EXPECT_GT(summary_count(s.err, "calls").value_or(0), 0) << describe(s);
+    EXPECT_GT(stat(s, "records").value_or(0), 0) << describe(s);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -228,6 +229,12 @@ ToolResult collect(RunningTool& t, Clock::time_point deadline) {
     r.out = std::move(t.out);
     r.err = std::move(t.err);
     r.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
+    if (!t.stats_file.empty()) {
+        std::ifstream in(t.stats_file);
+        if (in) r.stats = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+        std::remove(t.stats_file.c_str());
+        t.stats_file.clear();
+    }
     return r;
 }
 
@@ -423,6 +430,7 @@ RunningTool& RunningTool::operator=(RunningTool&& o) noexcept {
         out = std::move(o.out);
         err = std::move(o.err);
         started = o.started;
+        stats_file = std::move(o.stats_file);
     }
     return *this;
 }
@@ -433,7 +441,19 @@ RunningTool start(const std::string& tool, const std::vector<std::string>& args,
                   const std::optional<std::string>& as_user) {
     std::vector<std::string> argv{tool_path(tool)};
     argv.insert(argv.end(), args.begin(), args.end());
-    return start_argv(argv, as_user);
+    // The figures tests check come from --stats, not from the summary's prose.
+    std::string stats;
+    const bool profiler = tool == "beam-bpf-sample" || tool == "beam-bpf-blame";
+    if (profiler && std::find(args.begin(), args.end(), "--stats") == args.end() &&
+        std::find(args.begin(), args.end(), "--help") == args.end()) {
+        static int serial = 0;
+        stats = "/tmp/bb-test-stats-" + std::to_string(getpid()) + "-" + std::to_string(serial++) + ".json";
+        std::remove(stats.c_str());
+        argv.insert(argv.end(), {"--stats", stats});
+    }
+    RunningTool t = start_argv(argv, as_user);
+    t.stats_file = stats;
+    return t;
 }
 
 ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args,
@@ -500,16 +520,9 @@ std::vector<std::string> split_frames(const std::string& stack) {
     }
 }
 
-std::optional<long> summary_count(const std::string& err, const std::string& what) {
-    const std::regex re("(\\d+) " + what + "\\b");
-    std::istringstream in(err);
-    std::optional<long> found;
-    for (std::string line; std::getline(in, line);) {
-        std::smatch m;
-        if (line.starts_with("beam-bpf-") && std::regex_search(line, m, re))
-            found = std::stol(m[1]);  // the last summary wins
-    }
-    return found;
+std::optional<long> stat(const ToolResult& r, const std::string& key) {
+    if (!r.stats.is_object() || !r.stats.contains(key) || !r.stats[key].is_number()) return std::nullopt;
+    return r.stats[key].get<long>();
 }
 
 // --- other processes ---------------------------------------------------------------------

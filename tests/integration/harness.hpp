@@ -4,6 +4,7 @@
 // Every child (VM or tool) gets PR_SET_PDEATHSIG=SIGKILL and is killed by its owner's
 // destructor, so nothing outlives the test binary, even when a test fails half-way.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
@@ -81,6 +82,9 @@ struct ToolResult {
     int exit_code = -1;      // -1: killed by a signal or timed out
     std::string out, err;
     double seconds = 0;
+    // The run's --stats JSON: beam-bpf-sample and beam-bpf-blame are always run with --stats
+    // (a file of the harness's, unless the test names one); null if the tool wrote none.
+    nlohmann::json stats;
 };
 
 // Runs one of the built tools ("beam-bpf-sample", "beam-bpf-blame") with `args`; kills it after
@@ -100,6 +104,7 @@ struct RunningTool {
     int out_fd = -1, err_fd = -1;
     std::string out, err;  // read so far (wait_stderr drains both pipes)
     std::chrono::steady_clock::time_point started{};
+    std::string stats_file;  // the harness's --stats file, read and removed by collect()
 
     RunningTool() = default;
     RunningTool(RunningTool&& o) noexcept;
@@ -142,9 +147,9 @@ std::map<std::string, long> parse_folded(const std::string& text);
 // Frames of a folded stack, root first.
 std::vector<std::string> split_frames(const std::string& stack);
 
-// From the tool's final stderr summary ("beam-bpf: ... 812 samples, 0 dropped, ..."): the number
-// before `what` ("samples", "dropped", "truncated", "unsymbolized"); nullopt if absent.
-std::optional<long> summary_count(const std::string& err, const std::string& what);
+// A figure of the run from its --stats JSON: "records" (samples or calls), "dropped",
+// "truncated", "unsymbolized_frames", ...; nullopt if the tool wrote no stats or lacks it.
+std::optional<long> stat(const ToolResult& r, const std::string& key);
 
 // Any other program (e.g. `sleep 60` as a non-BEAM target), killed by the destructor.
 class ChildProcess {

@@ -159,7 +159,7 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
               << after.alpha - before.alpha << " alpha, " << after.beta - before.beta << " beta, "
               << after.retries - before.retries << " purges retried); worker: " << all << " samples:";
     for (auto [v, n] : by_verdict) std::cout << " " << verdict_name(v) << " " << n << " (" << pct(n, all) << "%)";
-    std::cout << "; summary: " << summary_count(r.err, "unsymbolized").value_or(-1) << " unsymbolized frames\n";
+    std::cout << "; summary: " << stat(r, "unsymbolized_frames").value_or(-1) << " unsymbolized frames\n";
     auto listing = [](const std::map<std::string, long>& m) {
         std::vector<std::pair<long, std::string>> v;
         for (auto& [s, n] : m) v.push_back({n, s});

@@ -76,4 +76,11 @@ RunStats run_loop(Session& s, const CommonOptions& o,
     return st;
 }
 
+int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what) {
+    const SamplerCounters c = s.sampler->counters();
+    print_summary(st, c, s.sym, what);
+    write_stats(o, st, c, s.sym);
+    return st.error.empty() ? 0 : 1;
+}
+
 }  // namespace bb

@@ -19,4 +19,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<bool()>& done = {},
                   const std::function<void(uint64_t)>& tick = {});
 
+// The end of a run: the summary line, --stats, and the exit code (1 if an error stopped it).
+int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what);
+
 }  // namespace bb

@@ -76,9 +76,7 @@ int run(int argc, char** argv) {
         rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",
                                     st.records, unit, names, count_calls ? "call" : "sample"));
     rep.finish(monotonic_ns());
-    print_summary(st, c, sym, unit);
-    write_stats(o, st, c, sym);
-    return st.error.empty() ? 0 : 1;
+    return end_run(s, o, st, unit);
 }
 
 }  // namespace

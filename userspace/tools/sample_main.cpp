@@ -140,9 +140,7 @@ int run(int argc, char** argv) {
             for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.frames().label(*f, o.lines));
             fmt::print(os, "\n");
         }
-        print_summary(st, sampler.counters(), sym, "samples");
-        write_stats(o, st, sampler.counters(), sym);
-        return st.error.empty() ? 0 : 1;
+        return end_run(s, o, st, "samples");
     }
 
     Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top});
@@ -155,9 +153,7 @@ int run(int argc, char** argv) {
                                     "of words:",
                                     st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
     rep.finish(monotonic_ns());
-    print_summary(st, sampler.counters(), sym, alloc ? "allocation records" : "samples");
-    write_stats(o, st, sampler.counters(), sym);
-    return st.error.empty() ? 0 : 1;
+    return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }
 
 }  // namespace
