@@ -511,6 +511,28 @@ TEST_F(JitIndex, GarbageSymfileIsSkippedNotFatal) {
     EXPECT_TRUE(r.error.empty()) << r.error;
 }
 
+// A VM whose entries all name one big symfile (issue 20: 100,000 entries naming one huge
+// symbol file): what is read in total stays under the budget (512 MiB), the rest are kept
+// unread and the refresh says how many, and none is read again.
+TEST_F(JitIndex, SymfileBytesHaveATotalBudget) {
+    Bytes big(32 << 20, std::byte{0x5A});  // garbage: read, fails to parse
+    for (int i = 0; i < 40; i++) {
+        FakeEntry* e = vm.register_symfile(Bytes(32));
+        e->symfile_addr = addr_of(big.data());
+        e->symfile_size = big.size();
+    }
+    vm.register_symfile(one_function("good", "f/0"));  // the newest: walked first
+    bb::JitCodeIndex idx(mem, vm.descriptor(), false, no_clock);
+    auto r = idx.refresh(100);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NE(r.error.find("15 JIT symfile(s) skipped"), std::string::npos) << r.error;  // 15 x 32 MiB + good
+    EXPECT_NE(r.error.find("25 JIT symfile(s) not read: over the 512 MiB"), std::string::npos) << r.error;
+    EXPECT_EQ(name_at(idx, kCode + 0x150, 150), "good:f/0");
+    r = idx.refresh(200);
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+}
+
 // What the walker's probe on __jit_debug_register_code reports for an entry.
 bb::JitCodeEvent event_for(const FakeEntry* e, bool registered, uint64_t t) {
     bb::JitCodeEvent ev{registered, addr_of(e), e->symfile_addr, e->symfile_size, {}, t};

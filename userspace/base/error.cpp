@@ -1,5 +1,7 @@
 #include "base/error.hpp"
 
+#include "base/text.hpp"
+
 #include <fmt/format.h>
 
 namespace bb {
@@ -14,8 +16,8 @@ int guarded_main(const char* prog, const std::function<int()>& body) {
     g_tool = prog;
     try {
         return body();
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "{}: error: {}\n", prog, e.what());
+    } catch (const std::exception& e) {  // a message may hold the target's text (a path, a name)
+        fmt::print(stderr, "{}: error: {}\n", prog, printable(e.what()));
     }
     return 1;
 }

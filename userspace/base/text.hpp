@@ -1,11 +1,42 @@
-// Text for people: sizes.
+// Text for people: sizes; and text that came from the target (atom text, JIT symbol names, native symbols, file paths, term
+// text) made safe to print: no control byte reaches a terminal or a file, and what is printed is
+// valid UTF-8 (JSON writers need it). Characters are escaped as io_lib prints them inside quotes
+// (io_lib.erl string_char/4, unicode_as_unicode):
+//   - \n \r \t \v \b \f \e and \d (DEL) by name;
+//   - other code points below 160 (C0 controls, and the C1 controls 128-159 that a UTF-8 terminal
+//     takes for CSI and OSC) as three octal digits, \033;
+//   - printable ASCII and code points from 160 up as they are.
+// Two additions io_lib does not need (its input is always a list of code points): a byte that is
+// not part of valid UTF-8 (overlong, surrogate, cut short, past U+10FFFF) is \x{HH}, its value;
+// and the Unicode bidirectional controls (U+202A-U+202E, U+2066-U+2069), which reorder what a
+// terminal shows after them, are \x{202E}.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace bb {
 
 // "512 B", "37 KiB", "12 MiB": whole units, up to 10 of the next.
 std::string human_bytes(uint64_t bytes);
+
+// The inside of a quoted atom or string: as above, and `quote` and backslash escaped as well
+// ('\'' for an atom, '"' for a string). printed form: quote + escaped(s, quote) + quote.
+std::string escaped(std::string_view bytes, char quote);
+
+// Text for a report (a name built from atoms, a path, a symbol): control characters and bad
+// bytes escaped as above, backslashes and quotes left alone. Idempotent: its output has nothing
+// left to escape, so text that went through it once (or through `escaped`) passes unchanged.
+std::string printable(std::string_view bytes);
+
+// JSON text that never throws on bytes that are not UTF-8 (nlohmann's default does): they become
+// U+FFFD. Strings from the target should be printable() first; this is for what slips by.
+std::string json_text(const nlohmann::json& j, int indent = -1);
+
+// True when printable(bytes) == bytes: nothing to escape (the common case, checked first so
+// clean names are not copied).
+bool is_printable(std::string_view bytes);
 
 }  // namespace bb

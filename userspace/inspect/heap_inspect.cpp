@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "base/clock.hpp"
 
 #include "beam_bpf.h"
 
@@ -19,9 +23,33 @@ constexpr size_t kMaxFragments = 1'000'000, kMaxMessages = 10'000'000, kMaxDictS
 // Where ERTS_MSG_COMBINED_HFRAG says a message's data is: the fragment inside the message.
 constexpr uint64_t kCombinedHfrag = 1;
 
+// Copying a process must not take longer than this, whatever its chains say (a real queue of a
+// million messages copies in about 3 s here).
+constexpr uint64_t kMaxCopyNs = 20'000'000'000;
+
+// Brent's cycle detection over a linked chain: true once `p` is a node met before (a chain that
+// loops, as only memory that is not what we think it is can), in at most about twice the
+// chain's length, with no memory.
+class ChainGuard {
+public:
+    bool loops(uint64_t p) {
+        if (p == tortoise_) return true;
+        if (++steps_ == power_) {
+            tortoise_ = p;
+            power_ *= 2;
+            steps_ = 0;
+        }
+        return false;
+    }
+
+private:
+    uint64_t tortoise_ = 0, power_ = 1, steps_ = 0;
+};
+
 class Copier {
 public:
-    Copier(const Vm& vm, HeapSnapshot& s, uint64_t max_bytes) : vm_(vm), o_(vm.offsets()), s_(s), left_(max_bytes) {}
+    Copier(const Vm& vm, HeapSnapshot& s, uint64_t max_bytes)
+        : vm_(vm), o_(vm.offsets()), s_(s), left_(max_bytes), deadline_(monotonic_ns() + kMaxCopyNs) {}
 
     // [lo, hi) into the snapshot; false if it cannot be read (the process changed under us).
     bool area(uint64_t lo, uint64_t hi) {
@@ -37,10 +65,12 @@ public:
 
     // A chain of heap fragments: each one's used words.
     bool fragments(uint64_t f) {
+        ChainGuard guard;
         for (size_t n = 0; f; n++) {
+            if (guard.loops(f)) return false;
             auto next = vm_.mem().read<uint64_t>(f + o_.hfrag_next);
             auto used = vm_.mem().read<uint64_t>(f + o_.hfrag_used_size);
-            if (!next || !used || n > kMaxFragments || *used > (1ull << 37)) return false;
+            if (!next || !used || n > kMaxFragments || *used > (1ull << 37) || late(n)) return false;
             if (!area(f + o_.hfrag_mem, f + o_.hfrag_mem + 8 * *used)) return false;
             f = *next;
         }
@@ -50,11 +80,13 @@ public:
     // The messages of one queue (a chain of ErtsMessage and other signals), with the fragments
     // their data is in; signals that are not messages are skipped.
     bool queue(uint64_t m) {
+        ChainGuard guard;
         for (size_t n = 0; m; n++) {
+            if (guard.loops(m)) return false;
             auto next = vm_.mem().read<uint64_t>(m + o_.msg_next);
             auto data = vm_.mem().read<uint64_t>(m + o_.msg_data);
             auto msg = vm_.mem().read<uint64_t>(m + o_.msg_m);
-            if (!next || !data || !msg || n > kMaxMessages) return false;
+            if (!next || !data || !msg || n > kMaxMessages || late(n)) return false;
             // A signal's tag (or a message's THE_NON_VALUE) is a header word: no term.
             if ((*msg & 3) == 0) {
                 if (*msg == 0) s_.undecoded_messages++;
@@ -78,6 +110,9 @@ public:
         if (!dict) return true;
         auto used = vm_.mem().read<uint32_t>(dict + o_.pdict_used_slots);
         if (!used || *used > kMaxDictSlots) return false;
+        if (8ull * *used > left_)
+            throw UserError(fmt::format("the process has more than the {} MiB --inspect copies", max_mib()));
+        left_ -= 8ull * *used;
         std::vector<uint64_t> slots(*used);
         if (!vm_.mem().read(dict + o_.pdict_data, std::as_writable_bytes(std::span(slots)))) return false;
         dict_slots_ = std::move(slots);
@@ -87,10 +122,18 @@ public:
 
 private:
     uint64_t max_mib() const { return (left_ + s_.bytes_copied()) >> 20; }
+    // Checked every 4,096 links of a chain: past the deadline, the copy is given up.
+    bool late(size_t n) const {
+        if (n % 4096 || monotonic_ns() < deadline_) return false;
+        throw UserError(fmt::format("copying the process took more than {} s (a chain of over {} messages or "
+                                    "fragments): too long to inspect",
+                                    kMaxCopyNs / 1'000'000'000, n));
+    }
     const Vm& vm_;
     const VmOffsets& o_;
     HeapSnapshot& s_;
     uint64_t left_;
+    uint64_t deadline_;
     std::vector<uint64_t> dict_slots_;
 };
 
@@ -99,6 +142,8 @@ std::optional<ProcessEntry> read_entry(const Vm& vm, uint64_t c_p) {
     if (!bytes) return std::nullopt;
     return parse_process(*bytes, c_p, vm.offsets());
 }
+
+}  // namespace
 
 // The dictionary's {Key, Value} pairs, read from the snapshot (the tuples are on the heap).
 void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots) {
@@ -117,7 +162,8 @@ void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots) {
             pair(slot);
             continue;
         }
-        for (size_t n = 0; term::is_list(slot) && n < 1024; n++) {  // a bucket of colliding keys
+        std::unordered_set<uint64_t> seen;  // a bucket whose tail leads back into it ends there
+        for (size_t n = 0; term::is_list(slot) && n < 1024 && seen.insert(slot).second; n++) {  // colliding keys
             auto head = word(slot - 1), tail = word(slot + 7);
             if (!head || !tail) break;
             pair(*head);
@@ -125,8 +171,6 @@ void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots) {
         }
     }
 }
-
-}  // namespace
 
 uint64_t HeapSnapshot::bytes_copied() const {
     uint64_t n = 0;
@@ -226,6 +270,94 @@ std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_fun
     for (size_t i = 0; i < s.messages.size(); i++)
         roots.push_back({Root::Kind::Message, fmt::format("#{}", i + 1), "", s.messages[i], 0, {}, {}});
     return roots;
+}
+
+namespace {
+
+// The cells a walk over the copy has visited: a bit per word of the copied areas (1/64 of the
+// copy), and a set, capped, for cells elsewhere (the literal area). Past the cap a cell outside
+// the copy counts as new each time: sized again, never wrong, bounded by the read budget.
+class Visited {
+public:
+    explicit Visited(const HeapSnapshot& s) : s_(s) {
+        for (const auto& a : s.areas) bits_.emplace_back((a.bytes.size() / 8 + 63) / 64);
+    }
+    bool first_visit(uint64_t cell) {
+        uint64_t addr = cell & ~uint64_t{7};
+        const auto& areas = s_.areas;
+        auto it = std::upper_bound(areas.begin(), areas.end(), addr,
+                                   [](uint64_t a, const HeapSnapshot::Area& x) { return a < x.addr; });
+        if (it != areas.begin()) {
+            size_t i = static_cast<size_t>(it - areas.begin()) - 1;
+            uint64_t word = (addr - areas[i].addr) / 8;
+            if (word < areas[i].bytes.size() / 8) {
+                uint64_t& w = bits_[i][word / 64];
+                uint64_t bit = uint64_t{1} << (word % 64);
+                bool first = !(w & bit);
+                w |= bit;
+                return first;
+            }
+        }
+        if (elsewhere_.size() >= kMaxElsewhere) return !elsewhere_.count(cell);
+        return elsewhere_.insert(cell).second;
+    }
+
+private:
+    static constexpr size_t kMaxElsewhere = 1'000'000;
+    const HeapSnapshot& s_;
+    std::vector<std::vector<uint64_t>> bits_;
+    std::unordered_set<uint64_t> elsewhere_;
+};
+
+}  // namespace
+
+RootSizes size_roots(const HeapSnapshot& s, const term::TermSource& terms, std::vector<Root>& roots,
+                     const InspectBudget& budget) {
+    RootSizes out;
+    Visited visited(s);
+    term::SizeMemo memo;
+    memo.first_visit = [&](uint64_t cell) { return visited.first_visit(cell); };
+    memo.reads_left = budget.max_reads;
+    const uint64_t deadline = monotonic_ns() + budget.max_ns;
+    auto spent = [&](size_t done) {
+        if (memo.reads_left <= 0)
+            out.partial = fmt::format("{} reads of the copy spent, {} of {} roots not sized", budget.max_reads,
+                                      roots.size() - done, roots.size());
+        else if (monotonic_ns() > deadline)
+            out.partial = fmt::format("{} s spent, {} of {} roots not sized", budget.max_ns / 1'000'000'000,
+                                      roots.size() - done, roots.size());
+        return !out.partial.empty();
+    };
+    // First each cell once (finding what is shared), then the flat sizes, shared cells once.
+    size_t marked = 0;
+    for (; marked < roots.size() && !spent(0); marked++) {
+        Root& r = roots[marked];
+        if (auto w = term::distinct_words(terms, r.term, memo)) {
+            r.distinct_words = *w;
+            out.distinct_words[static_cast<int>(r.kind)] += *w;
+        }
+    }
+    for (size_t i = 0; i < marked && !spent(i); i++) roots[i].size = term::flat_size(terms, roots[i].term, memo);
+    return out;
+}
+
+std::vector<Root> fold_shared(std::vector<Root> roots, size_t names_kept) {
+    std::vector<Root> out;
+    std::unordered_map<uint64_t, size_t> first;  // a shared term -> its row in `out`
+    for (Root& r : roots) {
+        if (term::is_list(r.term) || term::is_boxed(r.term)) {
+            auto [it, added] = first.try_emplace(r.term, out.size());
+            if (!added) {
+                Root& f = out[it->second];
+                f.sharers++;
+                if (f.first_sharers.size() < names_kept)
+                    f.first_sharers.push_back({r.kind, std::move(r.where), std::move(r.function), r.key});
+                continue;
+            }
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
 }
 
 }  // namespace bb

@@ -44,6 +44,10 @@ struct HeapSnapshot {
 // running through every attempt ("busy, try again"), or its heap is larger than `max_bytes`.
 HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes);
 
+// The dictionary's {Key, Value} pairs from its hash table's slots (each a {Key, Value} tuple or
+// a list of them), into s.dictionary. A bucket whose tail leads back into it ends there.
+void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots);
+
 // A TermSource over the snapshot: the copy, then the literal area and off-heap binaries live.
 term::TermSource snapshot_terms(const Vm& vm, const HeapSnapshot& s, term::TermSource base);
 
@@ -54,8 +58,17 @@ struct Root {
     std::string function;  // for a stack slot: the function whose frame holds it
     uint64_t term = 0;
     uint64_t key = 0;  // a dictionary entry's key
-    std::optional<term::Size> size;  // nullopt: could not be sized (bad, or too shared)
+    std::optional<term::Size> size;  // nullopt: could not be sized (bad, or the budget spent)
+    uint64_t distinct_words = 0;     // words of its term no root before it reaches (size_roots)
     std::optional<std::string> text;  // nullopt: did not decode
+    // Other roots holding the very same term (one pointer), folded into this one by fold_shared.
+    struct Sharer {
+        Kind kind;
+        std::string where, function;
+        uint64_t key = 0;
+    };
+    size_t sharers = 0;
+    std::vector<Sharer> first_sharers;  // the first few of them, to name
 };
 const char* kind_name(Root::Kind k);
 
@@ -63,5 +76,28 @@ const char* kind_name(Root::Kind k);
 // out), dictionary entries, messages. `function_at` names a return address (or "" if none).
 std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_function,
                            const std::function<std::string(uint64_t)>& function_at);
+
+// What the inspector may spend on sizing the roots of one process: reads of the copy and time.
+// A heap whose terms are shared many times over, or corrupt (a loop), must not make it run for
+// minutes: past either, the roots not yet sized show no size and the result says it is partial.
+struct InspectBudget {
+    int64_t max_reads = 50'000'000;  // about 1.5 s of reads from the copy on this machine
+    uint64_t max_ns = 10'000'000'000;
+};
+struct RootSizes {
+    // Per kind (Root::Kind): the words its roots reach that no earlier root reached (each heap
+    // word once: what the roots hold together, as erts_debug:size/1 counts a term).
+    uint64_t distinct_words[3] = {0, 0, 0};
+    std::string partial;  // why some roots were not sized ("" when all were)
+};
+// Sizes every root (Root::size, flat as erts_debug:flat_size/1 counts it; Root::distinct_words),
+// walking each heap cell once over all roots: a term shared by many roots is sized once.
+RootSizes size_roots(const HeapSnapshot& s, const term::TermSource& terms, std::vector<Root>& roots,
+                     const InspectBudget& budget = {});
+
+// Roots that hold the very same boxed term or list (one pointer: 3,000 dictionary values that are
+// one list) folded into the first of them (their Root::sharers), so that it is shown once.
+// `roots` in the order to show; the order is kept.
+std::vector<Root> fold_shared(std::vector<Root> roots, size_t names_kept = 3);
 
 }  // namespace bb

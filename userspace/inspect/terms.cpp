@@ -1,5 +1,7 @@
 #include "inspect/terms.hpp"
 
+#include "base/text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,10 +50,11 @@ public:
         return w;
     }
     bool exhausted() const { return left_ < 0; }
+    int64_t used() const { return start_ - std::max<int64_t>(left_, 0); }
 
 private:
     const TermSource& src_;
-    int64_t left_;
+    int64_t left_, start_ = left_;
 };
 
 // A binary's bytes and where they are: on the heap (read through src.read) or off it.
@@ -432,18 +435,63 @@ private:
 };
 
 // size_object() of copy.c, for both layouts, with an explicit stack and a cell budget.
+// With a SizeMemo: distinct words (each cell once), or flat sizes with shared cells memoized.
 class FlatSizer {
 public:
-    FlatSizer(const TermSource& src, uint64_t max_cells)
-        : src_(src), r_(src, static_cast<int64_t>(std::min<uint64_t>(max_cells, INT64_MAX))) {}
+    enum class Mode { flat, distinct };
+    FlatSizer(const TermSource& src, uint64_t max_cells, SizeMemo* memo = nullptr, Mode mode = Mode::flat)
+        : src_(src), r_(src, static_cast<int64_t>(std::min<uint64_t>(max_cells, INT64_MAX))), memo_(memo), mode_(mode) {}
 
     std::optional<Size> size(uint64_t t) {
         std::vector<uint64_t> todo{t};
-        while (!todo.empty()) {
+        // Shared cells being sized: their size is what was added since, once the todo list is
+        // back to the length it had when they were entered.
+        struct Open {
+            uint64_t cell;
+            Size before;
+            size_t todo_len;
+        };
+        std::vector<Open> opened;
+        auto close = [&] {
+            while (!opened.empty() && todo.size() == opened.back().todo_len) {
+                const Open& o = opened.back();
+                if (memo_->sizes.size() < memo_->max_remembered)
+                    memo_->sizes[o.cell] = {size_.words - o.before.words, size_.off_heap_bytes - o.before.off_heap_bytes};
+                memo_->open.erase(o.cell);
+                opened.pop_back();
+            }
+        };
+        bool ok = true;
+        while (ok && !todo.empty()) {
             uint64_t obj = todo.back();
             todo.pop_back();
-            if (!one(obj, todo)) return std::nullopt;
+            if (memo_ && !is_immediate(obj)) {
+                if (mode_ == Mode::distinct) {
+                    if (!memo_->first_visit(obj)) {
+                        memo_->shared.insert(obj);
+                        continue;
+                    }
+                } else if (auto it = memo_->sizes.find(obj); it != memo_->sizes.end()) {
+                    size_.words += it->second.words;
+                    size_.off_heap_bytes += it->second.off_heap_bytes;
+                    close();
+                    continue;
+                } else if (memo_->shared.count(obj)) {
+                    if (!memo_->open.insert(obj).second) {
+                        ok = false;  // inside itself
+                        break;
+                    }
+                    opened.push_back({obj, size_, todo.size()});
+                }
+            }
+            ok = one(obj, todo);
+            if (memo_) close();
         }
+        if (memo_) {
+            memo_->reads_left -= r_.used();
+            for (const Open& o : opened) memo_->open.erase(o.cell);
+        }
+        if (!ok) return std::nullopt;
         return size_;
     }
 
@@ -558,6 +606,8 @@ private:
     const TermSource& src_;
     Reader r_;
     Size size_;
+    SizeMemo* memo_;
+    Mode mode_;
 };
 
 }  // namespace
@@ -568,12 +618,7 @@ std::string printed_atom(std::string_view text) {
                     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@';
                 });
     if (bare) return std::string(text);
-    std::string out = "'";
-    for (char c : text) {
-        if (c == '\'' || c == '\\') out += '\\';
-        out += c;
-    }
-    return out + "'";
+    return "'" + escaped(text, '\'') + "'";  // control characters as io_lib writes them: '\e[2J'
 }
 
 std::optional<std::string> text(const TermSource& src, uint64_t term, const Limits& limits) {
@@ -582,6 +627,18 @@ std::optional<std::string> text(const TermSource& src, uint64_t term, const Limi
 
 std::optional<Size> flat_size(const TermSource& src, uint64_t term, uint64_t max_cells) {
     return FlatSizer(src, max_cells).size(term);
+}
+
+std::optional<uint64_t> distinct_words(const TermSource& src, uint64_t term, SizeMemo& memo) {
+    if (memo.reads_left <= 0) return std::nullopt;
+    auto s = FlatSizer(src, static_cast<uint64_t>(memo.reads_left), &memo, FlatSizer::Mode::distinct).size(term);
+    if (!s) return std::nullopt;
+    return s->words;
+}
+
+std::optional<Size> flat_size(const TermSource& src, uint64_t term, SizeMemo& memo) {
+    if (memo.reads_left <= 0) return std::nullopt;
+    return FlatSizer(src, static_cast<uint64_t>(memo.reads_left), &memo).size(term);
 }
 
 }  // namespace bb::term

@@ -1,5 +1,6 @@
 #include "report/report.hpp"
 
+#include "base/text.hpp"
 #include "report/html.hpp"
 #include "report/pprof.hpp"
 #include "report/speedscope.hpp"
@@ -32,7 +33,34 @@ const char* file_suffix(Format f) {
     return "";
 }
 
-void write_report(const Profile& p, Format f, std::ostream& out, const TopOptions& top) {
+std::optional<Profile> printable_copy(const Profile& p) {
+    auto clean = [](const std::string& s) { return is_printable(s); };
+    bool all = clean(p.title) && clean(p.unit);
+    for (const Function& f : p.functions)
+        all = all && clean(f.name) && clean(f.system_name) && clean(f.file) && clean(f.mapping);
+    for (const Sample& s : p.samples) all = all && clean(s.pid) && clean(s.process) && clean(s.scheduler);
+    if (all) return std::nullopt;
+    Profile q = p;
+    q.title = printable(q.title);
+    q.unit = printable(q.unit);
+    for (Function& f : q.functions) {
+        f.name = printable(f.name);
+        f.system_name = printable(f.system_name);
+        f.file = printable(f.file);
+        f.mapping = printable(f.mapping);
+    }
+    for (Sample& s : q.samples) {
+        s.pid = printable(s.pid);
+        s.process = printable(s.process);
+        s.scheduler = printable(s.scheduler);
+    }
+    return q;
+}
+
+void write_report(const Profile& profile, Format f, std::ostream& out, const TopOptions& top) {
+    // The names in a profile are the target's text: escaped here once for every writer.
+    std::optional<Profile> copy = printable_copy(profile);
+    const Profile& p = copy ? *copy : profile;
     switch (f) {
     case Format::top: return write_top(p, out, top.rows, top.by_total, top.erlang_only);
     case Format::folded: return write_folded(p, out);

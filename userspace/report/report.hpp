@@ -23,6 +23,10 @@ struct TopOptions {
     bool erlang_only = false;  // and only its Erlang functions
 };
 
+// Every string of the profile (names, files, mappings, processes: the target's text) printable
+// (base/text.hpp) before any writer sees it.
 void write_report(const Profile& p, Format f, std::ostream& out, const TopOptions& top);
+// The profile with every string printable; nullopt when it is already (no copy).
+std::optional<Profile> printable_copy(const Profile& p);
 
 }  // namespace bb

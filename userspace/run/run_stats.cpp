@@ -6,7 +6,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/text.hpp"
+
 namespace bb {
+
+namespace {
+std::vector<std::string> printable_all(std::vector<std::string> v) {
+    for (auto& s : v) s = printable(s);
+    return v;
+}
+}  // namespace
 
 void RunStats::count(const bb_record& r) {
     records++;
@@ -68,7 +77,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"unwind_rows", sym.unwind() ? sym.unwind()->rows().size() : 0},
         {"unwind_files", sym.unwind() ? sym.unwind()->modules().size() : 0},
         {"unwind_table_bytes", sym.unwind() ? sym.unwind()->table_bytes() : 0},
-        {"unwind_skipped", sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{}},
+        {"unwind_skipped", printable_all(sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{})},
         {"unsymbolized_frames", sym.unsymbolized()},
         {"bpf_walk_ns_total", c.walk_ns},
         {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},
@@ -84,7 +93,9 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"error", s.error},
     };
     std::ofstream f(o.stats_file);
-    f << j.dump(2) << "\n";
+    // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
+    // not UTF-8.
+    f << json_text(j, 2) << "\n";
     if (!f) throw UserError(fmt::format("cannot write {}", o.stats_file));
 }
 

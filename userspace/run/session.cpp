@@ -52,15 +52,18 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
         fmt::print(stderr, "{}: warning: code loads and purges are timed by re-reading the module list ({}); "
                            "a sample in code reloaded within about a second may go unnamed, or be named from the version before\n",
                    tool, c.code_events_off);
-    fmt::print(stderr,
-               "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}\n", tool,
-               vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
-               sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what);
+    // Paths and names in these lines are the target's text: printable (base/text.hpp).
+    fmt::print(stderr, "{}\n",
+               printable(fmt::format(
+                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}", tool,
+                   vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
+                   sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what)));
     if (unwind)
-        for (const auto& why : unwind->skipped()) fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, why);
-    if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, vm.caveat());
+        for (const auto& why : unwind->skipped())
+            fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));
+    if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, printable(vm.caveat()));
     if (!names.unavailable().empty())
-        fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, names.unavailable());
+        fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, printable(names.unavailable()));
 }
 
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {

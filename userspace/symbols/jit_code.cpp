@@ -199,6 +199,10 @@ namespace {
 
 constexpr size_t kMaxEntries = 100'000;        // a real VM has a few hundred to a few thousand
 constexpr uint64_t kMaxSymfileSize = 64 << 20;  // the biggest real ones are well under 1 MiB
+// All symfiles held at once (a fresh OTP 25 VM: 106 modules in a few MiB): a VM that registers
+// 100,000 entries naming one 64 MiB symfile must not make us read 6 TiB. Past it, entries are
+// kept without symbols and the refresh says how many.
+constexpr uint64_t kMaxSymfileTotal = 512 << 20;
 constexpr int kWalkAttempts = 4;
 // Retired modules are kept for the samples taken before they went, which are symbolized within
 // a second or so: after kRetiredKeepNs they are dropped (checked every kRetiredKeepNs / 2 once
@@ -239,6 +243,7 @@ struct Known {
     // The VM said it was purged. Its entry and symfile may be reused for the next load of the
     // same module at the same place, under the same Key: that is a new module, not this one.
     bool unregistered = false;
+    bool over_budget = false;  // not read: kMaxSymfileTotal was spent
     std::unique_ptr<JitModule> module;  // null for the emulator entry and unparseable ones
     std::optional<JitEmulator> emulator;
 };
@@ -296,6 +301,13 @@ struct JitCodeIndex::Impl {
 
     std::optional<JitEmulator> emulator;
     size_t live_modules = 0;
+    uint64_t held_bytes = 0;  // symfile bytes of the modules in `listed` and `unlisted`
+    void count_held() {
+        held_bytes = 0;
+        for (const auto& [k, known] : listed)
+            if (known->module) held_bytes += k.size;
+        for (const auto& known : unlisted) held_bytes += known->key.size;
+    }
     uint64_t generation = 0;
 
     struct Walk {
@@ -303,7 +315,7 @@ struct JitCodeIndex::Impl {
         std::vector<Key> keys;
     };
     std::optional<Walk> walk(std::string* err) const;
-    std::unique_ptr<Known> read_known(const Key& k, uint64_t seen_ns, std::string* perr) const;
+    std::unique_ptr<Known> read_known(const Key& k, uint64_t seen_ns, uint64_t budget, std::string* perr) const;
     bool is_current(const Key& k) const {
         auto it = listed.find(k);
         return it != listed.end() && !it->second->unregistered;
@@ -368,13 +380,19 @@ std::optional<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk(std::string* er
 
 // Reads and parses the symfile of entry `k`; nullptr when it cannot be read (freed under us,
 // most likely). Unparseable symfiles give a Known without module, remembered as such.
-std::unique_ptr<Known> JitCodeIndex::Impl::read_known(const Key& k, uint64_t seen_ns, std::string* perr) const {
+// `budget`: symfile bytes that may still be read (kMaxSymfileTotal less what is held).
+std::unique_ptr<Known> JitCodeIndex::Impl::read_known(const Key& k, uint64_t seen_ns, uint64_t budget,
+                                                      std::string* perr) const {
     auto known = std::make_unique<Known>();
     known->key = k;
     known->seen_ns = seen_ns;
     if (auto at = registered_at.find(k); at != registered_at.end()) known->seen_ns = at->second;
     if (k.size > kMaxSymfileSize) {
         *perr = "symfile of " + std::to_string(k.size) + " bytes";
+        return known;
+    }
+    if (k.size > budget) {
+        known->over_budget = true;
         return known;
     }
     auto bytes = mem->read_bytes(k.symfile, k.size);
@@ -410,14 +428,22 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         std::string bad;  // first unparseable entry; it is remembered and not parsed again
         size_t bad_count = 0;
         bool torn = false;
+        // Bytes held, and read by this refresh whatever they parse to: a symfile is read once
+        // (a Known is remembered even when unparseable), so this bounds the work too.
+        uint64_t held = s.held_bytes;
+        size_t over_budget = 0;
+        auto read_bytes = [](const Known& known) { return known.over_budget || known.key.size > kMaxSymfileSize ? 0 : known.key.size; };
+        for (const auto& [k, known] : fresh) held += read_bytes(*known);
         for (const Key& k : w->keys) {
             if (s.is_current(k) || s.dead_keys.contains(k) || fresh.contains(k)) continue;
             std::string perr;
-            auto known = s.read_known(k, now_ns, &perr);
+            auto known = s.read_known(k, now_ns, kMaxSymfileTotal - std::min(held, kMaxSymfileTotal), &perr);
             if (!known) {
                 torn = true;  // walk again
                 break;
             }
+            over_budget += known->over_budget;
+            held += read_bytes(*known);
             if (!perr.empty() && bad_count++ == 0) bad = std::move(perr);
             fresh.emplace(k, std::move(known));
         }
@@ -434,6 +460,9 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         }
         if (bad_count)
             res.error = std::to_string(bad_count) + " JIT symfile(s) skipped, first: " + bad;
+        if (over_budget)
+            res.error += (res.error.empty() ? "" : "; ") + std::to_string(over_budget) + " JIT symfile(s) not read: over the " +
+                         std::to_string(kMaxSymfileTotal >> 20) + " MiB of JIT symbols read at most";
         s.apply(*w, std::move(fresh), now_ns, &res);
         return res;
     }
@@ -492,6 +521,7 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
 
     bool pruned = prune_retired(now_ns);
     if (res->added || res->retired || pruned) {
+        count_held();
         rebuild();
         generation++;
     }
@@ -693,9 +723,10 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
             s.dead_keys.erase(k);  // the VM says it is new
             // Read it now, before it can be purged and freed; the next walk lists it too.
             std::string perr;
-            auto known = s.read_known(k, e.time_ns, &perr);
+            auto known = s.read_known(k, e.time_ns, kMaxSymfileTotal - std::min(s.held_bytes, kMaxSymfileTotal), &perr);
             if (known && (known->module || known->emulator)) {
                 if (known->emulator) s.emulator = known->emulator;
+                if (known->module) s.held_bytes += k.size;
                 const Known& added = *known;
                 s.listed.emplace(k, std::move(known));
                 s.retire_overlapped(added, e.time_ns);

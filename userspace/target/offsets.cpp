@@ -205,13 +205,24 @@ bool member_offset(Dwarf_Die* member, uint64_t* off) {
     }
 }
 
+// What one member search may visit: DWARF from a target's file can make anonymous members
+// refer back to their own aggregate, or fan out (16 levels of 1,000 anonymous members each
+// are 10^48 paths without a visited set). Each aggregate is looked through once, and at most
+// kMaxDies members are looked at.
+struct MemberSearch {
+    static constexpr int kMaxDies = 100'000;
+    std::set<Dwarf_Off> seen;
+    int dies = 0;
+};
+
 // Finds member `name` of the aggregate `agg`, looking through anonymous structs and unions,
 // and adds its offset to *off. *member_die is the member.
-bool find_member(Dwarf_Die* agg, std::string_view name, uint64_t* off, Dwarf_Die* member_die,
+bool find_member(Dwarf_Die* agg, std::string_view name, uint64_t* off, Dwarf_Die* member_die, MemberSearch& search,
                  int depth = 0) {
     Dwarf_Die child;
-    if (depth > 16 || dwarf_child(agg, &child) != 0) return false;
+    if (depth > 16 || !search.seen.insert(dwarf_dieoffset(agg)).second || dwarf_child(agg, &child) != 0) return false;
     do {
+        if (++search.dies > MemberSearch::kMaxDies) return false;
         if (dwarf_tag(&child) != DW_TAG_member) continue;
         const char* n = dwarf_diename(&child);
         uint64_t here;
@@ -225,7 +236,7 @@ bool find_member(Dwarf_Die* agg, std::string_view name, uint64_t* off, Dwarf_Die
         if (!n && type_of(&child, &type) && underlying(&type, &inner) && is_aggregate(&inner) &&
             member_offset(&child, &here)) {
             uint64_t nested = *off + here;
-            if (find_member(&inner, name, &nested, member_die, depth + 1)) {
+            if (find_member(&inner, name, &nested, member_die, search, depth + 1)) {
                 *off = nested;
                 return true;
             }
@@ -240,7 +251,8 @@ std::optional<uint64_t> path_offset(Dwarf_Die agg, std::string_view path) {
     while (true) {
         size_t dot = path.find('.');
         Dwarf_Die member, type;
-        if (!find_member(&agg, path.substr(0, dot), &off, &member)) return std::nullopt;
+        MemberSearch search;
+        if (!find_member(&agg, path.substr(0, dot), &off, &member, search)) return std::nullopt;
         if (dot == std::string_view::npos) return off;
         if (!type_of(&member, &type) || !underlying(&type, &agg) || !is_aggregate(&agg))
             return std::nullopt;

@@ -22,6 +22,11 @@ namespace bb {
 namespace fs = std::filesystem;
 
 namespace {
+// No build's Process is near this (776 bytes on OTP 25): a larger size is a table that lies.
+constexpr uint32_t kMaxProcSize = 1 << 16;
+}  // namespace
+
+namespace {
 
 std::string read_file(const std::string& path) {
     std::ifstream in(path);
@@ -207,13 +212,16 @@ bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
 // looking for at most ~100 ms (an idle VM has none: then there is nothing to see).
 std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t want) const {
     std::vector<RunningSeen> seen;
+    // The table (an --offsets file, or DWARF) may say anything: sizes in 64 bits, and a Process
+    // no larger than any build's (776 bytes on OTP 25, about 1 KiB with lock counting).
+    if (o.proc_size > kMaxProcSize || uint64_t{o.proc_state} + 4 > o.proc_size) return seen;
     auto scheds = sched_threads(o);
     for (int round = 0; round < 50 && seen.size() < want; round++) {
         for (const auto& t : scheds) {
             if (t.sched.type != BB_SCHED_NORMAL) continue;
             auto before = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
             if (!before || !*before || (*before & 7)) continue;
-            auto proc = mem_.read_bytes(*before, o.proc_size + 64);
+            auto proc = mem_.read_bytes(*before, uint64_t{o.proc_size} + 64);
             auto after = mem_.read<uint64_t>(t.sched.esdp + o.esd_current_process);
             if (!proc || after != before) continue;
             uint32_t state;
@@ -231,9 +239,10 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
     auto max = mem_.read<uint32_t>(ptab + o.ptab_max);
     if (!tab || !max) return "cannot read the process table";
     if (*max < 16 || *max > (1u << 27)) return fmt::format("process table size {} is implausible", *max);
+    if (o.proc_size > kMaxProcSize) return fmt::format("Process size {} is implausible", o.proc_size);
     for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_scheduler_data})
-        if (off % 8 || off + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
-    if (o.proc_state % 4 || o.proc_state + 4 > o.proc_size)
+        if (off % 8 || uint64_t{off} + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
+    if (o.proc_state % 4 || uint64_t{o.proc_state} + 4 > o.proc_size)
         return fmt::format("Process.state offset {} is not a 32-bit field in Process", o.proc_state);
 
     // Slot 0 is init, <0.0.0>, for the life of the VM.
@@ -354,13 +363,14 @@ bool Vm::correct_layout(VmOffsets& o) const {
         int n = 0;
         for (const auto& r : running) {
             uint64_t sd;
+            if (uint64_t{off} + 8 > r.proc.size()) continue;
             std::memcpy(&sd, r.proc.data() + off, 8);
             n += sd == r.esdp;
         }
         return n;
     };
     if (!running.empty() && names_sched(o.proc_scheduler_data) * 2 <= int(running.size())) {
-        for (uint32_t off = o.proc_state & ~7u; off + 8 <= o.proc_size + 64; off += 8)
+        for (uint32_t off = o.proc_state & ~7u; uint64_t{off} + 8 <= uint64_t{o.proc_size} + 64; off += 8)
             if (names_sched(off) * 2 > int(running.size())) {
                 o.proc_scheduler_data = off;
                 o.proc_size = std::max(o.proc_size, off + 8);

@@ -74,13 +74,15 @@ struct Row {
     bool fresh = false;  // not in the previous reading (--watch)
 };
 
+// Its names are the target's text: printable (base/text.hpp) from here on, in the table and JSON.
 Row make_row(Context& c, const ProcessEntry& e) {
-    Row r{&e, c.vm.format_pid(e.pid), c.names.name(e.pid, e.c_p, e.reg_name, e.initial), {}, {}};
-    r.initial = c.names.mfa_text(e.initial[0], e.initial[1], e.initial[2]);
+    Row r{&e, c.vm.format_pid(e.pid), printable(c.names.name(e.pid, e.c_p, e.reg_name, e.initial)), {}, {}};
+    r.initial = printable(c.names.mfa_text(e.initial[0], e.initial[1], e.initial[2]));
     // Where it is: the function the VM last noted, else the one its resume address is in.
-    r.current = c.function(e.current, e.i);
+    r.current = printable(c.function(e.current, e.i));
     return r;
 }
+
 
 ProcessTable read_table(const Vm& vm) {
     ProcessTable table = read_process_table(vm);
@@ -139,13 +141,14 @@ int run_table(Context& c, const Options& o) {
         j["read_ms"] = read_ns / 1e6;
         j["processes"] = nlohmann::json::array();
         for (const Row& r : rows) j["processes"].push_back(row_json(r, proc_size));
-        std::cout << j.dump(1) << "\n";
+        std::cout << json_text(j, 1) << "\n";
         return 0;
     }
     fmt::print("beam-bpf-procs: {} processes of {} {} ({}), {} unreadable, read in {:.1f} ms\n",
-               table.processes.size(), c.vm.exe(), c.vm.pid(), c.vm.build().describe(), table.unreadable,
+               table.processes.size(), printable(c.vm.exe()), c.vm.pid(), c.vm.build().describe(), table.unreadable,
                read_ns / 1e6);
-    if (!c.names.unavailable().empty()) fmt::print("beam-bpf-procs: warning: no names: {}\n", c.names.unavailable());
+    if (!c.names.unavailable().empty())
+        fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
     fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "HEAP", "STACK", "MSGQ",
                "REDS", "STATUS", "NAME", "CURRENT");
     for (const Row& r : rows) {
@@ -208,12 +211,12 @@ int run_watch(Context& c, const Options& o) {
                 p["new"] = r.fresh;
                 j["processes"].push_back(p);
             }
-            std::cout << j.dump() << std::endl;  // one line per interval
+            std::cout << json_text(j, -1) << std::endl;  // one line per interval
         } else {
             if (tty) fmt::print("\x1b[H\x1b[2J");
             fmt::print("beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
                        "they hold)\n",
-                       table.processes.size(), c.vm.exe(), c.vm.pid(), o.watch, o.sort);
+                       table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
             fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
                        "+MSGQ", "+REDS", "STATUS", "NAME", "CURRENT");
             for (const Row& r : rows) {
@@ -259,14 +262,11 @@ int run_inspect(Context& c, const Options& o) {
     const Row row = make_row(c, named);
     std::vector<Root> roots = root_set(snap, row.current, [&](uint64_t cp) {
         std::string f = c.function(0, cp);
-        return f.empty() ? fmt::format("{:#x}", cp) : f;
+        return f.empty() ? fmt::format("{:#x}", cp) : printable(f);
     });
-    for (Root& r : roots) {
-        r.size = term::flat_size(terms, r.term);
-        r.text = term::text(terms, r.term, limits);
-        if (r.kind == Root::Kind::Dictionary)
-            r.where = term::text(terms, r.key, key_limits).value_or(fmt::format("<bad term at {:#x}>", r.key & ~3ull));
-    }
+    // Each heap cell walked once over all roots (a term many roots share is sized once), within
+    // a budget of reads and time.
+    const RootSizes sizes = size_roots(snap, terms, roots);
     std::stable_sort(roots.begin(), roots.end(), [](const Root& a, const Root& b) {
         return (a.size ? a.size->words : 0) > (b.size ? b.size->words : 0);
     });
@@ -279,8 +279,32 @@ int run_inspect(Context& c, const Options& o) {
         t.terms++;
         if (r.size) t.words += r.size->words, t.off_heap_bytes += r.size->off_heap_bytes;
     }
+    // Roots holding one term are one row; text only for the rows shown (JSON: every row, as
+    // before).
+    std::vector<Root> rows = fold_shared(std::move(roots));
+    const size_t shown_rows = o.all || o.json ? rows.size() : std::min(rows.size(), o.top);
+    auto key_text = [&](uint64_t key) {
+        return printable(term::text(terms, key, key_limits).value_or(fmt::format("<bad term at {:#x}>", key & ~3ull)));
+    };
+    for (size_t i = 0; i < shown_rows; i++) {
+        Root& r = rows[i];
+        r.text = term::text(terms, r.term, limits);
+        if (r.text) r.text = printable(*r.text);
+        if (r.kind == Root::Kind::Dictionary) r.where = key_text(r.key);
+        for (auto& sh : r.first_sharers)
+            if (sh.kind == Root::Kind::Dictionary) sh.where = key_text(sh.key);
+    }
     auto shown = [](const Root& r) {
         return r.text ? *r.text : fmt::format("<bad term at {:#x}>", r.term & ~3ull);
+    };
+    auto place = [](Root::Kind kind, const std::string& where, const std::string& function) {
+        return fmt::format("{} {}{}{}", kind_name(kind), where, function.empty() ? "" : " ", function);
+    };
+    auto also = [&](const Root& r) {
+        std::string s;
+        for (const auto& sh : r.first_sharers) s += (s.empty() ? "" : ", ") + place(sh.kind, sh.where, sh.function);
+        if (r.sharers > r.first_sharers.size()) s += fmt::format(", ... {} more", r.sharers - r.first_sharers.size());
+        return s;
     };
 
     if (o.json) {
@@ -288,18 +312,27 @@ int run_inspect(Context& c, const Options& o) {
         j["undecoded_messages"] = snap.undecoded_messages;
         j["attempts"] = snap.attempts;
         j["bytes_copied"] = snap.bytes_copied();
+        if (!sizes.partial.empty()) j["partial"] = sizes.partial;
         j["roots"] = nlohmann::json::array();
-        for (const Root& r : roots) {
+        for (size_t i = 0; i < shown_rows; i++) {
+            const Root& r = rows[i];
             nlohmann::json k{{"kind", kind_name(r.kind)}, {"where", r.where}, {"term", shown(r)}, {"decoded", r.text.has_value()}};
             if (!r.function.empty()) k["function"] = r.function;
             if (r.size) k["words"] = r.size->words, k["off_heap_bytes"] = r.size->off_heap_bytes;
             else k["words"] = nullptr;
+            k["distinct_words"] = r.distinct_words;
+            if (r.sharers) {
+                k["same_term_roots"] = r.sharers;
+                for (const auto& sh : r.first_sharers) k["same_term_as"].push_back(place(sh.kind, sh.where, sh.function));
+            }
             j["roots"].push_back(k);
         }
         for (int kind = 0; kind < 3; kind++)
-            j["totals"][kind_name(static_cast<Root::Kind>(kind))] = {
-                {"terms", totals[kind].terms}, {"words", totals[kind].words}, {"off_heap_bytes", totals[kind].off_heap_bytes}};
-        std::cout << j.dump(1) << "\n";
+            j["totals"][kind_name(static_cast<Root::Kind>(kind))] = {{"terms", totals[kind].terms},
+                                                                      {"words", totals[kind].words},
+                                                                      {"distinct_words", sizes.distinct_words[kind]},
+                                                                      {"off_heap_bytes", totals[kind].off_heap_bytes}};
+        std::cout << json_text(j, 1) << "\n";
         return 0;
     }
     fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
@@ -308,22 +341,23 @@ int run_inspect(Context& c, const Options& o) {
                p.heap_sz, p.old_heap_sz, p.mbuf_sz, p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()),
                snap.attempts);
     fmt::print("{:>10} {:>9}  {:<44} {}\n", "WORDS", "OFF-HEAP", "ROOT", "TERM");
-    size_t listed = 0;
-    for (const Root& r : roots) {
-        if (!o.all && listed++ >= o.top) break;
-        std::string where = fmt::format("{} {}{}{}", kind_name(r.kind), r.where, r.function.empty() ? "" : " ", r.function);
+    for (size_t i = 0; i < shown_rows; i++) {
+        const Root& r = rows[i];
         fmt::print("{:>10} {:>9}  {:<44} {}\n", r.size ? std::to_string(r.size->words) : "?",
-                   r.size && r.size->off_heap_bytes ? human_bytes(r.size->off_heap_bytes) : "-", where, shown(r));
+                   r.size && r.size->off_heap_bytes ? human_bytes(r.size->off_heap_bytes) : "-",
+                   place(r.kind, r.where, r.function), shown(r));
+        if (r.sharers) fmt::print("{:>22}  the same term held by {} more: {}\n", "", r.sharers, also(r));
     }
-    if (!o.all && roots.size() > o.top) fmt::print("  ... {} more (--all, or -t N)\n", roots.size() - o.top);
-    fmt::print("totals (flat sizes, shared terms counted per reference):");
+    if (shown_rows < rows.size()) fmt::print("  ... {} more (--all, or -t N)\n", rows.size() - shown_rows);
+    fmt::print("totals (flat sizes, shared terms counted per reference; distinct: each heap word once):");
     for (int kind = 0; kind < 3; kind++)
-        fmt::print("{} {} {} terms, {} words{}", kind ? ";" : "", kind_name(static_cast<Root::Kind>(kind)),
-                   totals[kind].terms, totals[kind].words,
+        fmt::print("{} {} {} terms, {} words ({} distinct){}", kind ? ";" : "", kind_name(static_cast<Root::Kind>(kind)),
+                   totals[kind].terms, totals[kind].words, sizes.distinct_words[kind],
                    totals[kind].off_heap_bytes ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes)) : "");
     fmt::print("\n");
     if (snap.undecoded_messages)
         fmt::print("  {} distribution messages not yet decoded (no term to show)\n", snap.undecoded_messages);
+    if (!sizes.partial.empty()) fmt::print(stderr, "beam-bpf-procs: partial: {}\n", sizes.partial);
     return 0;
 }
 
@@ -379,7 +413,7 @@ int run(int argc, char** argv) {
     ProcessNames names(vm, o.raw_names);
     Symbolizer sym(vm, {.raw_names = o.raw_names});
     Context c{vm, names, sym, o.raw_names};
-    if (!c.vm.caveat().empty()) fmt::print(stderr, "beam-bpf-procs: warning: {}\n", c.vm.caveat());
+    if (!c.vm.caveat().empty()) fmt::print(stderr, "beam-bpf-procs: warning: {}\n", printable(c.vm.caveat()));
     if (!o.inspect.empty()) return run_inspect(c, o);
     if (o.watch > 0) return run_watch(c, o);
     return run_table(c, o);

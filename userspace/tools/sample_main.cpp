@@ -136,8 +136,9 @@ int run(int argc, char** argv) {
             const auto& [r, frames] = it->second;
             const std::string& name = s.names.name(r);
             fmt::print(os, "{} (tid {}): {}{}{}\n", sched_name(r.sched_type, r.sched_no), r.tid,
-                       s.vm.format_pid(r.erl_pid), name.empty() ? "" : " ", name);
-            for (auto f = frames.rbegin(); f != frames.rend(); ++f) fmt::print(os, "    {}\n", sym.frames().label(*f, o.lines));
+                       s.vm.format_pid(r.erl_pid), name.empty() ? "" : " ", printable(name));
+            for (auto f = frames.rbegin(); f != frames.rend(); ++f)
+                fmt::print(os, "    {}\n", printable(sym.frames().label(*f, o.lines)));
             fmt::print(os, "\n");
         }
         return end_run(s, o, st, "samples");
