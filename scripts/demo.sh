@@ -12,7 +12,7 @@ erlc -o "$work" scripts/demo_workload.erl
 # `erl` execs beam.smp, so $! is the VM's OS pid.
 erl -noshell -pa "$work" -eval 'demo_workload:start()' > "$work/vm.log" 2>&1 &
 vm=$!
-trap 'kill $vm 2>/dev/null || true' EXIT
+trap 'kill $vm 2>/dev/null || true; rm -f "/tmp/perf-$vm.map"' EXIT
 sleep 2
 
 echo "== beam-bpf-sample -d 10 $vm: the hottest Erlang functions"
@@ -39,13 +39,18 @@ echo "== beam-bpf-agent --every 3 for 8 s: every VM on this host, a pprof profil
 echo "   to files and pushed to a local stand-in for Pyroscope's ingest API (tests/agent/pyroscope_receiver.py)"
 python3 tests/agent/pyroscope_receiver.py --out "$work/pushed" --port-file "$work/port" > /dev/null &
 receiver=$!
-trap 'kill $vm $receiver 2>/dev/null || true' EXIT
+trap 'kill $vm $receiver 2>/dev/null || true; rm -f "/tmp/perf-$vm.map"' EXIT
 while [ ! -s "$work/port" ]; do sleep 0.1; done
 timeout -s TERM 8 build/beam-bpf-agent --every 3 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
   --match demo_workload --stats "$work/agent-stats.json" || true
 ls "$work"/agent/*/
 echo "pushed: $(ls "$work"/pushed/*.json | wc -l) profiles; the labels of the first:"
 python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["query"]["name"])' "$(ls "$work"/pushed/*.json | head -1)"
+echo
+echo "== beam-bpf-perfmap $vm: /tmp/perf-$vm.map written from outside, as +JPperf map has the VM write it"
+build/beam-bpf-perfmap "$vm"
+grep -m 5 'demo_workload:' "/tmp/perf-$vm.map"
+echo "(perf and bcc read it for JIT code mapped anonymously: a VM run with +JPperf, or OTP 27's +JMsingle true; see README)"
 echo
 build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
 build/beam-bpf-sample -d 5 --by-process --format html -o "$work/demo-by-process.html" "$vm"

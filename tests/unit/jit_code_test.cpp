@@ -130,6 +130,8 @@ TEST(JitSymfile, ParsesModuleRangesAndLines) {
     EXPECT_EQ(m->ranges[0].start, kBase);
     EXPECT_EQ(m->ranges[0].end, kBase + 0x40);
     EXPECT_EQ(m->ranges[1].name, "lists:foldl/3");  // suffix stripped
+    EXPECT_TRUE(m->ranges[1].prologue);             // and remembered (beam-bpf-perfmap writes it)
+    EXPECT_FALSE(m->ranges[2].prologue);
     EXPECT_EQ(m->ranges[1].start, kBase + 0x40);
     EXPECT_EQ(m->ranges[2].name, "lists:foldl/3");
     EXPECT_EQ(m->ranges[2].end, kBase + 0x200);

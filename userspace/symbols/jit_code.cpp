@@ -118,7 +118,10 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
         if (pos > b.size()) return fail(err, "range " + std::to_string(i) + " truncated");
         // The VM names a function's CodeInfo + prologue separately for perf's disassembly; to a
         // profile it is part of the function.
-        if (r.name.ends_with(kPrologueSuffix)) r.name.resize(r.name.size() - kPrologueSuffix.size());
+        if (r.name.ends_with(kPrologueSuffix)) {
+            r.name.resize(r.name.size() - kPrologueSuffix.size());
+            r.prologue = true;
+        }
 
         if (*line_count > (b.size() - pos) / (kLineSize + 1))
             return fail(err, "line count " + std::to_string(*line_count) + " exceeds the symfile");
@@ -765,6 +768,12 @@ JitCodeIndex& JitCodeIndex::operator=(JitCodeIndex&&) noexcept = default;
 
 const std::optional<JitEmulator>& JitCodeIndex::emulator() const { return impl_->emulator; }
 size_t JitCodeIndex::module_count() const { return impl_->live_modules; }
+std::vector<std::pair<const JitModule*, const JitRange*>> JitCodeIndex::live_ranges() const {
+    std::vector<std::pair<const JitModule*, const JitRange*>> out;
+    out.reserve(impl_->slots.size());
+    for (const Slot& s : impl_->slots) out.push_back({s.module, s.range});
+    return out;
+}
 size_t JitCodeIndex::range_count() const { return impl_->slots.size(); }
 uint64_t JitCodeIndex::generation() const { return impl_->generation; }
 

@@ -24,6 +24,7 @@ struct JitLine {
 struct JitRange {
     uint64_t start = 0, end = 0;  // absolute, [start, end)
     std::string name;             // "lists:keyfind/3"; pseudo-range suffixes stripped
+    bool prologue = false;        // the VM named it NAME-CodeInfoPrologue (a perf map keeps that)
     std::vector<JitLine> lines;   // sorted by start
 };
 
@@ -96,6 +97,8 @@ public:
     std::optional<JitHit> lookup(uint64_t addr, uint64_t sample_ns) const;
 
     const std::optional<JitEmulator>& emulator() const;
+    // Every live range by address, with its module: what a perf map of the VM lists now.
+    std::vector<std::pair<const JitModule*, const JitRange*>> live_ranges() const;
     size_t module_count() const;   // live modules
     size_t range_count() const;    // live ranges
     uint64_t generation() const;   // bumps whenever refresh() changed anything
