@@ -28,6 +28,7 @@ packages=(
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
   libmicrohttpd-dev                           # beam-bpf-agent: its /metrics on localhost
   yamllint                                    # packaging/check.py: the DaemonSet example
+  rabbitmq-server python3-pika ejabberd       # real applications: bench/rabbitmq.py, tests/integration/apps_test.cpp
 )
 if [ -z "${BB_SKIP_APT:-}" ]; then
   missing=()
@@ -41,6 +42,8 @@ if [ -z "${BB_SKIP_APT:-}" ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # The tests start their own RabbitMQ and ejabberd (own ports, nodes, data): not the system's.
+    systemctl disable --now rabbitmq-server ejabberd >/dev/null 2>&1 || true
   fi
 fi
 
