@@ -26,7 +26,8 @@
 %%     the process table meets processes dying under it. Prints `ready PROCESS_COUNT`. Command:
 %%     `info` walks every process with process_info/2 (memory, message_queue_len, reductions:
 %%     what beam-bpf-procs reads) inside the VM and prints `info MS COUNT`, the in-VM way of
-%%     getting the same table, for comparison.
+%%     getting the same table, for comparison. `memory FILE` writes `PID BYTES` lines, each
+%%     process's process_info(P, memory), to FILE, then prints `memory COUNT`.
 %%
 %% gen_modules(Dir, G) compiles the G small modules into Dir (run once, in its own VM, so the
 %% profiled VM does not also load the compiler).
@@ -73,6 +74,12 @@ command_loop() ->
             Infos = [erlang:process_info(P, [memory, message_queue_len, reductions]) || P <- processes()],
             Ms = erlang:convert_time_unit(erlang:monotonic_time() - T0, native, microsecond) / 1000,
             io:format("info ~.1f ~p~n", [Ms, length([I || I <- Infos, I =/= undefined])]),
+            command_loop();
+        "memory " ++ File ->
+            Lines = [[pid_to_list(P), $\s, integer_to_list(M), $\n]
+                     || P <- processes(), {memory, M} <- [erlang:process_info(P, memory)]],
+            ok = file:write_file(string:trim(File), Lines),
+            io:format("memory ~p~n", [length(Lines)]),
             command_loop();
         "quit" ++ _ -> erlang:halt(0);
         eof -> erlang:halt(0);

@@ -3,7 +3,9 @@
 takes and the tool's peak RSS (targets: under 2 s and 256 MiB for 200,000 processes), while a
 churner spawns and ends ~2,000 processes a second (they must be skipped, never fatal). Next to
 it, in the same run, the in-VM way of getting the same table: process_info/2 of every process,
-timed inside the VM.
+timed inside the VM. And each process's memory as the tool reads it against the VM's own
+process_info(P, memory) read right after (a last run with --all): the share of processes within
+5% of it (the holders are idle; the churner's short-lived ones are compared when both saw them).
 
 Each run is `beam-bpf-procs --json -t 20 PID` (the whole table is read and sorted; 20 rows are
 named and printed). Wall time is measured around the tool's process, RSS from its rusage. Run as
@@ -35,6 +37,24 @@ def run_tool(procs, vm_pid):
         return p.returncode, out.read(), err.read(), wall, usage.ru_maxrss
 
 
+def compare_memory(vm):
+    """The tool's memory of every process (--all) against the VM's process_info(P, memory), read
+    by the VM right after."""
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run([PROCS, "--json", "--all", str(vm.pid)], capture_output=True, text=True, check=True)
+        tool = {p["pid"]: p["memory"] for p in json.loads(out.stdout)["processes"]}
+        path = os.path.join(d, "memory.txt")
+        vm.stdin.write(f"memory {path}\n")
+        vm.stdin.flush()
+        while not vm.stdout.readline().startswith("memory"):
+            pass
+        theirs = dict((pid, int(b)) for pid, b in (l.split() for l in open(path)))
+    both = [(tool[p], theirs[p]) for p in tool if p in theirs]
+    dev = [100.0 * (t - v) / v for t, v in both]
+    return {"compared": len(both), "within_5pct": sum(abs(x) <= 5 for x in dev),
+            "exact": sum(t == v for t, v in both), "worst_pct": max(dev, key=abs) if dev else 0.0}
+
+
 def main():
     ap = arg_parser(__doc__, "bench-procs.json")
     ap.add_argument("--processes", type=int, default=200000)
@@ -62,6 +82,7 @@ def main():
                 print(f"run {i + 1}: {wall:.2f} s wall, table read in {j['read_ms']:.0f} ms, "
                       f"{j['processes_total']} processes, {j['unreadable']} unreadable; "
                       f"in the VM, process_info/2 of all took {line[1]} ms", flush=True)
+            memory = compare_memory(vm)
         finally:
             vm.p.stdin.write("quit\n")
             vm.p.stdin.flush()
@@ -75,12 +96,15 @@ def main():
         "peak_rss_mib": max(r["rss_kib"] for r in runs) / 1024,
         "unreadable_max": max(r["unreadable"] for r in runs),
         "in_vm_process_info_ms_median": statistics.median(r["in_vm_process_info_ms"] for r in runs),
+        "memory_vs_process_info": memory,
         "targets": {"wall_s": 2.0, "rss_mib": 256},
     }
     print(f"beam-bpf-procs on {count} processes: snapshot {result['wall_s_median']:.2f} s median "
           f"(max {result['wall_s_max']:.2f}; target < 2 s), table read {result['read_ms_median']:.0f} ms, "
           f"peak RSS {result['peak_rss_mib']:.1f} MiB (target < 256); in the VM, process_info/2 of every "
           f"process: {result['in_vm_process_info_ms_median']:.0f} ms of the VM's own time")
+    print(f"memory against process_info(P, memory): {memory['within_5pct']} of {memory['compared']} processes "
+          f"within 5% ({memory['exact']} exact), worst {memory['worst_pct']:+.2f}%")
     write_json(a.json, result)
 
 

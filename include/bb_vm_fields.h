@@ -38,6 +38,12 @@
 	X(proc_mbuf, "struct process", "mbuf")                                   \
 	X(proc_sig_first, "struct process", "sig_qs.first")                      \
 	X(proc_sig_cont, "struct process", "sig_qs.cont")                        \
+	X(proc_sig_inq_first, "struct process", "sig_inq.first")                 \
+	X(proc_abandoned_heap, "struct process", "abandoned_heap")               \
+	X(proc_psd, "struct process", "psd")                                     \
+	X(psd_size, "ErtsPSD", "")                                               \
+	X(msg_size, "ErtsMessage", "")                                           \
+	X(pdict_array_size, "ProcDict", "arraySize")                             \
 	X(hfrag_next, "ErlHeapFragment", "next")                                 \
 	X(hfrag_used_size, "ErlHeapFragment", "used_size")                       \
 	X(hfrag_mem, "ErlHeapFragment", "mem")                                   \

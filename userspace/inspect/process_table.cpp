@@ -85,7 +85,78 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     e.sig_first = field<uint64_t>(proc, o.proc_sig_first);
     e.sig_cont = field<uint64_t>(proc, o.proc_sig_cont);
     e.dictionary = field<uint64_t>(proc, o.proc_dictionary);
+    e.sig_inq_first = field<uint64_t>(proc, o.proc_sig_inq_first);
+    e.abandoned_heap = field<uint64_t>(proc, o.proc_abandoned_heap);
+    e.psd = field<uint64_t>(proc, o.proc_psd);
     return e;
+}
+
+namespace {
+
+// A signal that is not a message carries a tag where a message has its term: a header word of
+// subtag EXTERNAL_PID (ERTS_PROC_SIG_MAKE_TAG, erl_proc_sig_queue.h, OTP 25 to 29), which no
+// message term can be.
+constexpr uint64_t kSignalTagMask = 0x3f, kSignalTag = 0x30;
+// ERTS_MSG_COMBINED_HFRAG: the message's data is in the heap fragment inside its ErtsMessage.
+constexpr uint64_t kCombinedHfrag = 1;
+constexpr int kMaxFragments = 4096;  // heap fragments of one message (a chain built by a NIF)
+
+// The words of the heap fragment chain at `frag` (erts_used_frag_sz()); nullopt when a read fails.
+std::optional<uint64_t> fragment_words(const RemoteMemory& mem, const VmOffsets& o, uint64_t frag) {
+    uint64_t words = 0;
+    for (int n = 0; frag; n++) {
+        if (n == kMaxFragments || (frag & 7)) return std::nullopt;
+        auto next = mem.read<uint64_t>(frag + o.hfrag_next), used = mem.read<uint64_t>(frag + o.hfrag_used_size);
+        if (!next || !used || *used > kMaxWords) return std::nullopt;
+        words += *used;
+        frag = *next;
+    }
+    return words;
+}
+
+// Adds the messages of the queue starting at `first` (erts_process_memory(): sizeof(ErtsMessage)
+// each, and the words of their attached heap fragments); false on a failed read or no end.
+bool add_queue(const RemoteMemory& mem, const VmOffsets& o, uint64_t first, uint64_t& budget, ProcessEntry& e) {
+    // next, data (a heap fragment, or kCombinedHfrag) and m[0] (the message, or a signal's tag)
+    const uint32_t head = std::max({o.msg_next, o.msg_data, o.msg_m}) + 8;
+    std::vector<std::byte> buf(head);
+    for (uint64_t m = first; m; budget--) {
+        if (budget == 0 || (m & 7) || !mem.read(m, buf)) return false;
+        auto word = [&](uint32_t off) { return field<uint64_t>(buf, off); };
+        uint64_t data = word(o.msg_data);
+        if ((word(o.msg_m) & kSignalTagMask) != kSignalTag) {
+            e.queued_messages++;
+            e.queue_bytes += o.msg_size;
+            if (data) {
+                auto words = fragment_words(mem, o, data == kCombinedHfrag ? m + o.msg_hfrag : data);
+                if (!words) return false;
+                e.queue_bytes += 8 * *words;
+            }
+        }
+        m = word(o.msg_next);
+    }
+    return true;
+}
+
+}  // namespace
+
+bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e, uint64_t max_messages) {
+    e.queue_bytes = e.queued_messages = e.dict_bytes = 0;
+    e.psd_bytes = e.psd ? o.psd_size : 0;
+    bool ok = true;
+    if (e.dictionary) {
+        // PD_SZ2BYTES(arraySize): the ProcDict and its array, whose first word is in the struct.
+        auto size = mem.read<uint32_t>(e.dictionary + o.pdict_array_size);
+        if (size && *size <= kMaxWords) e.dict_bytes = o.pdict_data + 8ull * *size;
+        else ok = false;
+    }
+    // The inner queue (received), the middle one (fetched, not yet handled) and the outer one
+    // (sent, not yet fetched). process_info(P, memory) counts the inner queue after making P
+    // handle all it was sent before the request: every message of the three.
+    uint64_t budget = max_messages;
+    for (uint64_t first : {e.sig_first, e.sig_cont, e.sig_inq_first})
+        ok = add_queue(mem, o, first, budget, e) && ok;
+    return ok;
 }
 
 std::string ProcessTable::sizes_mismatch() const {
@@ -95,9 +166,10 @@ std::string ProcessTable::sizes_mismatch() const {
 }
 
 ProcessTable read_process_table(const Vm& vm) {
-    const VmOffsets& o = vm.offsets();
-    const RemoteMemory& mem = vm.mem();
-    uint64_t ptab = vm.symbol_address("erts_proc");
+    return read_process_table(vm.mem(), vm.offsets(), vm.symbol_address("erts_proc"));
+}
+
+ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t ptab) {
     auto tab = mem.read<uint64_t>(ptab + o.ptab_tab);
     auto max = mem.read<uint32_t>(ptab + o.ptab_max);
     if (!tab || !max || *max == 0 || *max > (1u << 27)) throw UserError("cannot read the VM's process table");
@@ -119,6 +191,7 @@ ProcessTable read_process_table(const Vm& vm) {
                 auto name = mem.read<uint64_t>(e->reg + o.regproc_name);
                 e->reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;
             }
+            if (e && !add_outside_memory(mem, o, *e)) t.partial++;
             if (e) t.processes.push_back(*e);
             else t.unreadable++;
         }

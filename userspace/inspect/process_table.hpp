@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "target/offsets.hpp"
+#include "target/remote_memory.hpp"
 #include "target/vm.hpp"
 
 namespace bb {
@@ -35,11 +36,22 @@ struct ProcessEntry {
     // dictionary (a ProcDict *).
     uint64_t heap = 0, htop = 0, stop = 0, hend = 0, old_heap = 0, old_htop = 0, mbuf = 0;
     uint64_t sig_first = 0, sig_cont = 0, dictionary = 0;
+    uint64_t sig_inq_first = 0;  // the outer queue: signals not yet fetched by the process
+    uint64_t abandoned_heap = 0; // the heap a GC left for a new one (then both are counted)
+    uint64_t psd = 0;            // its ErtsPSD *, 0 if none
+    // Bytes outside the Process and its heaps that process_info(P, memory) counts: its queued
+    // messages (inner, middle and outer queues: an ErtsMessage each, plus the heap fragments
+    // holding data not yet on the heap), its dictionary's array and its ErtsPSD.
+    // read_process_table() reads them (add_outside_memory()).
+    uint64_t queue_bytes = 0, queued_messages = 0, dict_bytes = 0, psd_bytes = 0;
 
     uint64_t total_heap_sz() const { return heap_sz + old_heap_sz + mbuf_sz; }
-    // process_info(P, memory) without what lies outside the Process and its heaps: links,
-    // monitors, and messages not yet on the heap. `proc_size` is sizeof(Process).
-    uint64_t memory(uint32_t proc_size) const { return proc_size + 8 * total_heap_sz(); }
+    // process_info(P, memory), as erts_process_memory() counts it, without links and monitors
+    // (tens of bytes each). `proc_size` is sizeof(Process).
+    uint64_t memory(uint32_t proc_size) const {
+        return proc_size + 8 * (total_heap_sz() + (abandoned_heap ? heap_span : 0)) + queue_bytes + dict_bytes +
+               psd_bytes;
+    }
     // process_info(P, status): exiting, garbage_collecting, suspended, running, runnable, waiting.
     const char* status() const;
     // Running, collecting or exiting: its memory changes under a reader.
@@ -51,6 +63,7 @@ struct ProcessEntry {
 struct ProcessTable {
     std::vector<ProcessEntry> processes;  // in process-table order
     size_t unreadable = 0;  // slots whose Process did not verify, or vanished during the read
+    size_t partial = 0;     // processes whose queues or dictionary changed while they were read
     // "" when the sizes read right: heap_sz equals hend - heap in most processes (it does but
     // while a GC has abandoned a heap), which a wrong offset for it would not give.
     std::string sizes_mismatch() const;
@@ -60,7 +73,16 @@ struct ProcessTable {
 // hend, sizes that fit the heap's; nullopt when it is not a live process's.
 std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint64_t c_p, const VmOffsets& o);
 
+// Reads what process_info(P, memory) counts outside the Process and its heaps (the queues, the
+// dictionary, the ErtsPSD) into `e`, bounded: at most `max_messages` messages are walked. false
+// when a read failed or a queue did not end within the bound (the figures then count what was
+// read: a process changing under the reader).
+bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e,
+                        uint64_t max_messages = 10'000'000);
+
 // Every process of the VM. UserError if the process table itself cannot be read.
 ProcessTable read_process_table(const Vm& vm);
+// The same from the process table at `erts_proc` (&erts_proc, an ErtsPTab).
+ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc);
 
 }  // namespace bb

@@ -106,6 +106,9 @@ nlohmann::json row_json(const Row& r, uint32_t proc_size) {
             {"total_heap_size", e.total_heap_sz()},
             {"stack_size", e.stack_sz},
             {"message_queue_len", e.msgq_len},
+            {"message_queue_data", e.queue_bytes},
+            {"queued_messages", e.queued_messages},
+            {"dictionary_bytes", e.dict_bytes},
             {"reductions", e.reds}};
 }
 
@@ -138,6 +141,7 @@ int run_table(Context& c, const Options& o) {
         j["otp_release"] = c.vm.release().major;
         j["processes_total"] = table.processes.size();
         j["unreadable"] = table.unreadable;
+        j["partial"] = table.partial;
         j["read_ms"] = read_ns / 1e6;
         j["processes"] = nlohmann::json::array();
         for (const Row& r : rows) j["processes"].push_back(row_json(r, proc_size));
