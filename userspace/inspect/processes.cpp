@@ -24,6 +24,10 @@ constexpr uint64_t kIndexPageShift = 10;
 constexpr int kMaxAtomBytes = 255 * 4;
 // Dictionaries bigger than this are not searched for labels (a linear scan per process).
 constexpr uint32_t kMaxDictSlots = 4096;
+// Header words (erl_term.h, the same in every release): the subtag bits and where the arity
+// starts (_HEADER_SUBTAG_MASK and _HEADER_ARITY_OFFS, which builds from 27 on export to
+// debuggers as etp_header_subtag_mask and etp_header_arity_offs).
+constexpr uint64_t kHeaderSubtagMask = 0x3c, kHeaderArityShift = 6;
 // Names kept before the cache starts over (each is read again at its process's next sample).
 constexpr size_t kMaxNames = 100'000;
 const std::string kNoName;
@@ -38,35 +42,94 @@ AtomTable::AtomTable(const Vm& vm) : vm_(vm) {
     }
 }
 
-std::optional<std::string> AtomTable::text(uint64_t term) {
-    if (!is_atom(term) || table_ == 0) return std::nullopt;
-    if (auto it = known_.find(term); it != known_.end()) return it->second;
-    const VmOffsets& o = vm_.offsets();
-    const RemoteMemory& mem = vm_.mem();
-    uint64_t ix = term >> 6;
-    auto entries = mem.read<int32_t>(table_ + o.itab_entries);
+// Where the `len` bytes of the binary term `bin` are, for atom text from OTP 28 on (atom.c,
+// atom_alloc(): a literal made by erts_hfact_new_binary_from_data()): an ErlHeapBits up to
+// ERL_ONHEAP_BINARY_LIMIT (64) bytes, the bytes after its header and size in bits; above, an
+// ErlSubBits (header, base_flags, start and end in bits, orig: a BinRef) whose bytes start at
+// base_flags without its two flag bits, plus start (erl_bits.h, ERTS_GET_BITSTRING). nullopt
+// unless the header, sizes and alignment are exactly those.
+std::optional<uint64_t> binary_bytes(const RemoteMemory& mem, const TermLayout& t, uint64_t bin, uint64_t len) {
+    if (!is_boxed(bin) || !t.bits_unified()) return std::nullopt;
+    const uint64_t at = bin - 2;
+    auto head = mem.read<std::array<uint64_t, 4>>(at);
+    if (!head) return std::nullopt;
+    const uint64_t header = (*head)[0], subtag = header & kHeaderSubtagMask, arity = header >> kHeaderArityShift;
+    if (subtag == t.heap_bin && arity == 1 + (len + 7) / 8 && (*head)[1] == 8 * len) return at + 16;
+    // ErlSubBits is 5 words; a literal's source was never writable (flag bits 0).
+    const uint64_t base = (*head)[1], start = (*head)[2], end = (*head)[3];
+    if (subtag == t.sub_bin && arity == 4 && (base & 3) == 0 && start % 8 == 0 && end >= start &&
+        end - start == 8 * len)
+        return base + start / 8;
+    return std::nullopt;
+}
+
+std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffsets& o, const OtpRelease& release,
+                                          uint64_t table, uint64_t term) {
+    if (!is_atom(term) || table == 0) return std::nullopt;
+    uint64_t ix = atom_index(term);
+    auto entries = mem.read<int32_t>(table + o.itab_entries);
     if (!entries || ix >= static_cast<uint64_t>(std::max(*entries, 0))) return std::nullopt;
-    auto seg = mem.read<uint64_t>(table_ + o.itab_seg_table);
+    auto seg = mem.read<uint64_t>(table + o.itab_seg_table);
     auto page = seg ? mem.read<uint64_t>(*seg + 8 * (ix >> kIndexPageShift)) : std::nullopt;
     auto atom = page ? mem.read<uint64_t>(*page + 8 * (ix & ((1u << kIndexPageShift) - 1))) : std::nullopt;
     auto len = atom ? mem.read<int16_t>(*atom + o.atom_len) : std::nullopt;
+    // Up to 27 `name` is a byte pointer; from 28 the same word (u.bin) is a boxed term.
     auto name = atom ? mem.read<uint64_t>(*atom + o.atom_name) : std::nullopt;
     if (!len || !name || *len < 0 || *len > kMaxAtomBytes) return std::nullopt;
-    auto bytes = mem.read_bytes(*name, static_cast<size_t>(*len));
+    uint64_t text = *name;
+    if (release.atom_text == AtomText::binary) {
+        auto at = binary_bytes(mem, release.terms, *name, static_cast<uint64_t>(*len));
+        if (!at) return std::nullopt;
+        text = *at;
+    }
+    auto bytes = mem.read_bytes(text, static_cast<size_t>(*len));
     if (!bytes) return std::nullopt;
-    std::string s(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-    known_.emplace(term, s);
+    return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+}
+
+std::optional<std::string> AtomTable::text(uint64_t term) {
+    if (auto it = known_.find(term); it != known_.end()) return it->second;
+    auto s = read_atom_text(vm_.mem(), vm_.offsets(), vm_.release(), table_, term);
+    if (s) known_.emplace(term, *s);
     return s;
 }
+
+namespace {
+
+// The term layout the release's row describes (release.hpp, TermLayout) against the build's own
+// constants for debuggers (erl_etp.c, exported from OTP 27 on: read in the live VM): "" when
+// they agree, or when the release has no such constants.
+std::string term_layout_mismatch(const Vm& vm) {
+    const TermLayout& t = vm.release().terms;
+    if (!t.bits_unified()) return "";
+    const std::pair<const char*, uint64_t> expected[] = {{"etp_header_subtag_mask", kHeaderSubtagMask},
+                                                         {"etp_header_arity_offs", kHeaderArityShift},
+                                                         {"etp_heap_bits_subtag", t.heap_bin},
+                                                         {"etp_sub_bits_subtag", t.sub_bin}};
+    for (auto [symbol, value] : expected) {
+        std::optional<uint64_t> v;
+        try {
+            v = vm.mem().read<uint64_t>(vm.symbol_address(symbol));
+        } catch (const UserError&) {
+        }
+        if (v != value)
+            return v ? fmt::format("this build's {} is {:#x}, not {:#x} as the OTP {} source has it", symbol, *v,
+                                   value, vm.release().major)
+                     : fmt::format("this build has no {} to check its term layout against the OTP {} source",
+                                   symbol, vm.release().major);
+    }
+    return "";
+}
+
+}  // namespace
 
 ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(raw_names), atoms_(vm) {
     terms_.read = [&vm](uint64_t addr, std::span<std::byte> dst) { return vm.mem().read(addr, dst); };
     terms_.atom_text = [this](uint64_t atom) { return atoms_.text(atom); };
     terms_.pid_text = [&vm](uint64_t pid) { return vm.format_pid(pid); };
     terms_.layout = vm.release().terms;
-    if (vm.release().atom_text_is_binary) {
-        unavailable_ = fmt::format("OTP {} keeps atom text in binaries, which beam-bpf does not read yet",
-                                   vm.release().major);
+    if (auto why = term_layout_mismatch(vm); !why.empty()) {
+        unavailable_ = why;
         return;
     }
     // init is <0.0.0>, in slot 0 of the process table, registered as init, for the life of
@@ -83,7 +146,9 @@ ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(r
     name = reg && *reg ? mem.read<uint64_t>(*reg + o.regproc_name) : std::nullopt;
     auto text = name ? atoms_.text(*name) : std::nullopt;
     if (text != "init") {
-        unavailable_ = "the registered name of <0.0.0> does not read as init (struct offsets for names do not fit this build)";
+        unavailable_ = fmt::format("the registered name of <0.0.0> does not read as init: this build's atom table or "
+                                   "Process offsets are not as OTP {} has them",
+                                   vm.release().major);
         return;
     }
     auto m = mem.read<uint64_t>(*init + o.proc_initial), f = mem.read<uint64_t>(*init + o.proc_initial + 8);

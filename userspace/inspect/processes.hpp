@@ -16,6 +16,18 @@
 
 namespace bb {
 
+// The text of the atom `term` in the atom table at `table` (&erts_atom_table: an IndexTable of
+// Atom entries), read as `release` keeps it: the entry's `len` bytes at its name pointer (up to
+// OTP 27), or the heap binary its name term points to (28 on). nullopt if `term` is not an atom
+// of the table or its text does not read as described.
+std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffsets& o, const OtpRelease& release,
+                                          uint64_t table, uint64_t term);
+
+// Where the `len` bytes of a binary term laid out as `t` describes are (a heap binary, or a
+// sub-binary of an off-heap one: the forms atom text takes from OTP 28); nullopt if `bin` is
+// neither, or not of `len` bytes.
+std::optional<uint64_t> binary_bytes(const RemoteMemory& mem, const TermLayout& t, uint64_t bin, uint64_t len);
+
 // Atom text from erts_atom_table. Atoms are never freed, so each is read once.
 class AtomTable {
 public:

@@ -61,6 +61,12 @@ struct PidLayout {
     uint64_t mask() const { return data_bits >= 60 ? ~0ull : ((1ull << (data_bits + 4)) - 1); }
 };
 
+// Where an Atom entry keeps its text (atom.h): `len` bytes at its `name` pointer (up to 27), or
+// in the binary term `u.bin`, the same word, from 28: a literal made by atom_alloc() in atom.c,
+// an ErlHeapBits up to 64 bytes, an ErlSubBits of an off-heap Binary above (29.1.1's source;
+// 28's as the OpenTelemetry profiler and etp-commands of 28.0.2 read it).
+enum class AtomText { bytes, binary };
+
 enum class Support {
     Tested,     // built and tested here: offsets from DWARF of the release's own source
     Described,  // written from the release's sources, not run here: profiled if the live checks pass
@@ -93,8 +99,7 @@ struct OtpRelease {
     // Normal, dirty CPU and dirty IO schedulers (OTP 26 renamed them all).
     ThreadNaming normal, dirty_cpu, dirty_io;
     PidLayout pids;
-    // Atom text: a pointer to the name bytes (up to 27), or a binary term (28 and later).
-    bool atom_text_is_binary;
+    AtomText atom_text;
     TermLayout terms;
     // The JIT unregisters purged modules from the GDB JIT interface (27 and later); before, it
     // only ever adds entries.

@@ -1,0 +1,287 @@
+// What beam-bpf reads of a VM, on memory images laid out as each release's source defines them
+// (its row in the release table, and the offsets table its row starts from), read through the
+// same code as a live VM: the atom table (IndexTable, Atom entries and their text: a byte
+// pointer up to OTP 27, a heap binary in the literal area from 28), the process table and a
+// Process with its registered name, and what process_info(P, memory) counts outside the heaps
+// (its message queues, heap fragments, dictionary, ErtsPSD). The images live in this test's own
+// memory and are read with process_vm_readv, as the target's are.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "inspect/process_table.hpp"
+#include "inspect/processes.hpp"
+#include "target/release.hpp"
+
+namespace {
+
+using namespace bb;
+
+// Zeroed blocks of words that stay put, written as a VM would lay them out.
+class Image {
+public:
+    uint64_t alloc(size_t bytes) {
+        blocks_.emplace_back((bytes + 7) / 8 + 2, 0);
+        return reinterpret_cast<uint64_t>(blocks_.back().data());
+    }
+    template <class T>
+    static void put(uint64_t addr, T v) {
+        std::memcpy(reinterpret_cast<void*>(addr), &v, sizeof v);
+    }
+    const RemoteMemory& mem() const { return mem_; }
+
+private:
+    std::deque<std::vector<uint64_t>> blocks_;
+    RemoteMemory mem_{getpid()};
+};
+
+constexpr uint64_t atom_term(uint64_t ix) { return ix << 6 | 0x0b; }
+
+// An atom table as atom.c and index.h make it: an IndexTable whose seg_table holds pages of 1024
+// Atom pointers; each Atom with its `len` and its text as `release` keeps it.
+struct AtomImage {
+    Image& img;
+    const VmOffsets& o;
+    const OtpRelease& rel;
+    uint64_t table, pages[2];
+    int entries = 0;
+
+    AtomImage(Image& i, const VmOffsets& off, const OtpRelease& r) : img(i), o(off), rel(r) {
+        table = img.alloc(std::max(o.itab_entries, o.itab_seg_table) + 8);
+        uint64_t seg = img.alloc(16);
+        for (int p = 0; p < 2; p++) pages[p] = img.alloc(8 * 1024), Image::put(seg + 8 * p, pages[p]);
+        Image::put(table + o.itab_seg_table, seg);
+    }
+    // Adds `text` at index `ix`; returns its term.
+    uint64_t add(uint64_t ix, const std::string& text) {
+        uint64_t atom = img.alloc(o.atom_name + 8);
+        Image::put<int16_t>(atom + o.atom_len, static_cast<int16_t>(text.size()));
+        const TermLayout& t = rel.terms;
+        if (rel.atom_text == AtomText::binary && text.size() <= 64) {
+            // ErlHeapBits (erl_bits.h): thing_word, size in bits, the bytes; a boxed term to it.
+            uint64_t words = (text.size() + 7) / 8;
+            uint64_t bits = img.alloc(16 + 8 * words);
+            Image::put(bits, (1 + words) << 6 | t.heap_bin);
+            Image::put<uint64_t>(bits + 8, 8 * text.size());
+            std::memcpy(reinterpret_cast<void*>(bits + 16), text.data(), text.size());
+            Image::put(atom + o.atom_name, bits | 2);
+        } else if (rel.atom_text == AtomText::binary) {
+            // Above 64 bytes (ERL_ONHEAP_BINARY_LIMIT): an ErlSubBits (thing_word, base_flags,
+            // start and end in bits, orig) over the bytes of an off-heap Binary, here 24 bytes
+            // into its allocation (its header, as Binary has).
+            uint64_t binary = img.alloc(24 + text.size()), sub = img.alloc(40);
+            std::memcpy(reinterpret_cast<void*>(binary + 24), text.data(), text.size());
+            Image::put(sub, uint64_t{4} << 6 | t.sub_bin);
+            Image::put(sub + 8, binary + 16);  // base: start is in bits from here
+            Image::put<uint64_t>(sub + 16, 64);
+            Image::put<uint64_t>(sub + 24, 64 + 8 * text.size());
+            Image::put(atom + o.atom_name, sub | 2);
+        } else {
+            uint64_t bytes = img.alloc(text.size());
+            std::memcpy(reinterpret_cast<void*>(bytes), text.data(), text.size());
+            Image::put(atom + o.atom_name, bytes);
+        }
+        Image::put(pages[ix >> 10] + 8 * (ix & 1023), atom);
+        entries = std::max(entries, static_cast<int>(ix) + 1);
+        Image::put<int32_t>(table + o.itab_entries, entries);
+        return atom_term(ix);
+    }
+    std::optional<std::string> text(uint64_t term) const {
+        return read_atom_text(img.mem(), o, rel, table, term);
+    }
+    uint64_t atom_address(uint64_t ix) const { return *reinterpret_cast<uint64_t*>(pages[ix >> 10] + 8 * (ix & 1023)); }
+};
+
+// A Process as the offsets table lays it out: a live, waiting process with a small heap.
+uint64_t make_process(Image& img, const VmOffsets& o, uint64_t pid_term) {
+    uint64_t p = img.alloc(o.proc_size);
+    uint64_t heap = img.alloc(8 * 233);
+    Image::put(p + o.proc_id, pid_term);
+    Image::put(p + o.proc_heap, heap);
+    Image::put(p + o.proc_htop, heap + 8 * 40);
+    Image::put(p + o.proc_stop, heap + 8 * 230);
+    Image::put(p + o.proc_hend, heap + 8 * 233);
+    Image::put<uint64_t>(p + o.proc_heap_sz, 233);
+    return p;
+}
+
+// The offsets a release's row starts from (its own table, or the nearest release's).
+const VmOffsets& offsets_for(const OtpRelease& r) {
+    static std::map<int, VmOffsets> cache;
+    auto [it, fresh] = cache.try_emplace(r.layout_from);
+    if (fresh) it->second = *builtin_offsets(std::to_string(r.layout_from), "", "");
+    return it->second;
+}
+
+class ReleaseImages : public ::testing::TestWithParam<int> {
+protected:
+    const OtpRelease& rel = *find_release(GetParam());
+    const VmOffsets& o = offsets_for(rel);
+};
+INSTANTIATE_TEST_SUITE_P(Releases, ReleaseImages, ::testing::Values(25, 26, 27, 28, 29),
+                         [](const auto& info) { return "OTP" + std::to_string(info.param); });
+
+TEST_P(ReleaseImages, AtomText) {
+    Image img;
+    AtomImage atoms(img, o, rel);
+    std::string long_utf8;
+    for (int k = 0; k < 255; k++) long_utf8 += "\xc3\xa9";  // 255 characters, 510 bytes
+    uint64_t init = atoms.add(3, "init"), repo = atoms.add(1500, "Elixir.MyApp.Repo");
+    uint64_t empty = atoms.add(4, ""), eight = atoms.add(5, "12345678"), utf8 = atoms.add(6, long_utf8);
+    EXPECT_EQ(atoms.text(init), "init");
+    EXPECT_EQ(atoms.text(repo), "Elixir.MyApp.Repo");  // on the second page
+    EXPECT_EQ(atoms.text(empty), "");
+    EXPECT_EQ(atoms.text(eight), "12345678");  // a whole word, no padding
+    EXPECT_EQ(atoms.text(utf8), long_utf8);  // from 28 a sub-binary: over 64 bytes
+    EXPECT_FALSE(atoms.text(atom_term(1501)));  // past the table's entries
+    EXPECT_FALSE(atoms.text(0x3f));             // not an atom
+    EXPECT_FALSE(read_atom_text(img.mem(), o, rel, 0, init));
+}
+
+// An image of the other kind of release does not read as one of this kind: the row decides.
+TEST_P(ReleaseImages, AtomTextOfTheOtherKindDoesNotRead) {
+    OtpRelease other = rel;
+    other.atom_text = rel.atom_text == AtomText::binary ? AtomText::bytes : AtomText::binary;
+    other.terms = find_release(28)->terms;
+    Image img;
+    AtomImage atoms(img, o, other);
+    uint64_t init = atoms.add(3, "init");
+    ASSERT_EQ(atoms.text(init), "init");
+    EXPECT_NE(read_atom_text(img.mem(), o, rel, atoms.table, init).value_or(""), "init");
+}
+
+// Heap binaries that are not what 28 and 29 store atom text in: not read, never misread.
+TEST(ReleaseImagesHeapBits, MalformedNameBinaries) {
+    const OtpRelease& rel = *find_release(28);
+    const VmOffsets& o = offsets_for(rel);
+    Image img;
+    AtomImage atoms(img, o, rel);
+    uint64_t init = atoms.add(3, "init");
+    uint64_t atom = atoms.atom_address(3);
+    uint64_t bin = *reinterpret_cast<uint64_t*>(atom + o.atom_name) - 2;
+    const uint64_t header = *reinterpret_cast<uint64_t*>(bin);
+    ASSERT_EQ(atoms.text(init), "init");
+    Image::put(bin, (header & ~0x3full) | 0x24);  // SUB_BITS, not HEAP_BITS
+    EXPECT_FALSE(atoms.text(init));
+    Image::put(bin, header + (1ull << 6));  // an arity that is not the text's
+    EXPECT_FALSE(atoms.text(init));
+    Image::put(bin, header);
+    Image::put<uint64_t>(bin + 8, 31);  // bits that are not len bytes
+    EXPECT_FALSE(atoms.text(init));
+    Image::put<uint64_t>(bin + 8, 32);
+    Image::put(atom + o.atom_name, bin | 1);  // a list pointer, not a boxed one
+    EXPECT_FALSE(atoms.text(init));
+    Image::put(atom + o.atom_name, bin | 2);
+    Image::put<int16_t>(atom + o.atom_len, -1);
+    EXPECT_FALSE(atoms.text(init));
+    Image::put<int16_t>(atom + o.atom_len, 4);
+    EXPECT_EQ(atoms.text(init), "init");
+
+    // A long atom's sub-binary: flag bits in its base (a writable source), a start that is not
+    // a whole byte, an end that is not its length.
+    std::string long_text(100, 'x');
+    uint64_t name = atoms.add(7, long_text);
+    uint64_t sub = *reinterpret_cast<uint64_t*>(atoms.atom_address(7) + o.atom_name) - 2;
+    ASSERT_EQ(atoms.text(name), long_text);
+    const uint64_t base = *reinterpret_cast<uint64_t*>(sub + 8);
+    Image::put(sub + 8, base | 1);
+    EXPECT_FALSE(atoms.text(name));
+    Image::put(sub + 8, base);
+    Image::put<uint64_t>(sub + 16, 63);
+    EXPECT_FALSE(atoms.text(name));
+    Image::put<uint64_t>(sub + 16, 64);
+    Image::put<uint64_t>(sub + 24, 64 + 8 * 99);
+    EXPECT_FALSE(atoms.text(name));
+    Image::put<uint64_t>(sub + 24, 64 + 8 * 100);
+    EXPECT_EQ(atoms.text(name), long_text);
+}
+
+// The process table (ErtsPTab), init's Process in slot 0 with its RegProc, and its name and
+// initial call read through the atom table: what names rest on at attach.
+TEST_P(ReleaseImages, ProcessTableAndNames) {
+    Image img;
+    AtomImage atoms(img, o, rel);
+    uint64_t init = atoms.add(3, "init"), otp_ring0 = atoms.add(700, "otp_ring0"), start = atoms.add(1030, "start");
+    uint64_t ptab = img.alloc(std::max(o.ptab_tab, o.ptab_max) + 8);
+    uint64_t slots = img.alloc(8 * 16);
+    Image::put(ptab + o.ptab_tab, slots);
+    Image::put<uint32_t>(ptab + o.ptab_max, 16);
+    uint64_t p = make_process(img, o, 0x3);  // <0.0.0>
+    uint64_t reg = img.alloc(o.regproc_name + 8);
+    Image::put(reg + o.regproc_name, init);
+    Image::put(p + o.proc_reg, reg);
+    Image::put(p + o.proc_initial, otp_ring0);
+    Image::put(p + o.proc_initial + 8, start);
+    Image::put<uint64_t>(p + o.proc_initial + 16, 2);
+    Image::put(slots, p);
+    Image::put<uint64_t>(slots + 8, 0x7);  // a slot being filled: a marker, not a process
+
+    ProcessTable t = read_process_table(img.mem(), o, ptab);
+    ASSERT_EQ(t.processes.size(), 1u);
+    EXPECT_EQ(t.unreadable, 1u);
+    const ProcessEntry& e = t.processes[0];
+    EXPECT_EQ(e.pid, 0x3u);
+    EXPECT_EQ(e.reg_name, init);
+    EXPECT_EQ(atoms.text(e.reg_name), "init");
+    EXPECT_EQ(atoms.text(e.initial[0]), "otp_ring0");
+    EXPECT_EQ(atoms.text(e.initial[1]), "start");
+    EXPECT_EQ(e.initial[2], 2u);
+    EXPECT_EQ(e.memory(o.proc_size), o.proc_size + 8 * 233u);
+}
+
+// process_info(P, memory) outside the heaps (erts_process_memory()): an ErtsMessage per queued
+// message in the inner, middle and outer queues, the words of their heap fragments (in the
+// message, or a chain), no non-message signal, the dictionary's array, the ErtsPSD.
+TEST_P(ReleaseImages, MemoryOutsideTheHeaps) {
+    Image img;
+    uint64_t p = make_process(img, o, 0x1230 | 0x3);
+    auto message = [&](uint64_t term, uint64_t data) {
+        uint64_t m = img.alloc(o.msg_size);
+        Image::put(m + o.msg_m, term);
+        Image::put(m + o.msg_data, data);
+        return m;
+    };
+    auto fragment = [&](uint64_t used, uint64_t next) {
+        uint64_t f = img.alloc(o.hfrag_mem + 8 * used);
+        Image::put(f + o.hfrag_used_size, used);
+        Image::put(f + o.hfrag_next, next);
+        return f;
+    };
+    // Inner: on the heap (no data attached), in its own fragment (ERTS_MSG_COMBINED_HFRAG), in
+    // a chain of two, and a receive marker (a signal's tag: not a message).
+    uint64_t on_heap = message(0xf, 0), combined = message(0xf, 1), chained = message(0xf, fragment(7, fragment(5, 0)));
+    uint64_t marker = message((16ull << 8 | 0x30), 0);
+    Image::put(combined + o.msg_hfrag + o.hfrag_used_size, uint64_t{3});
+    Image::put(on_heap + o.msg_next, combined);
+    Image::put(combined + o.msg_next, marker);
+    Image::put(marker + o.msg_next, chained);
+    Image::put(p + o.proc_sig_first, on_heap);
+    Image::put(p + o.proc_sig_cont, message(0xf, fragment(11, 0)));  // middle
+    Image::put(p + o.proc_sig_inq_first, message(0xf, 0));           // outer
+    uint64_t dict = img.alloc(o.pdict_data + 8 * 16);
+    Image::put<uint32_t>(dict + o.pdict_array_size, 16);
+    Image::put(p + o.proc_dictionary, dict);
+    Image::put(p + o.proc_psd, img.alloc(o.psd_size));
+
+    std::vector<std::byte> copy(o.proc_size);
+    std::memcpy(copy.data(), reinterpret_cast<void*>(p), o.proc_size);
+    auto e = parse_process(copy, p, o);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(add_outside_memory(img.mem(), o, *e));
+    EXPECT_EQ(e->queued_messages, 5u);
+    EXPECT_EQ(e->queue_bytes, 5 * o.msg_size + 8 * (3 + 7 + 5 + 11));
+    EXPECT_EQ(e->dict_bytes, o.pdict_data + 8 * 16u);
+    EXPECT_EQ(e->psd_bytes, o.psd_size);
+    EXPECT_EQ(e->memory(o.proc_size), o.proc_size + 8 * 233 + e->queue_bytes + e->dict_bytes + o.psd_size);
+
+    // A queue that does not end (a message freed and reused under the reader) stops at the bound.
+    Image::put(marker + o.msg_next, on_heap);
+    EXPECT_FALSE(add_outside_memory(img.mem(), o, *e, 1000));
+    EXPECT_LE(e->queued_messages, 1000u);
+}
+
+}  // namespace
