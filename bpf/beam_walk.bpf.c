@@ -147,12 +147,20 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	rec->nframes = base;
 
 	if (c_p) {
-		/* The process must run here: a scheduler's current_process outlives the process's
-		 * time on it (a dirty scheduler going to sleep after a dirty GC still points at
-		 * it). */
-		if (!(flags & BB_F_READ_FAULT) && sch && !process_runs_here(sch, p.state, p.sched_data)) {
+		/* Each sample whose process fails a check is counted by the first it fails. */
+		__u32 bad = process_check(&p, flags, sch), why = process_in_transition(&p, bad);
+
+		if (bad)
+			count(bad);
+		if (bad == BB_C_BAD_STATE) {
 			flags |= BB_F_NOT_RUNNING;
-		} else if (!(flags & BB_F_READ_FAULT) && process_walkable(&p)) {
+		} else if (why) {
+			count(why == BB_F_IN_GC ? BB_C_IN_GC : BB_C_EXITING);
+			flags |= BB_F_PROC | why;
+			rec->c_p = c_p;
+			rec->erl_pid = p.id;
+			name_process(s, rec);
+		} else if (!bad) {
 			/* erts_heap_alloc for another process's heap (a message built in it), or
 			 * during a collection (the VM's own, a gc trace message's), is not the running
 			 * code's allocation. */

@@ -37,12 +37,6 @@ static __always_inline void read_process(struct scratch *s, __u64 c_p, bool jit,
 	}
 }
 
-/* An internal pid has tag 0011; the stack grows down from hend towards htop. */
-static __always_inline bool process_walkable(const struct proc_view *p)
-{
-	return (p->id & 0xf) == 0x3 && p->heap <= p->htop && p->htop <= p->E && p->E <= p->hend && (p->E & 7) == 0;
-}
-
 /* A normal scheduler's process is RUNNING(_SYS) with scheduler_data naming that scheduler; a
  * dirty scheduler's is DIRTY_RUNNING(_SYS). */
 static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 state, __u64 sched_data)
@@ -50,6 +44,46 @@ static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 
 	if (sch->type == BB_SCHED_NORMAL)
 		return (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) && sched_data == sch->esdp;
 	return state & (BB_PSFLG_DIRTY_RUNNING | BB_PSFLG_DIRTY_RUNNING_SYS);
+}
+
+/*
+ * Is the process read at this sample the one running here, with a stack to walk? 0 if it is,
+ * else the counter (enum bb_counter) of the first check it fails: it was read; its state says
+ * it runs on this scheduler (a scheduler's current_process outlives the process's time on it:
+ * a dirty scheduler going to sleep after a dirty GC still points at it); common.id is an
+ * internal pid (tag 0011); heap <= htop <= E (the stack grows down from hend towards htop);
+ * E <= hend and a word address.
+ */
+static __always_inline __u32 process_check(const struct proc_view *p, __u32 flags, const struct bb_sched *sch)
+{
+	if (flags & BB_F_READ_FAULT)
+		return BB_C_BAD_READ;
+	if (sch && !process_runs_here(sch, p->state, p->sched_data))
+		return BB_C_BAD_STATE;
+	if ((p->id & 0xf) != 0x3)
+		return BB_C_BAD_PID;
+	if (!(p->heap <= p->htop && p->htop <= p->E))
+		return BB_C_BAD_HEAP;
+	if (!(p->E <= p->hend && (p->E & 7) == 0))
+		return BB_C_BAD_STACK;
+	return 0;
+}
+
+/*
+ * A process whose stack failed the checks because of what it is doing, which its state says:
+ * the collector is moving its heap and stack (measured on the demo workload: every such sample
+ * was one, 72 of 6,370), or it is tearing itself down. Its pid and name are still its own, and
+ * its native frames say what it does: BB_F_IN_GC or BB_F_EXITING, else 0.
+ */
+static __always_inline __u32 process_in_transition(const struct proc_view *p, __u32 bad)
+{
+	if ((bad != BB_C_BAD_HEAP && bad != BB_C_BAD_STACK) || alloc_mode)
+		return 0;
+	if (p->state & BB_PSFLG_GC)
+		return BB_F_IN_GC;
+	if (p->state & BB_PSFLG_EXITING)
+		return BB_F_EXITING;
+	return 0;
 }
 
 

@@ -68,6 +68,10 @@ enum bb_flags {
 	BB_F_NATIVE_BAD = 1u << 15,       /* a rule it cannot follow, or a frame that does not go up */
 	BB_F_NATIVE_TRUNCATED = 1u << 16, /* more native frames than max_native_frames */
 	BB_F_BLAME_SCAN = 1u << 17,       /* blame decided by the stack-word scan: the unwind stopped short */
+	/* Attributed to its process (BB_F_PROC) although its stack failed the checks, because its
+	 * state says why: no Erlang frames (the report shows [gc] or [exiting] in their place). */
+	BB_F_IN_GC = 1u << 18,        /* being garbage collected: the collector is moving its stack */
+	BB_F_EXITING = 1u << 19,      /* exiting: its heap and stack are being torn down */
 };
 
 struct bb_record {
@@ -136,6 +140,8 @@ struct bb_vm_layout {
 #define BB_PSFLG_DIRTY_RUNNING_SYS (1u << 30)
 /* The process is being garbage collected (ERTS_PSFLG_GC). */
 #define BB_PSFLG_GC (1u << 17)
+/* The process is exiting (ERTS_PSFLG_EXITING). */
+#define BB_PSFLG_EXITING (1u << 11)
 
 /* Value of the tid -> scheduler map that user space fills from thread names. */
 struct bb_sched {
@@ -200,6 +206,15 @@ enum bb_counter {
 	BB_C_CODE_EVENTS,   /* code (un)registrations written to the ring buffer */
 	BB_C_CODE_EVENTS_LOST, /* ... and lost (unreadable descriptor, or ring buffer full) */
 	BB_C_NATIVE_NS,     /* with measure_walk: ns of those spent unwinding native frames */
+	/* Samples whose process did not pass the checks (bpf/process.bpf.h), by the first failed: */
+	BB_C_BAD_READ,      /* the Process could not be read */
+	BB_C_BAD_STATE,     /* its state says it does not run there (BB_F_NOT_RUNNING) */
+	BB_C_BAD_PID,       /* no internal pid in common.id */
+	BB_C_BAD_HEAP,      /* not heap <= htop <= E */
+	BB_C_BAD_STACK,     /* E past hend, or not a word address */
+	/* ... and of the last three, those attributed all the same (BB_F_IN_GC, BB_F_EXITING): */
+	BB_C_IN_GC,
+	BB_C_EXITING,
 	BB_C_NR,
 };
 

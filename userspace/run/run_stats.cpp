@@ -24,6 +24,8 @@ void RunStats::count(const bb_record& r) {
     if (r.flags & BB_F_TRUNCATED) truncated++;
     if (r.flags & BB_F_BAD_PROC) unreadable++;
     if (r.flags & BB_F_NOT_RUNNING) not_running++;
+    if (r.flags & BB_F_IN_GC) in_gc++;
+    if (r.flags & BB_F_EXITING) exiting++;
     if (r.flags & BB_F_FP_WALK) fp_walked++;
     native_frames += r.nnative;
     if (r.flags & BB_F_NATIVE_NO_ROW) native_no_row++;
@@ -61,6 +63,18 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"filtered", c.filtered},
         {"truncated", s.truncated},
         {"unreadable", s.unreadable},
+        // Why processes did not pass the walker's checks, by the first check failed: the walker's
+        // counts of every sample it saw. Of these, the in_gc and exiting ones are attributed to
+        // their process all the same, under [gc] or [exiting]; "unreadable" above is what is
+        // left, the records under [unreadable Erlang process].
+        {"unreadable_by_cause",
+         {{"read_fault", c.unreadable.read_fault},
+          {"state", c.unreadable.state},
+          {"pid_tag", c.unreadable.pid_tag},
+          {"heap_order", c.unreadable.heap_order},
+          {"stack_pointer", c.unreadable.stack_pointer}}},
+        {"attributed_in_gc", s.in_gc},
+        {"attributed_exiting", s.exiting},
         {"not_running", s.not_running},
         {"alloc_words", s.alloc_words},
         {"message_words", s.frag_words},

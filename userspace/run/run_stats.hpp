@@ -16,6 +16,8 @@ struct RunStats {
     double first_record_s = -1;  // from the tool's launch to the first record handled
     uint64_t truncated = 0, unreadable = 0;
     uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
+    // Attributed to a process whose stack was not walked: being collected, exiting.
+    uint64_t in_gc = 0, exiting = 0;
     uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
     // Native frames in the records, and the walks that stopped short: no row for an address, a
     // rule the walker does not follow, the --native-depth limit; blame decided by the scan.

@@ -417,7 +417,7 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
     SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
-                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}};
+                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}, {}};
     if (impl_->on_sample) {
         bpf_prog_info info{};
         uint32_t len = sizeof(info);
@@ -428,6 +428,8 @@ SamplerCounters Sampler::counters() const {
     out.native_walk_ns = c[BB_C_NATIVE_NS];
     out.code_events_lost = c[BB_C_CODE_EVENTS_LOST];
     out.code_events_off = impl_->code_events_off;
+    out.unreadable = {c[BB_C_BAD_READ], c[BB_C_BAD_STATE], c[BB_C_BAD_PID], c[BB_C_BAD_HEAP], c[BB_C_BAD_STACK],
+                      c[BB_C_IN_GC],   c[BB_C_EXITING]};
     return out;
 }
 

@@ -60,6 +60,12 @@ struct SamplerCounters {
     std::string first_handler_error;
     uint64_t code_events = 0, code_events_lost = 0; // the VM's JIT code (un)registrations
     std::string code_events_off;                    // why they are not followed, empty if they are
+    // Samples whose process failed the walker's checks, by the first check failed (BB_C_BAD_*),
+    // and those of them attributed to their process with a reason (BB_F_IN_GC, BB_F_EXITING).
+    struct Unreadable {
+        uint64_t read_fault = 0, state = 0, pid_tag = 0, heap_order = 0, stack_pointer = 0;
+        uint64_t in_gc = 0, exiting = 0;
+    } unreadable;
 };
 
 class Sampler {

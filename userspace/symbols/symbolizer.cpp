@@ -10,6 +10,8 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
     kernel_ = frames_.other(FrameKind::kernel, "[kernel]", "[kernel]");
     no_process_ = frames_.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
     bad_process_ = frames_.other(FrameKind::vm, "[unreadable Erlang process]", "beam.smp");
+    in_gc_ = frames_.other(FrameKind::vm, "[gc]", "beam.smp");
+    exiting_ = frames_.other(FrameKind::vm, "[exiting]", "beam.smp");
     unknown_native_ = frames_.other(FrameKind::native, "[unknown native code]", "[unknown]");
     refresh(0);
 }
@@ -182,6 +184,8 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
         if (nkernel == 0) out.push_back(kernel_);
         for (int i = nkernel - 1; i >= 0; i--) out.push_back(kernel_frame(i > 0 ? r.frames[i] - 1 : r.frames[i]));
     }
+    // A process whose stack was not walked, and why, where its Erlang frames would be.
+    if (r.flags & (BB_F_IN_GC | BB_F_EXITING)) out.insert(out.begin(), (r.flags & BB_F_IN_GC) ? in_gc_ : exiting_);
     // No process: rooted under what says so (and --by-process adds no root of its own).
     if (!(r.flags & BB_F_PROC)) {
         if (opt_.only_erlang) out.clear();

@@ -81,6 +81,7 @@ private:
     std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read
     uint64_t last_native_refresh_ns_ = 0;
     uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
+    uint32_t in_gc_, exiting_;  // roots of a process's samples taken while it was collected or exiting
 };
 
 }  // namespace bb
