@@ -37,16 +37,16 @@ def run_tool(procs, vm_pid):
         return p.returncode, out.read(), err.read(), wall, usage.ru_maxrss
 
 
-def compare_memory(vm):
+def compare_memory(procs, vm):
     """The tool's memory of every process (--all) against the VM's process_info(P, memory), read
     by the VM right after."""
     with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run([PROCS, "--json", "--all", str(vm.pid)], capture_output=True, text=True, check=True)
+        out = subprocess.run([procs, "--json", "--all", str(vm.pid)], capture_output=True, text=True, check=True)
         tool = {p["pid"]: p["memory"] for p in json.loads(out.stdout)["processes"]}
         path = os.path.join(d, "memory.txt")
-        vm.stdin.write(f"memory {path}\n")
-        vm.stdin.flush()
-        while not vm.stdout.readline().startswith("memory"):
+        vm.p.stdin.write(f"memory {path}\n")
+        vm.p.stdin.flush()
+        while not vm.p.stdout.readline().startswith("memory"):
             pass
         theirs = dict((pid, int(b)) for pid, b in (l.split() for l in open(path)))
     both = [(tool[p], theirs[p]) for p in tool if p in theirs]
@@ -82,7 +82,7 @@ def main():
                 print(f"run {i + 1}: {wall:.2f} s wall, table read in {j['read_ms']:.0f} ms, "
                       f"{j['processes_total']} processes, {j['unreadable']} unreadable; "
                       f"in the VM, process_info/2 of all took {line[1]} ms", flush=True)
-            memory = compare_memory(vm)
+            memory = compare_memory(procs, vm)
         finally:
             vm.p.stdin.write("quit\n")
             vm.p.stdin.flush()
