@@ -194,7 +194,13 @@ void pump(std::initializer_list<std::pair<int*, std::string*>> fds, int ms) {
     }
 }
 
-std::string tool_path(const std::string& tool) { return std::string(BB_BIN_DIR) + "/" + tool; }
+// A test that sets a BB_INJECT_* fault runs the copy of the tool built with the test hooks
+// (build/test-tools/, base/test_hooks.hpp); every other test runs the tool as installed.
+std::string tool_path(const std::string& tool) {
+    for (char** e = environ; *e; e++)
+        if (std::string_view(*e).starts_with("BB_INJECT_")) return std::string(BB_BIN_DIR) + "/test-tools/" + tool;
+    return std::string(BB_BIN_DIR) + "/" + tool;
+}
 
 std::string joined(const std::vector<std::string>& argv) {
     std::string s;

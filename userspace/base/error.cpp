@@ -3,6 +3,7 @@
 #include "base/text.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 namespace bb {
 
@@ -14,6 +15,13 @@ const char* tool_name() { return g_tool; }
 
 int guarded_main(const char* prog, const std::function<int()>& body) {
     g_tool = prog;
+    // Descriptors up to the hard limit: one per VM thread (per-thread perf events) plus the
+    // target's files; the soft default (1,024) is what a VM with +SDio 700 outgrows.
+    rlimit nofile{};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     try {
         return body();
     } catch (const std::exception& e) {  // a message may hold the target's text (a path, a name)

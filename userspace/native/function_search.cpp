@@ -6,7 +6,10 @@
 #include <optional>
 #include <string_view>
 
+#include <sys/sysmacros.h>
+
 #include "target/proc_maps.hpp"
+#include "target/target_file.hpp"
 
 namespace bb {
 
@@ -33,24 +36,30 @@ std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func
     auto matches = [&](const std::string& name) { return exact ? name == func : name.rfind(func, 0) == 0; };
     std::vector<NativeMatch> found;
     std::vector<std::string> all;
-    for (const auto& f : vm.mapped_files()) {
+    for (const auto& m : vm.mapped_files()) {
+        std::shared_ptr<const TargetFile> file;
         std::optional<ElfFile> elf;
         uint64_t bias;
-        if (f.path == vm.exe()) {
+        if (m.inode == vm.exe_file().inode && makedev(m.dev_major, m.dev_minor) == vm.exe_file().dev) {
             bias = vm.load_bias();
         } else {
+            // The inode the mapping maps (target/target_file.hpp), kept open for a probe on it.
+            auto opened = open_mapped_file(vm.pid(), m);
+            if (!opened) continue;
+            file = std::make_shared<const TargetFile>(std::move(*opened));
             try {
-                elf.emplace(root_path(vm.pid(), f.path));
+                elf.emplace(file->fd.get(), file->name);
             } catch (const std::exception&) {
                 continue;  // not ELF (a data file mapped from offset 0)
             }
-            bias = f.start - elf->first_load_vaddr();
+            bias = m.start - elf->first_load_vaddr();
         }
         const ElfFile& e = elf ? *elf : vm.elf();
+        const std::string name = file ? file->name : vm.exe();
         for (const auto& s : e.symbols()) {
             if (!s.is_func || s.size == 0) continue;
             if (matches(s.name))
-                found.push_back({s, f.path, s.value + bias});
+                found.push_back({s, name, s.value + bias, file});
             else if (found.empty())
                 all.push_back(s.name);
         }

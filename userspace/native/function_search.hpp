@@ -4,7 +4,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "target/elf_file.hpp"
+#include "target/target_file.hpp"
 #include "target/vm.hpp"
 
 namespace bb {
@@ -13,6 +16,8 @@ struct NativeMatch {
     ElfSymbol sym;
     std::string file;    // as mapped in the target
     uint64_t start = 0;  // runtime address
+    // The library, open (null: the executable, Vm::exe_file()); a probe is placed through it.
+    std::shared_ptr<const TargetFile> opened;
 };
 
 // FUNC in beam.smp first, then in the libraries the VM has mapped (libc, NIF libraries); as a

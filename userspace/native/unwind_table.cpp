@@ -1,11 +1,16 @@
 #include "native/unwind_table.hpp"
+#include "base/test_hooks.hpp"
+#include "base/unique_fd.hpp"
 #include "target/proc_maps.hpp"
+#include "target/target_file.hpp"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -23,8 +28,12 @@ namespace {
 
 // x86-64 DWARF register numbers.
 constexpr int kRbp = 6, kRsp = 7, kReturnAddress = 16;
-// However garbled a file, compiling it stops here.
-constexpr size_t kMaxRowsPerFile = 4u << 20;
+// However garbled a file, compiling it stops here: at this many rows, FDEs, or rules looked up
+// (libdw's CFI interpreter, the work). Debian's OTP 25 beam.smp has 63,000 rows and libcrypto
+// 37,000 (136,202 for all the files of that VM), so real files are far below.
+constexpr size_t kMaxRowsPerFile = 1u << 20;
+constexpr size_t kMaxFdesPerFile = 1u << 20;
+constexpr size_t kMaxLookupsPerFile = 4u << 20;
 constexpr size_t kMaxRowsPerFde = 1u << 16;
 
 struct ElfCloser {
@@ -104,7 +113,7 @@ size_t encoded_size(uint8_t enc) {
 }
 
 // The start of every FDE, from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME).
-std::vector<uint64_t> fde_starts(Elf* elf, const char* image, size_t image_size, std::string& error) {
+std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budget) {
     std::vector<uint64_t> starts;
     size_t nphdr = 0;
     if (elf_getphdrnum(elf, &nphdr) != 0) {
@@ -114,12 +123,14 @@ std::vector<uint64_t> fde_starts(Elf* elf, const char* image, size_t image_size,
     for (size_t i = 0; i < nphdr; i++) {
         GElf_Phdr ph;
         if (!gelf_getphdr(elf, static_cast<int>(i), &ph) || ph.p_type != PT_GNU_EH_FRAME) continue;
-        if (ph.p_offset > image_size || ph.p_filesz > image_size - ph.p_offset || ph.p_filesz < 4) {
+        // Read alone (libelf checks it lies in the file), not the whole file.
+        Elf_Data* chunk = ph.p_filesz >= 4 ? elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE) : nullptr;
+        if (!chunk || chunk->d_size < 4) {
             error = ".eh_frame_hdr outside the file";
             return starts;
         }
-        const auto* hdr = reinterpret_cast<const uint8_t*>(image + ph.p_offset);
-        size_t n = ph.p_filesz;
+        const auto* hdr = static_cast<const uint8_t*>(chunk->d_buf);
+        size_t n = chunk->d_size;
         uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
         size_t ptr_size = encoded_size(ptr_enc), count_size = encoded_size(count_enc);
         if (hdr[0] != 1 || count_size == 0 || (count_enc & 0x70) != DW_EH_PE_absptr ||
@@ -140,6 +151,10 @@ std::vector<uint64_t> fde_starts(Elf* elf, const char* image, size_t image_size,
             error = "truncated .eh_frame_hdr";
             count = (n - at) / 8;
         }
+        if (count > kMaxFdesPerFile) {
+            budget = fmt::format("{} FDEs, more than the {} read of a file", count, kMaxFdesPerFile);
+            count = kMaxFdesPerFile;
+        }
         starts.reserve(count);
         for (uint64_t k = 0; k < count; k++) {
             int32_t loc;
@@ -156,10 +171,8 @@ std::vector<uint64_t> fde_starts(Elf* elf, const char* image, size_t image_size,
 
 UnwindTable compile(Elf* elf) {
     UnwindTable t;
-    size_t image_size = 0;
-    const char* image = elf ? elf_rawfile(elf, &image_size) : nullptr;
     GElf_Ehdr eh;
-    if (!image || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh)) {
+    if (!elf || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh)) {
         t.error = "not an ELF file";
         return t;
     }
@@ -167,7 +180,15 @@ UnwindTable compile(Elf* elf) {
         t.error = "not x86-64";
         return t;
     }
-    std::vector<uint64_t> starts = fde_starts(elf, image, image_size, t.error);
+    // The executable segments, for the load bias of each mapping of the file.
+    size_t nphdr = 0;
+    if (elf_getphdrnum(elf, &nphdr) == 0)
+        for (size_t i = 0; i < nphdr; i++) {
+            GElf_Phdr ph;
+            if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+                t.exec_segments.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
+        }
+    std::vector<uint64_t> starts = fde_starts(elf, t.error, t.budget);
     if (starts.empty()) {
         if (t.error.empty()) t.error = "no FDEs";
         return t;
@@ -186,10 +207,16 @@ UnwindTable compile(Elf* elf) {
         if (!t.rows.empty() && t.rows.back().pc == row.pc) t.rows.pop_back();  // an empty range
         if (t.rows.empty() || !same_rules(t.rows.back(), row)) t.rows.push_back(row);
     };
-    for (size_t i = 0; i < starts.size() && t.rows.size() < kMaxRowsPerFile; i++) {
+    size_t lookups = 0;
+    for (size_t i = 0; i < starts.size(); i++) {
+        if (t.rows.size() >= kMaxRowsPerFile || lookups >= kMaxLookupsPerFile) {
+            t.budget = fmt::format("{} rows from {} rule look-ups, the budget of a file; {} of its {} functions left out",
+                                   t.rows.size(), lookups, starts.size() - i, starts.size());
+            break;
+        }
         uint64_t next = i + 1 < starts.size() ? starts[i + 1] : UINT32_MAX;
         uint64_t addr = starts[i];
-        for (size_t k = 0; addr < next && k < kMaxRowsPerFde; k++) {
+        for (size_t k = 0; addr < next && k < kMaxRowsPerFde; k++, lookups++) {
             Dwarf_Frame* frame = nullptr;
             if (dwarf_cfi_addrframe(cfi.get(), addr, &frame) != 0) break;
             Dwarf_Addr lo = 0, hi = 0;
@@ -238,59 +265,58 @@ UnwindTable compile_unwind_table(const void* bytes, size_t size) {
     return compile(elf.get());
 }
 
-UnwindTable compile_unwind_table(const std::string& path) {
+UnwindTable compile_unwind_table(int fd) {
     elf_version(EV_CURRENT);
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    // ELF_C_READ: libelf reads what is asked for with pread. A mapping (ELF_C_READ_MMAP) of a
+    // file the target truncates would fault (SIGBUS) where a read just comes up short.
+    std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ, nullptr));
+    return compile(elf.get());
+}
+
+UnwindTable compile_unwind_table(const std::string& path) {
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    struct stat st;
+    if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
         UnwindTable t;
-        t.error = fmt::format("cannot open: {}", std::strerror(errno));
+        t.error = fd ? "not a regular file" : fmt::format("cannot open: {}", std::strerror(errno));
         return t;
     }
-    UnwindTable t;
-    {
-        std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
-        t = compile(elf.get());
-    }
-    close(fd);
-    return t;
+    return compile_unwind_table(fd.get());
 }
 
 namespace {
 
+// Executable mappings of files, a library deleted while mapped included (a hot upgrade of a
+// NIF library leaves the old one so). Not the JIT's code (/memfd:vmem): it has no .eh_frame.
 std::vector<Mapping> exec_mappings(pid_t pid) {
     std::vector<Mapping> out;
     for (auto& m : read_maps(pid))
-        if (m.executable() && m.is_file()) out.push_back(std::move(m));
+        if (m.executable() && m.inode != 0 && m.path.starts_with("/") && !m.path.starts_with("/memfd:"))
+            out.push_back(std::move(m));
     return out;
 }
 
 // Runtime minus link-time address for the mapping of `file_offset` at `start`: from the PT_LOAD
 // that holds that offset. nullopt when none does.
-std::optional<uint64_t> bias_of(const std::string& file, uint64_t start, uint64_t file_offset) {
-    int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
-    std::optional<uint64_t> bias;
-    if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
-        size_t n = 0;
-        if (elf_getphdrnum(elf, &n) == 0)
-            for (size_t i = 0; i < n && !bias; i++) {
-                GElf_Phdr ph;
-                if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
-                    file_offset >= (ph.p_offset & ~0xfffull) && file_offset < ph.p_offset + ph.p_filesz)
-                    bias = start - file_offset - (ph.p_vaddr - ph.p_offset);
-            }
-        elf_end(elf);
-    }
-    close(fd);
-    return bias;
+std::optional<uint64_t> bias_of(const UnwindTable& t, uint64_t start, uint64_t file_offset) {
+    for (const auto& s : t.exec_segments)
+        if (file_offset >= (s.offset & ~0xfffull) && file_offset < s.offset + s.filesz)
+            return start - file_offset - (s.vaddr - s.offset);
+    return std::nullopt;
 }
 
 }  // namespace
 
-NativeUnwind::NativeUnwind(pid_t pid) : pid_(pid), max_rows_(SIZE_MAX) {
+NativeUnwind::NativeUnwind(pid_t pid) : pid_(pid), max_rows_(kMaxRowsTotal) {
     elf_version(EV_CURRENT);
     refresh();
-    max_rows_ = std::max<size_t>(1u << 20, 2 * rows_.size());
+    max_rows_ = std::min(kMaxRowsTotal, std::max<size_t>(1u << 20, 2 * rows_.size()));
+}
+
+void NativeUnwind::budget_spent(const std::string& why) {
+    if (budget_spent_) return;
+    budget_spent_ = true;
+    skipped_.push_back(why);
 }
 
 size_t NativeUnwind::refresh() {
@@ -298,21 +324,39 @@ size_t NativeUnwind::refresh() {
     for (const auto& m : exec_mappings(pid_)) {
         bool known = false;
         for (const auto& k : modules_) known |= k.start == m.start && k.end == m.end;
-        if (known || modules_.size() >= BB_MAX_UNWIND_MODULES) continue;
-        // The target's own view of the path: a VM in a container maps its own files.
-        std::string file = root_path(pid_, m.path);
-        std::string name = m.path.substr(m.path.rfind('/') + 1);
-        auto& table = tables_[m.path];
-        if (!table) {
-            table = std::make_shared<const UnwindTable>(compile_unwind_table(file));
-            if (!table->error.empty()) skipped_.push_back(fmt::format("{}: {}", name, table->error));
+        if (known) continue;
+        const std::string path = m.deleted() ? m.path.substr(0, m.path.size() - 10) : m.path;
+        const std::string name = path.substr(path.rfind('/') + 1);
+        if (modules_.size() >= BB_MAX_UNWIND_MODULES) {
+            budget_spent(fmt::format("{} and any other file mapped past {} of them: the walker's limit of files",
+                                     name, BB_MAX_UNWIND_MODULES));
+            continue;
         }
-        auto bias = bias_of(file, m.start, m.offset);
+        // One table per file, however many mappings and names it has: by device and inode.
+        auto& table = tables_[{makedev(m.dev_major, m.dev_minor), m.inode}];
+        if (!table) {
+            if (tables_.size() > kMaxFiles || rows_compiled_ >= kMaxRowsCompiled) {
+                budget_spent(fmt::format("{} and any other file past {} files or {} rows compiled: the unwind "
+                                         "budget of a run",
+                                         name, kMaxFiles, kMaxRowsCompiled));
+                tables_.erase({makedev(m.dev_major, m.dev_minor), m.inode});
+                continue;
+            }
+            // The inode the mapping maps, never what its path names now (target/target_file.hpp).
+            auto file = open_mapped_file(pid_, m);
+            auto t = file ? compile_unwind_table(file->fd.get()) : UnwindTable{};
+            if (!file) t.error = file.error();
+            rows_compiled_ += t.rows.size();
+            table = std::make_shared<const UnwindTable>(std::move(t));
+            if (!table->error.empty()) skipped_.push_back(fmt::format("{}: {}", name, table->error));
+            if (!table->budget.empty()) skipped_.push_back(fmt::format("part of {}: {}", name, table->budget));
+        }
+        auto bias = bias_of(*table, m.start, m.offset);
         if (table->rows.empty() || !bias) continue;
         // BB_INJECT_UNWIND_GARBAGE=1 (tests only): rows whose rules match nothing in the code, so
         // the walker follows garbage CFAs and reads garbage return addresses. It must flag
         // and stop, never crash or loop (tests/integration/native_test.cpp).
-        if (getenv("BB_INJECT_UNWIND_GARBAGE")) {
+        if (test_hooks::unwind_garbage()) {
             auto g = std::make_shared<UnwindTable>(*table);
             std::mt19937 rng(static_cast<uint32_t>(g->rows.size()));
             for (auto& r : g->rows) {
@@ -323,7 +367,8 @@ size_t NativeUnwind::refresh() {
             table = g;
         }
         if (rows_.size() + table->rows.size() > max_rows_ || buckets_.size() + table->buckets.size() > max_rows_) {
-            skipped_.push_back(fmt::format("{}: no room for its {} unwind rows", name, table->rows.size()));
+            skipped_.push_back(fmt::format("{}: no room for its {} unwind rows (room for {} in all)", name,
+                                           table->rows.size(), max_rows_));
             continue;
         }
         bb_unwind_module mod{m.start,
@@ -338,7 +383,7 @@ size_t NativeUnwind::refresh() {
         rows_.insert(rows_.end(), table->rows.begin(), table->rows.end());
         buckets_.insert(buckets_.end(), table->buckets.begin(), table->buckets.end());
         modules_.push_back(mod);
-        paths_.push_back(m.path);
+        paths_.push_back(path);
         module_tables_.push_back(table);
         added++;
     }

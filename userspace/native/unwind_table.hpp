@@ -25,6 +25,11 @@ struct UnwindTable {
     std::vector<std::pair<uint64_t, uint64_t>> functions;
     size_t bad_rows = 0;  // ranges whose rules the walker cannot follow (BB_CFA_BAD)
     std::string error;    // why there are no rows (no .eh_frame_hdr, ...), "" otherwise
+    std::string budget;   // "" unless a budget of a file was spent: the rows cover only part of it
+    struct Segment {
+        uint64_t offset, filesz, vaddr;
+    };
+    std::vector<Segment> exec_segments;  // executable PT_LOADs: a mapping's load bias
     // [start, end) of the FDE that covers link-time `pc`.
     std::optional<std::pair<uint64_t, uint64_t>> function_at(uint64_t pc) const;
 };
@@ -32,7 +37,10 @@ struct UnwindTable {
 // Compiles the .eh_frame of the ELF image `bytes` (a whole file). Never throws on bad input: what
 // cannot be read ends up in `error`, bad_rows or as BB_CFA_NONE rows.
 UnwindTable compile_unwind_table(const void* bytes, size_t size);
-// The same from a file; `error` says so when it cannot be read.
+// The same from a file (read with pread, never mapped); `error` says so when it cannot be read.
+UnwindTable compile_unwind_table(int fd);
+// A file of this host by its path (tests, tools): a target's files come through
+// open_mapped_file() (target/target_file.hpp) only.
 UnwindTable compile_unwind_table(const std::string& path);
 
 // The unwind rows of every executable file a process maps, as the walker's maps hold them:
@@ -40,7 +48,12 @@ UnwindTable compile_unwind_table(const std::string& path);
 class NativeUnwind {
 public:
     // Compiles the tables of what `pid` maps now. The walker's row map gets room for twice
-    // that (at least 1M rows): NIF libraries loaded later must fit.
+    // that (at least 1M rows, at most kMaxRowsTotal): NIF libraries loaded later must fit.
+    // Each file is read once however it is mapped (by device and inode), at most kMaxFiles of
+    // them and kMaxRowsCompiled rows in all: the target decides how many files it maps.
+    static constexpr size_t kMaxRowsTotal = 4u << 20;  // 32 MiB of rows in the kernel
+    static constexpr size_t kMaxFiles = 2 * BB_MAX_UNWIND_MODULES;
+    static constexpr size_t kMaxRowsCompiled = 2 * kMaxRowsTotal;
     explicit NativeUnwind(pid_t pid);
     // Re-reads the process's mappings; compiles the files mapped since (NIF and driver
     // libraries). Returns how many modules were added.
@@ -49,7 +62,8 @@ public:
     const std::vector<bb_unwind_module>& modules() const { return modules_; }
     const std::vector<bb_unwind_row>& rows() const { return rows_; }
     const std::vector<uint32_t>& buckets() const { return buckets_; }
-    // Files skipped, each with why ("libfoo.so: no .eh_frame_hdr", "too many rows").
+    // Files skipped, each with why ("libfoo.so: no .eh_frame_hdr", "too many rows"); one line
+    // for a budget of the run spent.
     const std::vector<std::string>& skipped() const { return skipped_; }
     uint64_t table_bytes() const {
         return rows_.size() * sizeof(bb_unwind_row) + buckets_.size() * sizeof(uint32_t) +
@@ -74,7 +88,10 @@ private:
     std::vector<std::string> skipped_;
     // Per module (same index): its file and table. Tables are shared by a file's mappings.
     std::vector<std::string> paths_;
-    std::map<std::string, std::shared_ptr<const UnwindTable>> tables_;
+    std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const UnwindTable>> tables_;
+    size_t rows_compiled_ = 0;
+    bool budget_spent_ = false;
+    void budget_spent(const std::string& why);
     std::vector<std::shared_ptr<const UnwindTable>> module_tables_;
 };
 

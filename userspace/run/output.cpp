@@ -1,6 +1,10 @@
 #include "run/output.hpp"
 
+#include "base/error.hpp"
+
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,16 +21,67 @@ uint64_t unix_now_ns() {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
+namespace {
+
+std::string dir_of(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The mode a plain open(O_CREAT, 0666) would give, under this process's umask.
+mode_t file_mode() {
+    static const mode_t mask = [] {
+        mode_t m = umask(0);
+        umask(m);
+        return m;
+    }();
+    return 0666 & ~mask;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+    std::string base = path.substr(path.rfind('/') + 1);
+    std::string tmp = dir_of(path) + "/." + base + ".XXXXXX";
+    int fd = mkostemp(tmp.data(), O_CLOEXEC);  // O_CREAT | O_EXCL, mode 0600
+    if (fd < 0) throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    auto fail = [&](const char* what) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw UserError(fmt::format("cannot write {}: {}: {}", path, what, std::strerror(err)));
+    };
+    if (fchmod(fd, file_mode()) != 0) fail("fchmod");
+    for (size_t done = 0; done < bytes.size();) {
+        ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("write");
+        done += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0) {
+        fd = -1;
+        int err = errno;
+        ::unlink(tmp.c_str());
+        throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        int err = errno;
+        ::unlink(tmp.c_str());
+        throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+    }
+}
+
 Output::Output(const CommonOptions& o) : pattern_(o.output), formats_(o.formats) {
     if (pattern_.empty() || pattern_ == "-") return;
-    if (o.every == 0) {
-        open(unix_now_ns());
-        return;
-    }
-    // The files come later: check now that they can be made there.
-    auto slash = pattern_.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : pattern_.substr(0, slash + 1);
+    // The files come at the end of the run (or of each interval): check now that they can be
+    // made there.
+    std::string dir = dir_of(pattern_);
     if (access(dir.c_str(), W_OK) != 0) throw UserError(fmt::format("cannot write in {}: {}", dir, std::strerror(errno)));
+    struct stat st;
+    if (pattern_.find("%t") == std::string::npos && formats_.size() == 1 && stat(pattern_.c_str(), &st) == 0 &&
+        S_ISDIR(st.st_mode))
+        throw UserError(fmt::format("cannot write {}: {}", pattern_, std::strerror(EISDIR)));
+    if (o.every == 0) open(unix_now_ns());
 }
 
 void Output::open(uint64_t start_unix_ns) {
@@ -38,20 +93,25 @@ void Output::open(uint64_t start_unix_ns) {
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
     std::string base = pattern_;
     for (size_t at; (at = base.find("%t")) != std::string::npos;) base.replace(at, 2, stamp);
-    files_.clear();
+    reports_.clear();
     paths_.clear();
     for (Format f : formats_) {
         paths_.push_back(formats_.size() > 1 ? base + file_suffix(f) : base);
-        files_.push_back(std::make_unique<std::ofstream>(paths_.back(), std::ios::binary));
-        if (!*files_.back()) throw UserError(fmt::format("cannot write {}: {}", paths_.back(), std::strerror(errno)));
+        reports_.push_back(std::make_unique<std::ostringstream>());
     }
+}
+
+void Output::commit() {
+    for (size_t i = 0; i < reports_.size(); i++) write_file_atomically(paths_[i], reports_[i]->view());
+    reports_.clear();
 }
 
 bool Output::has(Format f) const { return std::find(formats_.begin(), formats_.end(), f) != formats_.end(); }
 
 std::ostream& Output::stream(Format f) {
-    if (files_.empty()) return std::cout;
-    return *files_.at(std::find(formats_.begin(), formats_.end(), f) - formats_.begin());
+    if (reports_.empty() && (pattern_.empty() || pattern_ == "-")) return std::cout;
+    if (reports_.empty()) throw UserError("no report open to write to");  // a bug: open() first
+    return *reports_.at(std::find(formats_.begin(), formats_.end(), f) - formats_.begin());
 }
 
 }  // namespace bb

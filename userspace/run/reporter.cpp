@@ -46,6 +46,7 @@ void Reporter::write(uint64_t now_ns) {
         os.flush();
         if (!os) throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
     }
+    s_.out.commit();
     if (o_.every > 0)
         for (const auto& path : s_.out.paths())
             fmt::print(stderr, "{}: wrote {} ({} {})\n", tool_name(), path, agg_.total(), unit_);

@@ -55,9 +55,10 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
     // Paths and names in these lines are the target's text: printable (base/text.hpp).
     fmt::print(stderr, "{}\n",
                printable(fmt::format(
-                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}", tool,
+                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}{}", tool,
                    vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
-                   sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what)));
+                   sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
+                   sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
     if (unwind)
         for (const auto& why : unwind->skipped())
             fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));
@@ -67,8 +68,10 @@ void Session::start(SamplerConfig cfg, const std::string& what) {
 }
 
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {
-    std::string bin = m.file == vm.exe() ? fmt::format("/proc/{}/exe", vm.pid()) : root_path(vm.pid(), m.file);
-    return {bin, m.sym.file_offset};
+    // Through the file the tool opened and checked (target/target_file.hpp): the kernel opens
+    // /proc/self/fd/N, a link in this process's own descriptor table, i.e. that very inode.
+    if (!m.opened) return {nullptr, vm.exe_file().fd_path(), m.sym.file_offset};
+    return {m.opened, m.opened->fd_path(), m.sym.file_offset};
 }
 
 }  // namespace bb

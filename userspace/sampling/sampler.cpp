@@ -13,12 +13,16 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
-#include <set>
+#include <map>
+#include <sys/resource.h>
 #include <stdexcept>
 #include <utility>
 
 #include "beam_walk.skel.h"
 #include "base/clock.hpp"
+#include "base/error.hpp"
+#include "base/test_hooks.hpp"
+#include "base/unique_fd.hpp"
 
 namespace bb {
 namespace {
@@ -33,24 +37,6 @@ struct RingDeleter {
     void operator()(ring_buffer* r) const { ring_buffer__free(r); }
 };
 
-class UniqueFd {
-public:
-    explicit UniqueFd(int fd = -1) : fd_(fd) {}
-    UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    UniqueFd& operator=(UniqueFd&& o) noexcept {
-        if (this != &o) reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
-    ~UniqueFd() { reset(); }
-    int get() const { return fd_; }
-    void reset(int fd = -1) {
-        if (fd_ >= 0) close(fd_);
-        fd_ = fd;
-    }
-
-private:
-    int fd_;
-};
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
@@ -82,8 +68,17 @@ uint32_t ring_bytes_for(const SamplerConfig& cfg) {
 struct Sampler::Impl {
     const Vm& vm;
     std::unique_ptr<beam_walk, SkelDeleter> skel;
-    std::vector<UniqueFd> perf_fds;
-    std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
+    // The perf events, each with the walker attached through its own descriptor
+    // (PERF_EVENT_IOC_SET_BPF): closing it detaches the program, so each event is one
+    // descriptor with one owner. Per thread (keyed by tid, with the thread's start time: a tid
+    // the kernel gives to a new thread is a new event) or per CPU.
+    struct ThreadEvent {
+        uint64_t start_time;
+        UniqueFd fd;
+    };
+    std::map<pid_t, ThreadEvent> thread_events;
+    std::vector<UniqueFd> cpu_events;
+    std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;  // entry probes
     std::unique_ptr<ring_buffer, RingDeleter> ring;
     std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
     const Handler* handler = nullptr;
@@ -93,22 +88,24 @@ struct Sampler::Impl {
 
     bpf_program* on_sample = nullptr;
     SamplerConfig cfg;
-    std::set<pid_t> sampled_tids;  // per-thread events: the threads that have one
+    bool per_cpu = false;          // cfg.per_cpu, or the fallback when threads outnumber descriptors
+    std::string events_note;       // why per CPU when per thread was asked for ("" otherwise)
+    uint64_t last_follow_ns = 0;
+    bool attached = false;         // the constructor is done: a change of events is a warning
     uint32_t precise_ip = 3;       // -e cycles: the best the PMU accepted so far
-    // Fault injection for the tests: BB_INJECT_HANDLER_ERROR=N makes every Nth record's handler
-    // throw, as a symbolizer bug would.
-    uint64_t inject_every = 0, delivered = 0;
+    // Fault injection for the tests (base/test_hooks.hpp): every Nth record's handler throws.
+    uint64_t inject_every = test_hooks::handler_error_every(), delivered = 0;
     size_t events_opened = 0;
     bool events_on = true;
     uint64_t drain_deadline_ns = 0;  // poll(): past it, the drain ends (events_on only)
     uint64_t delivered_total = 0;
 
-    explicit Impl(const Vm& v) : vm(v) {
-        if (const char* n = getenv("BB_INJECT_HANDLER_ERROR")) inject_every = std::strtoull(n, nullptr, 10);
-    }
+    explicit Impl(const Vm& v) : vm(v) {}
     int load(const SamplerConfig& cfg, bool fast);
-    bool open_event(pid_t tid, int cpu);
+    UniqueFd open_event(pid_t tid, int cpu, bool* out_of_fds = nullptr);
     void follow_threads();
+    void open_cpu_events(const std::string& why);
+    size_t events() const { return thread_events.size() + cpu_events.size(); }
     void follow_code_events();
     void load_unwind_rows();
     std::string code_events_off;
@@ -222,14 +219,10 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     impl_->follow_code_events();
     if (cfg.entry_probes.empty()) {
         if (cfg.per_cpu) {
-            int ncpu = libbpf_num_possible_cpus();
-            if (ncpu <= 0) throw UserError("cannot count the CPUs");
-            for (int cpu = 0; cpu < ncpu; cpu++)
-                impl_->open_event(-1, cpu);  // false: a possible CPU that is not online
-            if (impl_->perf_fds.empty()) throw UserError("no online CPU accepted a perf event");
+            impl_->open_cpu_events("");
         } else {
             impl_->follow_threads();
-            if (impl_->perf_fds.empty()) throw UserError(fmt::format("process {} has no threads to sample", vm.pid()));
+            if (impl_->events() == 0) throw UserError(fmt::format("process {} has no threads to sample", vm.pid()));
         }
     } else {
         for (const auto& p : cfg.entry_probes) {
@@ -237,7 +230,7 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
                                                      p.binary.c_str(), p.file_offset);
             if (!l) {
                 int err = errno;
-                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.binary,
+                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.file ? p.file->name : p.binary,
                                             p.file_offset, errno_text(err),
                                             err == EACCES || err == EPERM
                                                 ? " (kernels since 2025 want CAP_SYS_ADMIN for uprobes)"
@@ -249,11 +242,14 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
 
     impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
     if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));
+    impl_->attached = true;
 }
 
 // A cpu-clock event on one thread (tid, any CPU) or one CPU (tid -1, all tasks), with the walker
-// attached. False when that thread is gone or that CPU is offline; UserError on anything else.
-bool Sampler::Impl::open_event(pid_t tid, int cpu) {
+// attached. No descriptor when that thread is gone or that CPU is offline, or (per thread) when
+// the descriptors ran out (EMFILE, ENFILE: the caller falls back to per-CPU events); UserError
+// on anything else.
+UniqueFd Sampler::Impl::open_event(pid_t tid, int cpu, bool* out_of_fds) {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
     if (cfg.cycles) {
@@ -284,28 +280,76 @@ bool Sampler::Impl::open_event(pid_t tid, int cpu) {
                                     "(perf_event_open: {}; a VM's hypervisor often hides it); use -e cpu-clock",
                                     errno_text(errno)));
     if (fd < 0) {
-        if ((tid < 0 && errno == ENODEV) || (tid >= 0 && errno == ESRCH)) return false;
+        if ((tid < 0 && errno == ENODEV) || (tid >= 0 && errno == ESRCH)) return UniqueFd();
+        if (out_of_fds && (errno == EMFILE || errno == ENFILE)) {
+            *out_of_fds = true;
+            return UniqueFd();
+        }
         throw UserError(fmt::format("perf_event_open on {} {}: {}{}", tid < 0 ? "CPU" : "thread", tid < 0 ? cpu : tid,
                                     errno_text(errno),
                                     errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)" : ""));
     }
     UniqueFd owned(fd);
-    bpf_link* l = bpf_program__attach_perf_event(on_sample, fd);
-    if (!l)
+    if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(on_sample)) != 0)
         throw UserError(fmt::format("cannot attach to the perf event of {} {}: {}", tid < 0 ? "CPU" : "thread",
                                     tid < 0 ? cpu : tid, errno_text(errno)));
-    links.emplace_back(l);
-    perf_fds.push_back(std::move(owned));
     events_opened++;
-    return true;
+    return owned;
 }
 
+// One event per CPU, for all of them at once: the VM's threads are filtered in BPF.
+void Sampler::Impl::open_cpu_events(const std::string& why) {
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0) throw UserError("cannot count the CPUs");
+    thread_events.clear();  // their descriptors make room for these
+    for (int cpu = 0; cpu < ncpu; cpu++)
+        if (UniqueFd fd = open_event(-1, cpu)) cpu_events.push_back(std::move(fd));  // none: a CPU offline
+    if (cpu_events.empty()) throw UserError("no online CPU accepted a perf event");
+    per_cpu = true;
+    events_note = why;
+}
+
+namespace {
+// Descriptors kept free for everything but per-thread events: BPF maps and programs, the
+// libraries libdwfl keeps open (one per module it read), unwind tables being compiled, output.
+constexpr uint64_t kSpareFds = 256;
+
+uint64_t fd_limit() {
+    rlimit r{};
+    return getrlimit(RLIMIT_NOFILE, &r) == 0 ? r.rlim_cur : 1024;
+}
+}  // namespace
+
 // Per-thread events, as `perf record -p` opens them: other processes never take an interrupt
-// or run the program. Threads started since the last call get theirs now (refresh_vm_state()
-// runs about once a second); a thread's event goes with the thread.
+// or run the program. Runs at attach and from poll() every half second: a new thread is sampled
+// within that, an exited thread's event is closed, and a tid the kernel gave to a new thread
+// (another start time) gets a new event. When the VM has more threads than the descriptor
+// limit leaves room for (+SDio 700 under the usual 1,024), all of them are sampled through
+// per-CPU events instead, and the attach line (or a warning during the run) says so.
 void Sampler::Impl::follow_threads() {
-    for (const auto& t : vm.threads())
-        if (!sampled_tids.count(t.tid) && open_event(t.tid, -1)) sampled_tids.insert(t.tid);
+    const auto threads = vm.threads();
+    std::map<pid_t, ThreadEvent> kept;
+    for (const auto& t : threads) {
+        auto it = thread_events.find(t.tid);
+        if (it != thread_events.end() && it->second.start_time == t.start_time)
+            kept.insert(thread_events.extract(it));
+    }
+    thread_events.swap(kept);  // the rest (exited threads, reused tids) are closed here
+    kept.clear();
+    const uint64_t limit = fd_limit();
+    bool out_of_fds = threads.size() + kSpareFds > limit;
+    for (const auto& t : threads) {
+        if (out_of_fds) break;
+        if (thread_events.count(t.tid)) continue;
+        if (UniqueFd fd = open_event(t.tid, -1, &out_of_fds))  // none: the thread is gone (or no fds)
+            thread_events.emplace(t.tid, ThreadEvent{t.start_time, std::move(fd)});
+    }
+    if (!out_of_fds) return;
+    std::string why = fmt::format("per-CPU events: the VM's {} threads need more descriptors than the limit of {} "
+                                  "leaves for per-thread events",
+                                  threads.size(), limit);
+    if (attached) fmt::print(stderr, "{}: warning: sampling now through {}\n", tool_name(), why);
+    open_cpu_events(why);
 }
 
 // The VM calls __jit_debug_register_code() (an empty function, exported for debuggers) each
@@ -318,7 +362,8 @@ void Sampler::Impl::follow_code_events() {
         code_events_off = "the VM has no __jit_debug_register_code";
         return;
     }
-    std::string exe = fmt::format("/proc/{}/exe", vm.pid());
+    // The executable as the Vm opened it (target/target_file.hpp), by its /proc/self/fd path.
+    std::string exe = vm.exe_file().fd_path();
     bpf_link* l = bpf_program__attach_uprobe(skel->progs.on_code_event, false, vm.pid(), exe.c_str(), sym->file_offset);
     if (!l) {
         int err = errno;
@@ -358,8 +403,10 @@ Sampler::~Sampler() = default;
 void Sampler::refresh_vm_state() {
     auto* s = impl_->skel.get();
     impl_->load_unwind_rows();
-    if (impl_->on_sample && impl_->events_on && !impl_->cfg.per_cpu && impl_->cfg.entry_probes.empty())
+    if (impl_->on_sample && impl_->events_on && !impl_->per_cpu && impl_->cfg.entry_probes.empty()) {
         impl_->follow_threads();
+        impl_->last_follow_ns = monotonic_ns();
+    }
     auto ranges = impl_->vm.jit_code_ranges();
     // Append only: the walker may be reading these right now.
     for (size_t i = 0; i < ranges.size(); i++) {
@@ -378,6 +425,13 @@ void Sampler::refresh_vm_state() {
 }
 
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
+    // New threads are sampled within half a second of their start (refresh_vm_state() runs
+    // about once a second, and does more).
+    if (impl_->on_sample && impl_->events_on && !impl_->per_cpu && impl_->cfg.entry_probes.empty() &&
+        monotonic_ns() - impl_->last_follow_ns >= 500'000'000ull) {
+        impl_->follow_threads();
+        impl_->last_follow_ns = monotonic_ns();
+    }
     impl_->handler = &on_record;
     impl_->handled = 0;
     impl_->drain_deadline_ns = monotonic_ns() + (timeout.count() + 100) * 1000000ull;
@@ -395,9 +449,11 @@ void Sampler::stop_events() {
     // each here). The code probe goes last: a sample taken while it was off could run code
     // loaded unannounced. A program run already under way finishes its record, which the next
     // drain reads.
-    for (const auto& fd : impl_->perf_fds) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+    for (const auto& [tid, e] : impl_->thread_events) ioctl(e.fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+    for (const auto& fd : impl_->cpu_events) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
     impl_->links.clear();
-    impl_->perf_fds.clear();
+    impl_->thread_events.clear();
+    impl_->cpu_events.clear();
     impl_->code_link.reset();
     impl_->events_on = false;
 }
@@ -413,6 +469,8 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
     return sums;
 }
 }  // namespace
+
+const std::string& Sampler::events_note() const { return impl_->events_note; }
 
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "beam_bpf.h"
+#include "target/target_file.hpp"
 #include "native/unwind_table.hpp"
 #include "target/vm.hpp"
 
@@ -37,6 +38,9 @@ struct SamplerConfig {
     uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
     std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
     struct Probe {
+        // The file, as target/target_file.hpp opened it, kept open until the probe is attached:
+        // the kernel opens `binary`, its /proc/self/fd/N path, which names that inode only.
+        std::shared_ptr<const TargetFile> file;
         std::string binary;       // path as the kernel can open it
         uint64_t file_offset = 0;
         bool heap_alloc = false;  // erts_heap_alloc, for -e alloc (its own program)
@@ -90,6 +94,9 @@ public:
     // left, so a final poll() accounts for every record the walker emitted.
     void stop_events();
     SamplerCounters counters() const;
+    // Why the events are per CPU when per-thread ones were asked for (more VM threads than
+    // descriptors), for the attach line; "" otherwise.
+    const std::string& events_note() const;
 
 private:
     struct Impl;

@@ -59,15 +59,22 @@ std::string build_id_in(Elf_Data* notes) {
 }  // namespace
 
 ElfFile::ElfFile(const std::string& path) : path_(path) {
-    if (elf_version(EV_CURRENT) == EV_NONE) fail(path, "libelf is too old");
-
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) fail(path, std::strerror(errno));
     std::unique_ptr<const int, FdCloser> fd_owner(&fd);
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(path, "not a regular file");
+    read(fd);
+}
 
-    std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+ElfFile::ElfFile(int fd, const std::string& name) : path_(name) { read(fd); }
+
+void ElfFile::read(int fd) {
+    const std::string& path = path_;
+    if (elf_version(EV_CURRENT) == EV_NONE) fail(path, "libelf is too old");
+    // ELF_C_READ: libelf reads what is asked for with pread. A mapping (ELF_C_READ_MMAP) of a
+    // file the target truncates would fault (SIGBUS) where a read just comes up short.
+    std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ, nullptr));
     if (!elf) fail(path, elf_errmsg(-1));
     if (elf_kind(elf.get()) != ELF_K_ELF) fail(path, "not an ELF file");
     GElf_Ehdr ehdr;

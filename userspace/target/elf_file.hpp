@@ -19,6 +19,9 @@ class ElfFile {
 public:
     // Throws std::runtime_error with a one-line message when the file cannot be read as ELF.
     explicit ElfFile(const std::string& path);
+    // From an open file (a target's, opened by open_mapped_file()); `name` for messages. The
+    // descriptor is read during the constructor only.
+    ElfFile(int fd, const std::string& name);
 
     const std::string& path() const { return path_; }
     // Lower-case hex of NT_GNU_BUILD_ID, empty when the file has none.
@@ -35,6 +38,7 @@ public:
     std::string machine_name() const;
 
 private:
+    void read(int fd);
     std::string path_;
     std::string build_id_;
     bool has_debug_info_ = false;

@@ -32,6 +32,4 @@ std::vector<Mapping> read_maps(pid_t pid) {
     return maps;
 }
 
-std::string root_path(pid_t pid, const std::string& path) { return "/proc/" + std::to_string(pid) + "/root" + path; }
-
 }  // namespace bb

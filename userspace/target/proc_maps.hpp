@@ -1,5 +1,5 @@
-// The target's address space as /proc/PID/maps tells it: the one parser of that file, and the
-// one place that names the target's files from outside (its mount namespace may differ).
+// The target's address space as /proc/PID/maps tells it: the one parser of that file. Its
+// files are opened from these mappings by target/target_file.hpp only, never by their names.
 // The target controls what it maps and the names of its files: the reader is bounded and a
 // line it cannot parse is skipped.
 #pragma once
@@ -31,9 +31,5 @@ std::optional<Mapping> parse_maps_line(std::string_view line);
 // vm.max_map_count is 65530). Empty when the process is gone.
 std::vector<Mapping> read_maps(pid_t pid);
 inline constexpr size_t kMaxMappings = 1u << 18;
-
-// The path under which this process finds the target's file `path`: /proc/PID/root + path,
-// which the kernel resolves in the target's mount namespace (a VM in a container).
-std::string root_path(pid_t pid, const std::string& path);
 
 }  // namespace bb

@@ -1,9 +1,12 @@
 #include "target/release.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -130,11 +133,43 @@ std::optional<VmBuild> read_vm_build(std::span<const char> bytes) {
     return std::nullopt;
 }
 
+std::optional<VmBuild> read_vm_build_fd(int fd, uint64_t max_bytes) {
+    // A string is at most 1,024 bytes (read_vm_build): a chunk keeps the unterminated tail of the
+    // one before, so a string split between two reads is still found whole.
+    constexpr size_t kChunk = 1u << 20, kLongest = 1025;
+    std::vector<char> buf;
+    uint64_t offset = 0;
+    while (offset < max_bytes) {
+        size_t keep = buf.size();
+        buf.resize(keep + std::min<uint64_t>(kChunk, max_bytes - offset));
+        ssize_t n;
+        do n = pread(fd, buf.data() + keep, buf.size() - keep, static_cast<off_t>(offset));
+        while (n < 0 && errno == EINTR);
+        if (n < 0) return std::nullopt;
+        buf.resize(keep + static_cast<size_t>(n));
+        offset += static_cast<uint64_t>(n);
+        const bool end = n == 0 || offset >= max_bytes;
+        // Strings ending in this buffer; the tail after its last NUL waits for the next read.
+        size_t cut = end ? buf.size() : 0;
+        for (size_t i = buf.size(); !end && i > 0; i--)
+            if (buf[i - 1] == '\0') {
+                cut = i;
+                break;
+            }
+        if (auto b = read_vm_build(std::span(buf.data(), cut))) return b;
+        if (end) return std::nullopt;
+        size_t from = std::max(cut, buf.size() > kLongest ? buf.size() - kLongest : 0);
+        buf.erase(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(from));
+    }
+    return std::nullopt;
+}
+
 std::optional<VmBuild> read_vm_build_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in && !in.eof()) return std::nullopt;
-    return read_vm_build(std::span(bytes.data(), bytes.size()));
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    auto b = read_vm_build_fd(fd, kMaxVersionScanBytes);
+    ::close(fd);
+    return b;
 }
 
 int ThreadNaming::number(std::string_view name) const {

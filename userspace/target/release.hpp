@@ -30,6 +30,10 @@ struct VmBuild {
 // Finds and parses the system version string in the bytes of a beam.smp. nullopt when there is
 // none (not a BEAM, or older than any release that has the format).
 std::optional<VmBuild> read_vm_build(std::span<const char> elf_bytes);
+// The same for an open file, read in 1 MiB chunks (never more at once), at most `max_bytes` of
+// it: the string is in .rodata, a few MiB into beam.smp. nullopt also on a read error.
+std::optional<VmBuild> read_vm_build_fd(int fd, uint64_t max_bytes);
+inline constexpr uint64_t kMaxVersionScanBytes = 256ull << 20;
 // The same for the file at `path` (nullopt also when it cannot be read).
 std::optional<VmBuild> read_vm_build_file(const std::string& path);
 

@@ -1,5 +1,6 @@
 #include "target/vm.hpp"
 #include "target/proc_maps.hpp"
+#include "target/target_file.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -61,23 +62,20 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
         throw UserError(fmt::format("process {} ({}) is not a BEAM VM: its executable is {}", pid, comm,
                                     vm.exe_));
 
-    // Through /proc/PID/exe, not the path: a VM in a container has its files in another mount
-    // namespace, and the path may name nothing (or something else) here.
+    // The inode its first mapping maps, not a path (target/target_file.hpp): a VM in a container
+    // has its files in another mount namespace, where the path may name something else.
+    auto exe_map = exe_mapping(pid, read_maps(pid));
+    if (!exe_map) throw UserError(fmt::format("cannot find where {} is mapped in process {}", vm.exe_, pid));
+    auto file = open_mapped_file(pid, *exe_map);
+    if (!file) throw UserError(fmt::format("cannot read the executable of process {}: {}", pid, file.error()));
+    vm.exe_file_ = std::make_shared<const TargetFile>(std::move(*file));
     try {
-        vm.elf_.emplace(fmt::format("/proc/{}/exe", pid));
+        vm.elf_.emplace(vm.exe_file_->fd.get(), vm.exe_);
     } catch (const std::exception& e) {
         throw UserError(fmt::format("cannot read the executable of process {}: {}", pid, e.what()));
     }
     vm.identify();
-
-    for (const auto& m : read_maps(pid)) {
-        if (m.offset == 0 && (m.path == vm.exe_ || m.path == vm.exe_ + " (deleted)")) {
-            vm.load_bias_ = m.start - vm.elf_->first_load_vaddr();
-            break;
-        }
-    }
-    if (vm.load_bias_ == 0)
-        throw UserError(fmt::format("cannot find where {} is mapped in process {}", vm.exe_, pid));
+    vm.load_bias_ = exe_map->start - vm.elf_->first_load_vaddr();
 
     vm.choose_offsets(offsets_file);
     return vm;
@@ -87,11 +85,14 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
 // follows from release_.
 void Vm::identify() {
     const std::string id = elf_->build_id().empty() ? "none" : elf_->build_id();
-    auto b = read_vm_build_file(fmt::format("/proc/{}/exe", pid_));
+    auto b = read_vm_build_fd(exe_file_->fd.get(), kMaxVersionScanBytes);
     if (!b)
         throw UserError(fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
-                                    "string: not a BEAM VM beam-bpf can read",
-                                    pid_, exe_, id));
+                                    "string{}: not a BEAM VM beam-bpf can read",
+                                    pid_, exe_, id,
+                                    exe_file_->size > kMaxVersionScanBytes
+                                        ? fmt::format(" in its first {} MiB", kMaxVersionScanBytes >> 20)
+                                        : ""));
     build_ = *b;
     if (elf_->machine() != EM_X86_64 || !build_.bits64)
         throw UserError(fmt::format("process {} runs {} for {}: beam-bpf supports x86-64 only", pid_,
@@ -133,7 +134,7 @@ void Vm::choose_offsets(const std::string& offsets_file) {
                                         off->otp_release, off->features.empty() ? "no features" : off->features,
                                         pid_, what));
         off->origin = "table " + offsets_file;
-    } else if (auto dwarf = offsets_from_dwarf(fmt::format("/proc/{}/exe", pid_))) {
+    } else if (auto dwarf = offsets_from_dwarf(exe_file_->fd_path())) {
         // Its own DWARF, or a separate debug file (/usr/lib/debug/.build-id).
         off = std::move(*dwarf);
         off->origin = elf_->has_debug_info() ? "DWARF of " + exe_ : "separate debug info of " + exe_;
@@ -382,13 +383,13 @@ bool Vm::correct_layout(VmOffsets& o) const {
     return changed;
 }
 
-std::vector<Vm::MappedFile> Vm::mapped_files() const {
-    std::vector<MappedFile> out;
-    for (const auto& m : read_maps(pid_)) {
-        if (m.offset != 0 || m.path.empty() || m.path[0] != '/' || m.path.rfind("/memfd:", 0) == 0) continue;
+std::vector<Mapping> Vm::mapped_files() const {
+    std::vector<Mapping> out;
+    for (auto& m : read_maps(pid_)) {
+        if (m.offset != 0 || m.inode == 0 || !m.path.starts_with("/") || m.path.starts_with("/memfd:")) continue;
         bool dup = false;
-        for (const auto& f : out) dup |= f.path == m.path;
-        if (!dup) out.push_back({m.path, m.start});
+        for (const auto& f : out) dup |= f.inode == m.inode && f.dev_major == m.dev_major && f.dev_minor == m.dev_minor;
+        if (!dup) out.push_back(std::move(m));
     }
     return out;
 }
@@ -428,8 +429,16 @@ std::vector<Vm::Thread> Vm::threads() const {
         Thread t;
         const std::string id = e.path().filename().string();
         if (std::from_chars(id.data(), id.data() + id.size(), t.tid).ec != std::errc() || t.tid <= 0) continue;
-        t.name = read_file(e.path() / "comm");
-        while (!t.name.empty() && t.name.back() == '\n') t.name.pop_back();
+        // "TID (NAME) S PPID ...": the name between the first "(" and the last ")" (it may hold
+        // either), then field 22, the start time: a tid given to a new thread is another thread.
+        const std::string stat = read_file(e.path() / "stat");
+        size_t open = stat.find('('), close = stat.rfind(')');
+        if (open == std::string::npos || close == std::string::npos || close < open) continue;
+        t.name = stat.substr(open + 1, close - open - 1);
+        unsigned long long start = 0;
+        if (sscanf(stat.c_str() + close + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                   &start) == 1)
+            t.start_time = start;
         out.push_back(std::move(t));
     }
     return out;
@@ -458,7 +467,7 @@ std::vector<SchedThread> Vm::sched_threads(const VmOffsets& o) const {
         arrays[k] = mem_.read<uint64_t>(symbol_address(kinds[k].array)).value_or(0);
 
     std::vector<SchedThread> out;
-    for (const auto& [tid, name] : threads()) {
+    for (const auto& [tid, name, start_time] : threads()) {
         for (size_t k = 0; k < kinds.size(); k++) {
             int no = kinds[k].naming->number(name);
             if (!no || !arrays[k]) continue;

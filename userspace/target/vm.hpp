@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,8 @@
 #include "beam_bpf.h"
 #include "base/error.hpp"
 #include "target/elf_file.hpp"
+#include "target/proc_maps.hpp"
+#include "target/target_file.hpp"
 #include "target/offsets.hpp"
 #include "target/release.hpp"
 #include "target/remote_memory.hpp"
@@ -37,6 +40,9 @@ public:
     pid_t pid() const { return pid_; }
     const std::string& exe() const { return exe_; }
     const ElfFile& elf() const { return *elf_; }
+    // The executable, opened as its mapping maps it (target/target_file.hpp), for the life of
+    // the Vm: for reading and for uprobes (by its fd_path()).
+    const TargetFile& exe_file() const { return *exe_file_; }
     const VmOffsets& offsets() const { return offsets_; }
     const VmBuild& build() const { return build_; }
     const OtpRelease& release() const { return *release_; }
@@ -55,17 +61,14 @@ public:
     struct Thread {
         pid_t tid = 0;
         std::string name;
+        uint64_t start_time = 0;  // since boot, in clock ticks (/proc/PID/task/TID/stat)
     };
     std::vector<Thread> threads() const;
     // Scheduler threads, from thread names; esdp from the scheduler data arrays.
     std::vector<SchedThread> sched_threads() const;
-    // Files mapped from offset 0 (the executable, then libraries: libc, NIFs), with where
-    // their offset 0 is mapped.
-    struct MappedFile {
-        std::string path;
-        uint64_t start = 0;
-    };
-    std::vector<MappedFile> mapped_files() const;
+    // The mapping of each file's offset 0 (the executable, then libraries: libc, NIFs), one per
+    // file by device and inode; open them with open_mapped_file().
+    std::vector<Mapping> mapped_files() const;
     // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
     // hend of many processes, scheduler data that names itself), else why not.
     std::string layout_mismatch(const VmOffsets& o) const;
@@ -93,6 +96,7 @@ private:
     pid_t pid_;
     RemoteMemory mem_;
     std::string exe_;
+    std::shared_ptr<const TargetFile> exe_file_;
     std::optional<ElfFile> elf_;
     uint64_t load_bias_ = 0;
     VmOffsets offsets_;

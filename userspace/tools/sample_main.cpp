@@ -141,6 +141,7 @@ int run(int argc, char** argv) {
                 fmt::print(os, "    {}\n", printable(sym.frames().label(*f, o.lines)));
             fmt::print(os, "\n");
         }
+        out.commit();
         return end_run(s, o, st, "samples");
     }
 
