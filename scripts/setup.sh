@@ -23,6 +23,7 @@ packages=(
   chromium fonts-dejavu-core                  # tests: the HTML flame graph and speedscope rendered
   elixir                                      # tests: Elixir names from a real Elixir program
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
+  erlang-dev strace                           # tests: the hostile fixture's NIF (erl_nif.h), what the tools open
   linux-perf                                  # the incumbent, for scripts/bench.sh
   libcap2-bin                                 # capsh: the non-root capability tests
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
