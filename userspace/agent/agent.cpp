@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "base/clock.hpp"
+#include "base/text.hpp"
 #include "profile/aggregate.hpp"
 #include "report/pprof.hpp"
+#include "report/report.hpp"
 #include "run/options.hpp"
 #include "run/reporter.hpp"
 #include "run/run_stats.hpp"
@@ -234,7 +236,8 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     fp.end_unix_ns = m.start_unix_ns + m.duration_ns;
     fp.frequency_hz = cfg_.frequency;
     std::ostringstream os;
-    write_pprof(prof, os);
+    // Names come from the target: escaped as every report escapes them (report.hpp).
+    write_report(prof, Format::pprof, os, {});
     fp.pprof_gz = std::move(os).str();
 
     f.agg.clear();
@@ -377,7 +380,7 @@ void Agent::write_stats() const {
     const std::string tmp = cfg_.stats_file + ".tmp";
     {
         std::ofstream f(tmp);
-        f << j.dump(2) << "\n";
+        f << json_text(j, 2) << "\n";
         if (!f) return;
     }
     std::rename(tmp.c_str(), cfg_.stats_file.c_str());
