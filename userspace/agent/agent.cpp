@@ -21,6 +21,7 @@
 #include "report/pprof.hpp"
 #include "report/report.hpp"
 #include "run/options.hpp"
+#include "run/output.hpp"
 #include "run/reporter.hpp"
 #include "run/run_stats.hpp"
 #include "run/session.hpp"
@@ -377,13 +378,11 @@ void Agent::write_stats() const {
     }
     if (cfg_.stats_file.empty()) return;
     // Whole or not at all: a reader never sees half a file.
-    const std::string tmp = cfg_.stats_file + ".tmp";
-    {
-        std::ofstream f(tmp);
-        f << json_text(j, 2) << "\n";
-        if (!f) return;
+    try {
+        write_file_atomically(cfg_.stats_file, json_text(j, 2) + "\n");
+    } catch (const UserError&) {
+        // A full disk must not stop the profiling; the next second tries again.
     }
-    std::rename(tmp.c_str(), cfg_.stats_file.c_str());
 }
 
 void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,

@@ -1,4 +1,5 @@
 #include "agent/sinks.hpp"
+#include "run/output.hpp"
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -39,21 +40,8 @@ std::string ProfileDir::write(const FinishedProfile& p) {
     // Milliseconds too: the last, partial interval of a VM can start in the second its previous
     // one did.
     const std::string name = fmt::format("cpu-{}.{:03d}Z.pb.gz", stamp, (p.start_unix_ns / 1'000'000) % 1000);
-    const std::string path = vm_dir + "/" + name, tmp = vm_dir + "/." + name + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f.write(p.pprof_gz.data(), static_cast<std::streamsize>(p.pprof_gz.size()));
-        f.close();
-        if (!f) {
-            fs::remove(tmp, ec);
-            throw UserError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
-        }
-    }
-    if (rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        fs::remove(tmp, ec);
-        throw UserError(fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(e)));
-    }
+    const std::string path = vm_dir + "/" + name;
+    write_file_atomically(path, p.pprof_gz);  // never through a link planted in the directory
     // Retention: the names sort by time.
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(vm_dir, ec)) {

@@ -1,4 +1,5 @@
 #include "run/run_stats.hpp"
+#include "run/output.hpp"
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -106,11 +107,9 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"vm_exited", s.vm_exited},
         {"error", s.error},
     };
-    std::ofstream f(o.stats_file);
     // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
-    // not UTF-8.
-    f << json_text(j, 2) << "\n";
-    if (!f) throw UserError(fmt::format("cannot write {}", o.stats_file));
+    // not UTF-8. Written whole or not at all, never through a planted link.
+    write_file_atomically(o.stats_file, json_text(j, 2) + "\n");
 }
 
 }  // namespace bb

@@ -37,7 +37,6 @@ int run(int argc, char** argv) {
     }
     Session s(o);
     auto &vm = s.vm;
-    auto &sym = s.sym;
     auto &sampler_slot = s.sampler;
     if (o.event == Event::alloc) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
     auto found = resolve_functions(vm, func, exact);

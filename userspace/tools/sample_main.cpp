@@ -76,7 +76,6 @@ int run(int argc, char** argv) {
                        : fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
     auto& out = s.out;
     auto& sym = s.sym;
-    Sampler& sampler = *s.sampler;
 
     if (pstack) {
         // One stack of each running scheduler. A sample in JIT code is preferred: in C code
