@@ -36,6 +36,7 @@
 	X(proc_old_htop, "struct process", "old_htop")                           \
 	X(proc_high_water, "struct process", "high_water")                       \
 	X(proc_mbuf, "struct process", "mbuf")                                   \
+	X(proc_msg_frag, "struct process", "msg_frag")                           \
 	X(proc_sig_first, "struct process", "sig_qs.first")                      \
 	X(proc_sig_cont, "struct process", "sig_qs.cont")                        \
 	X(proc_sig_inq_first, "struct process", "sig_inq.first")                 \

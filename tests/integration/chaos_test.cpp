@@ -240,6 +240,13 @@ ToolResult run_with_caps(const std::string& prog, const std::vector<std::string>
                                   "--addamb=" + caps, "--shell=" + prog, "--"};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string base = ::testing::TempDir() + "bb_caps_" + std::to_string(getpid());
+    // The figures checked come from --stats (written by the tool as kUser, in a world-writable dir).
+    const std::string stats_path = base + ".stats.json";
+    const bool profiler = prog.ends_with("beam-bpf-sample") || prog.ends_with("beam-bpf-blame");
+    if (profiler) {
+        std::remove(stats_path.c_str());
+        argv.insert(argv.end() - static_cast<long>(args.size()), {"--stats", stats_path});
+    }
     const std::string out_path = base + ".out", err_path = base + ".err";
     int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -289,6 +296,11 @@ ToolResult run_with_caps(const std::string& prog, const std::vector<std::string>
     r.err = slurp(err_path);
     fs::remove(out_path);
     fs::remove(err_path);
+    if (profiler) {
+        std::ifstream in(stats_path);
+        if (in) r.stats = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+        fs::remove(stats_path);
+    }
     return r;
 }
 

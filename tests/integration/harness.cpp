@@ -238,7 +238,7 @@ ToolResult collect(RunningTool& t, Clock::time_point deadline) {
     if (!t.stats_file.empty()) {
         std::ifstream in(t.stats_file);
         if (in) r.stats = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-        std::remove(t.stats_file.c_str());
+        if (t.stats_owned) std::remove(t.stats_file.c_str());
         t.stats_file.clear();
     }
     return r;
@@ -437,6 +437,7 @@ RunningTool& RunningTool::operator=(RunningTool&& o) noexcept {
         err = std::move(o.err);
         started = o.started;
         stats_file = std::move(o.stats_file);
+        stats_owned = o.stats_owned;
     }
     return *this;
 }
@@ -449,9 +450,12 @@ RunningTool start(const std::string& tool, const std::vector<std::string>& args,
     argv.insert(argv.end(), args.begin(), args.end());
     // The figures tests check come from --stats, not from the summary's prose.
     std::string stats;
+    bool own = true;
     const bool profiler = tool == "beam-bpf-sample" || tool == "beam-bpf-blame";
-    if (profiler && std::find(args.begin(), args.end(), "--stats") == args.end() &&
-        std::find(args.begin(), args.end(), "--help") == args.end()) {
+    if (auto given = std::find(args.begin(), args.end(), "--stats"); given != args.end()) {
+        if (given + 1 != args.end()) stats = *(given + 1);  // the test's own: read, not removed
+        own = false;
+    } else if (profiler && std::find(args.begin(), args.end(), "--help") == args.end()) {
         static int serial = 0;
         stats = "/tmp/bb-test-stats-" + std::to_string(getpid()) + "-" + std::to_string(serial++) + ".json";
         std::remove(stats.c_str());
@@ -459,6 +463,7 @@ RunningTool start(const std::string& tool, const std::vector<std::string>& args,
     }
     RunningTool t = start_argv(argv, as_user);
     t.stats_file = stats;
+    t.stats_owned = own;
     return t;
 }
 

@@ -104,7 +104,8 @@ struct RunningTool {
     int out_fd = -1, err_fd = -1;
     std::string out, err;  // read so far (wait_stderr drains both pipes)
     std::chrono::steady_clock::time_point started{};
-    std::string stats_file;  // the harness's --stats file, read and removed by collect()
+    std::string stats_file;  // the run's --stats file, read by collect()
+    bool stats_owned = true; // the harness's own (removed after), not the test's
 
     RunningTool() = default;
     RunningTool(RunningTool&& o) noexcept;

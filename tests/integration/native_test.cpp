@@ -142,11 +142,17 @@ TEST_P(NativeVmTest, GcStacksCarryTheErlangChain) {
     const std::string worker = ready_pid(erl);
     ToolResult r = run_tool(kTool, {"-d", "4", "--folded", "--process", worker, std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    long gc = 0, exact = 0, deeper = 0;
+    long gc = 0, exact = 0, deeper = 0, mid_gc = 0;
     for (const auto& [stack, n] : parse_folded(r.out)) {
         auto frames = split_frames(stack);
         auto entry = std::find(frames.begin(), frames.end(), "erts_garbage_collect_nobump");
         if (entry == frames.end()) continue;
+        // Taken while the collector had the heap in flux: the process is named under [gc], its
+        // Erlang stack unreadable (README: unreadable samples); no chain to check.
+        if (frames.front() == "[gc]") {
+            mid_gc += n;
+            continue;
+        }
         gc += n;
         // Root first: the chain, then build/1 as deep as the list was when the heap filled,
         // then JIT or native frames only.
@@ -159,7 +165,8 @@ TEST_P(NativeVmTest, GcStacksCarryTheErlangChain) {
         if (entry + 1 != frames.end()) deeper += n;
     }
     std::cout << gc << " samples in GC, " << exact << " with the exact Erlang chain, " << deeper
-              << " with the collector's frames below its entry\n";
+              << " with the collector's frames below its entry; " << mid_gc
+              << " more under [gc] (stack read mid-collection)\n";
     ASSERT_GT(gc, 100) << r.out.substr(0, 4000);
     EXPECT_GE(exact, gc * 95 / 100) << r.out.substr(0, 4000);
     EXPECT_GE(deeper, gc * 80 / 100) << r.out.substr(0, 4000);
@@ -295,8 +302,12 @@ TEST_P(NativeVmTest, OnlyErlangHasNoNativeFrames) {
     long all = 0;
     for (const auto& [stack, n] : parse_folded(r.out)) {
         all += n;
-        for (const auto& f : split_frames(stack))
+        for (const auto& f : split_frames(stack)) {
+            // The markers of a process caught mid-collection or exiting (README: unreadable
+            // samples) are not native frames.
+            if (f == "[gc]" || f == "[exiting]") continue;
             EXPECT_NE(f.find(':'), std::string::npos) << f;  // Erlang (or the JIT's global::...) only
+        }
     }
     EXPECT_GT(all, 100);
 }

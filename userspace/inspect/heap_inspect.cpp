@@ -78,8 +78,11 @@ public:
     }
 
     // The messages of one queue (a chain of ErtsMessage and other signals), with the fragments
-    // their data is in; signals that are not messages are skipped.
-    bool queue(uint64_t m) {
+    // their data is in; signals that are not messages are skipped. `queued` false: the chain of
+    // received messages whose data stays in their fragments until the next collection
+    // (Process.msg_frag): their areas are copied (the stack points into them), but they are not
+    // the queue's messages.
+    bool queue(uint64_t m, bool queued = true) {
         ChainGuard guard;
         for (size_t n = 0; m; n++) {
             if (guard.loops(m)) return false;
@@ -91,7 +94,7 @@ public:
             if ((*msg & 3) == 0) {
                 if (*msg == 0) s_.undecoded_messages++;
             } else {
-                s_.messages.push_back(*msg);
+                if (queued) s_.messages.push_back(*msg);
                 if (*data == kCombinedHfrag) {
                     auto used = vm_.mem().read<uint64_t>(m + o_.msg_hfrag + o_.hfrag_used_size);
                     uint64_t mem = m + o_.msg_hfrag + o_.hfrag_mem;
@@ -205,7 +208,7 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
         s.attempts = attempt;
         Copier copy(vm, s, max_bytes);
         bool ok = copy.area(before->heap, before->htop) && copy.area(before->stop, before->hend) &&
-                  copy.area(before->old_heap, before->old_htop) && copy.fragments(before->mbuf) &&
+                  copy.area(before->old_heap, before->old_htop) && copy.fragments(before->mbuf) && copy.queue(before->msg_frag, /*queued=*/false) &&
                   copy.queue(before->sig_first) && copy.queue(before->sig_cont) && copy.dictionary(before->dictionary);
         auto after = read_entry(vm, c_p);
         if (after && after->pid != pid) throw UserError("the process exited");

@@ -45,7 +45,7 @@ bool ProcessEntry::busy() const {
 
 bool ProcessEntry::unchanged_since(const ProcessEntry& o) const {
     auto key = [](const ProcessEntry& e) {
-        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.mbuf, e.mbuf_sz,
+        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.mbuf, e.msg_frag, e.mbuf_sz,
                         e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
     };
     return key(*this) == key(o) && !busy();
@@ -82,6 +82,7 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     e.i = field<uint64_t>(proc, o.proc_i);
     e.heap = heap, e.htop = htop, e.stop = stop, e.hend = hend, e.old_heap = old_heap, e.old_htop = old_htop;
     e.mbuf = field<uint64_t>(proc, o.proc_mbuf);
+    e.msg_frag = field<uint64_t>(proc, o.proc_msg_frag);
     e.sig_first = field<uint64_t>(proc, o.proc_sig_first);
     e.sig_cont = field<uint64_t>(proc, o.proc_sig_cont);
     e.dictionary = field<uint64_t>(proc, o.proc_dictionary);

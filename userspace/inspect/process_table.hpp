@@ -35,6 +35,9 @@ struct ProcessEntry {
     // [old_heap, old_htop), heap fragments (mbuf), the inner and middle message queues and the
     // dictionary (a ProcDict *).
     uint64_t heap = 0, htop = 0, stop = 0, hend = 0, old_heap = 0, old_htop = 0, mbuf = 0;
+    // Received messages whose data is still in their own fragments (erts_save_message_in_proc):
+    // a chain of ErtsMessage the next collection merges. The stack and heap point into them.
+    uint64_t msg_frag = 0;
     uint64_t sig_first = 0, sig_cont = 0, dictionary = 0;
     uint64_t sig_inq_first = 0;  // the outer queue: signals not yet fetched by the process
     uint64_t abandoned_heap = 0; // the heap a GC left for a new one (then both are counted)

@@ -30,13 +30,14 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
            "-e,--event",
            [&o](const std::string& name) {
                for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc})
-                   if (name == event_name(e)) o.event = e;
+                   if (name == event_name(e)) return void(o.event = e);
+               throw UserError("-e " + name + ": the events are cpu-clock, cycles and alloc");
            },
                    "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
                    "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
                    "VMs), or alloc (beam-bpf-sample: an allocation profile, stacks weighed by the words each "
                    "process allocated on its heap, taken at every garbage collection; see README)")
-        ->check(CLI::IsMember({"cpu-clock", "cycles", "alloc"}));
+        ;
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
