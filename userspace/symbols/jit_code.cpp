@@ -172,9 +172,7 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
 }  // namespace
 
 Result<JitModule> parse_module_symfile(std::span<const std::byte> b) {
-    std::string err;
-    if (auto v = parse_module_symfile(b, &err)) return std::move(*v);
-    return Fail{err};
+    return to_result([&](std::string* why) { return parse_module_symfile(b, why); });
 }
 
 namespace {
@@ -191,9 +189,7 @@ std::optional<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b, 
 }  // namespace
 
 Result<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b) {
-    std::string err;
-    if (auto v = parse_emulator_symfile(b, &err)) return std::move(*v);
-    return Fail{err};
+    return to_result([&](std::string* why) { return parse_emulator_symfile(b, why); });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -415,9 +415,7 @@ std::optional<VmOffsets> offsets_from_dwarf(const std::string& elf_path, std::st
 }  // namespace
 
 Result<VmOffsets> offsets_from_dwarf(const std::string& elf_path) {
-    std::string err;
-    if (auto o = offsets_from_dwarf(elf_path, &err)) return std::move(*o);
-    return Fail{err};
+    return to_result([&](std::string* why) { return offsets_from_dwarf(elf_path, why); });
 }
 
 bb_vm_layout VmOffsets::layout() const {
@@ -503,9 +501,7 @@ std::optional<VmOffsets> parse_table(std::string_view text, std::string* err) {
 }  // namespace
 
 Result<VmOffsets> parse_table(std::string_view text) {
-    std::string err;
-    if (auto o = parse_table(text, &err)) return std::move(*o);
-    return Fail{err};
+    return to_result([&](std::string* why) { return parse_table(text, why); });
 }
 
 const std::vector<VmOffsets>& builtin_tables() {
