@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <tuple>
 
 #include "beam_bpf.h"
@@ -94,6 +96,12 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
 
 namespace {
 
+// A live process whose heap pointers did not parse: a copy taken mid-collection, worth reading
+// again (a freed slot or one that holds no pid is not).
+bool torn(std::span<const std::byte> proc, const VmOffsets& o) {
+    return (field<uint64_t>(proc, o.proc_id) & 0xf) == 0x3 && !(field<uint32_t>(proc, o.proc_state) & kFree);
+}
+
 // A signal that is not a message carries a tag where a message has its term: a header word of
 // subtag EXTERNAL_PID (ERTS_PROC_SIG_MAKE_TAG, erl_proc_sig_queue.h, OTP 25 to 29), which no
 // message term can be.
@@ -176,6 +184,13 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
     if (!tab || !max || *max == 0 || *max > (1u << 27)) throw UserError("cannot read the VM's process table");
     ProcessTable t;
     constexpr uint32_t kChunk = 8192;
+    // A process in a collection has its heap pointers rewritten one by one while we read them:
+    // the copy is torn (heap past htop, stop past hend) for the few microseconds the scheduler
+    // takes, and a spinning process collects often (1 in 50 listings of bb_hostile's lost one).
+    // Its struct is read again after a pause, within one budget for the whole table so that a
+    // table of garbage costs at most 50 ms more.
+    constexpr int kRereads = 8;
+    int reread_budget = 500;
     std::vector<uint64_t> slots;
     std::vector<std::byte> proc(o.proc_size);
     for (uint32_t first = 0; first < *max; first += kChunk) {
@@ -187,7 +202,11 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
             // A slot being filled or emptied holds a marker, not a pointer; a process that
             // exits between the two reads is gone.
             std::optional<ProcessEntry> e;
-            if (!(p & 7) && mem.read(p, proc)) e = parse_process(proc, p, o);
+            for (int n = 0; !e && !(p & 7) && mem.read(p, proc); n++) {
+                e = parse_process(proc, p, o);
+                if (e || n == kRereads || reread_budget-- <= 0 || !torn(proc, o)) break;
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+            }
             if (e && e->reg) {
                 auto name = mem.read<uint64_t>(e->reg + o.regproc_name);
                 e->reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;
