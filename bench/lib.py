@@ -6,9 +6,13 @@ Sections import it:  from lib import Bench, Vm, median_spread
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
+import sys
 import tempfile
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = os.path.join(ROOT, "tests", "workloads")
@@ -20,6 +24,28 @@ def arg_parser(doc, json_default):
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory of the tools")
     ap.add_argument("--json", default=json_default)
     return ap
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# Every process started through spawn(): end_started() kills those still running, so a failed
+# or interrupted bench leaves no VM spinning on the machine.
+_started = []
+
+
+def spawn(args, **kw):
+    p = subprocess.Popen(args, **kw)
+    _started.append(p)
+    return p
+
+
+def end_started():
+    for p in _started:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def require_root(section):
@@ -51,16 +77,26 @@ class Bench:
 
     def start(self, name, args):
         """A tool left running until stop(): returns once it has attached."""
-        p = subprocess.Popen([self.tool(name), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = spawn([self.tool(name), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        said = []
         for line in p.stderr:
             if ": attached to " in line:
                 return p
-        raise SystemExit(f"bench: {name} did not attach")
+            said.append(line)
+        p.wait()
+        raise SystemExit(f"bench: {name} did not attach: {''.join(said).strip()}")
 
     @staticmethod
     def stop(p):
+        """SIGINT (Ctrl-C: the tool ends its run normally); returns the rest of its stderr."""
         p.send_signal(2)
-        p.wait()
+        return p.communicate()[1]
+
+
+def summary(stderr):
+    """(records, dropped) from beam-bpf-sample's last summary line."""
+    found = re.findall(r"^beam-bpf-[a-z]*: (\d+) samples in .*s, (\d+) dropped,", stderr, re.M)
+    return tuple(map(int, found[-1])) if found else (0, 0)
 
 
 def compile_workloads(out_dir, modules, erlc="erlc"):
@@ -72,17 +108,40 @@ class Vm:
     """An `erl` running `expr` from the workloads in `beams`, ready when it prints `ready` (the
     test workloads' convention). `erl` execs beam.smp, so its pid is the VM's."""
 
-    def __init__(self, beams, expr, erl="erl", flags=(), ready="ready", env=None):
-        self.p = subprocess.Popen([erl, *flags, "-noshell", "-pa", beams, "-eval", expr], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
+    def __init__(self, beams, expr, erl="erl", flags=(), ready="ready", env=None, cwd=None, timeout=None):
+        self.expr = expr
+        self.p = spawn([erl, *flags, "-noshell", "-pa", beams, "-eval", expr], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
         self.pid = self.p.pid
-        self.ready_line = ""
-        if ready:
+        self.ready_line = self.expect(ready, timeout) if ready else ""
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def expect(self, prefix, timeout=None):
+        """The VM's next line that starts with `prefix`. Fails if the VM ends first or, given a
+        timeout, does not print it within that many seconds (then it is killed, which ends the read)."""
+        watchdog = threading.Timer(timeout, self.p.kill) if timeout else None
+        if watchdog:
+            watchdog.start()
+        try:
             for line in self.p.stdout:
-                if line.startswith(ready):
-                    self.ready_line = line.strip()
-                    return
-            raise SystemExit(f"bench: {expr} ended before `{ready}`")
+                if line.startswith(prefix):
+                    return line.strip()
+        finally:
+            if watchdog:
+                watchdog.cancel()
+        raise SystemExit(f"bench: {self.expr} ended before `{prefix}`")
+
+    def quit(self, timeout=30):
+        """`quit` (the workloads' command to halt); killed if still there after `timeout` s."""
+        try:
+            self.send("quit")
+            self.p.stdin.close()
+            self.p.wait(timeout)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.close()
 
     def close(self):
         if self.p.poll() is None:
@@ -101,6 +160,66 @@ def rss_kib(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def load1():
+    return float(open("/proc/loadavg").read().split()[0])
+
+
+def busy_cpu_s():
+    """CPU seconds the machine has been busy since boot, all CPUs: user, nice, system, irq,
+    softirq and steal (not idle or iowait)."""
+    f = open("/proc/stat").readline().split()
+    return sum(int(f[i]) for i in (1, 2, 3, 6, 7, 8)) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s():
+    """User + system seconds of this process and of every child it has waited for (VMs, tools,
+    perf): what the bench itself used."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class OthersCpu:
+    """From its creation on: the wall time, and the share of the machine's CPUs that processes
+    other than the bench used (the machine's busy time less the bench's own)."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
+
+    def seconds(self):
+        return time.monotonic() - self.t0
+
+    def pct(self):
+        others = (busy_cpu_s() - self.busy0) - (own_cpu_s() - self.own0)
+        return max(0.0, 100 * others / (self.seconds() * len(os.sched_getaffinity(0))))
+
+
+def wait_quiet(max_load, max_others_pct, at_most):
+    """Waits until the 1-minute load average is <= max_load and other processes use <= max_others_pct
+    of the CPUs (over 5 s), checking every 10 s, at most `at_most` s; returns the seconds waited."""
+    def quiet():
+        if load1() > max_load:
+            return False
+        w = OthersCpu()
+        time.sleep(5)
+        return w.pct() <= max_others_pct
+    waited = 0
+    while not quiet():
+        if waited >= at_most:
+            log(f"load average still {load1()} after {waited}s: running anyway (see others_cpu_pct in the results)")
+            break
+        if waited == 0:
+            log(f"other work running (load average {load1()}, limit {max_load}; CPU limit {max_others_pct}%): "
+                f"waiting (at most {at_most}s)")
+        time.sleep(10)
+        waited += 10
+    return waited
+
+
+def verdict(ok):
+    """A figure against its target, in the table."""
+    return "met" if ok else "NOT met"
 
 
 def median_spread(values):
