@@ -30,11 +30,12 @@ def run(r):
 def report(r):
     R = r.R
     R["verdict.lost"] = verdict(R["lost.dropped"] == 0)
-    lines = [f"3. Lost records: -F 9999, {r.lost_s} s, VM busy on every CPU (others used {R['lost.others_cpu_pct']:.1f}%): "
-             f"seen {R['lost.seen']} ({R['lost.samples_per_s']:.0f}/s), emitted {R['lost.emitted']}, "
-             f"dropped {R['lost.dropped']}",
+    lines = [f"3. Lost records: -F 9999, {r.lost_s} s, VM busy on every CPU (others used "
+             f"{R['lost.others_cpu_pct']:.1f}%): seen {R['lost.seen']} ({R['lost.samples_per_s']:.0f}/s), "
+             f"emitted {R['lost.emitted']}, dropped {R['lost.dropped']}",
              f"   tool CPU: {R['lost.user_cpu_s']} s user + {R['lost.sys_cpu_s']} s sys "
-             f"({R['lost.tool_cpu_pct_of_one']:.1f}% of one CPU) = {R['lost.records_per_cpu_s']:.0f} records per CPU second"]
+             f"({R['lost.tool_cpu_pct_of_one']:.1f}% of one CPU) = {R['lost.records_per_cpu_s']:.0f} records per "
+             "CPU second"]
     targets = [(f"lost records, -F 9999 {r.lost_s}s busy VM", f"{R['lost.dropped']} of {R['lost.seen']}", "0",
                 R["verdict.lost"])]
     return lines, targets

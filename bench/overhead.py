@@ -178,21 +178,18 @@ def report(r):
     # Judged on the same-VM ratios (B/A, C/A in one VM, median over rounds): the VM-to-VM spread
     # of the medians of separate VMs is larger than the 1% being judged. The incumbent: perf's
     # same-VM factor (E/D, F/D) times what +JPperf true costs (D/A, medians).
-    R["verdict.overhead_999"] = verdict(ov("B.paired_overhead_pct") <= 1)
-    R["verdict.overhead_9999"] = verdict(ov("C.paired_overhead_pct") <= 5)
-    R["verdict.below_perf_999"] = verdict(ov("B.paired_overhead_pct") < ov("E.incumbent_overhead_pct"))
-    R["verdict.below_perf_9999"] = verdict(ov("C.paired_overhead_pct") < ov("F.incumbent_overhead_pct"))
-    targets = [
-        ("overhead, beam-bpf -F 999 (same VM)", f"{ov('B.paired_overhead_pct'):+.2f}% (medians of separate VMs: "
-         f"{ov('B.overhead_pct'):+.2f}%)", "<= 1%", R["verdict.overhead_999"]),
-        ("overhead, beam-bpf -F 9999 (same VM)", f"{ov('C.paired_overhead_pct'):+.2f}% (medians of separate VMs: "
-         f"{ov('C.overhead_pct'):+.2f}%)", "<= 5%", R["verdict.overhead_9999"]),
-        ("  incumbent, +JPperf + perf -F 999", f"{ov('E.incumbent_overhead_pct'):+.2f}% (medians: "
-         f"{ov('E.overhead_pct'):+.2f}%)", "beam-bpf below", R["verdict.below_perf_999"]),
-        ("  incumbent, +JPperf + perf -F 9999", f"{ov('F.incumbent_overhead_pct'):+.2f}% (medians: "
-         f"{ov('F.overhead_pct'):+.2f}%)", "beam-bpf below", R["verdict.below_perf_9999"]),
-        ("  sampling interrupts alone, 9999 Hz", f"{ov('G.paired_overhead_pct'):+.2f}% (same VM)", "-",
-         "(what any cpu-clock sampler pays here)")]
+    targets = []
+    for cfg, hz, limit in (("B", 999, 1), ("C", 9999, 5)):
+        v = R[f"verdict.overhead_{hz}"] = verdict(ov(f"{cfg}.paired_overhead_pct") <= limit)
+        targets.append((f"overhead, beam-bpf -F {hz} (same VM)", f"{ov(f'{cfg}.paired_overhead_pct'):+.2f}% (medians "
+                        f"of separate VMs: {ov(f'{cfg}.overhead_pct'):+.2f}%)", f"<= {limit}%", v))
+    for cfg, perf, hz in (("B", "E", 999), ("C", "F", 9999)):
+        incumbent = ov(f"{perf}.incumbent_overhead_pct")
+        v = R[f"verdict.below_perf_{hz}"] = verdict(ov(f"{cfg}.paired_overhead_pct") < incumbent)
+        targets.append((f"  incumbent, +JPperf + perf -F {hz}",
+                        f"{incumbent:+.2f}% (medians: {ov(f'{perf}.overhead_pct'):+.2f}%)", "beam-bpf below", v))
+    targets.append(("  sampling interrupts alone, 9999 Hz", f"{ov('G.paired_overhead_pct'):+.2f}% (same VM)", "-",
+                    "(what any cpu-clock sampler pays here)"))
     row = "   {} {:<40} {:<9} {:<20} {:<9} {:<10} {:<30} {}"
     lines = [
         f"1. VM throughput: {r.a.iters} units of mixed Erlang work on {R['machine.cpus']} processes, timed in the VM; "
@@ -202,15 +199,12 @@ def report(r):
         f"{ov('A.mad_pct'):.2f}% of their median",
         f"   perf event: {R.get('overhead.perf_event') or '?'}; perf record's default here: "
         f"{R.get('overhead.perf_default_event') or '?'}; perf is given 0.25 s after opening its events",
-        "   {:<42} {:<9} {:<20} {:<9} {:<10} {:<30} {}".format(
-            "configuration", "median", "vs A (overhead)", "min", "min vs A", "same VM: median [quartiles]", "samples/s")]
+        "   {:<42} {:<9} {:<20} {:<9} {:<10} {:<30} {}".format("configuration", "median", "vs A (overhead)", "min",
+                                                            "min vs A", "same VM: median [quartiles]", "samples/s")]
     for cfg, name in NAMES.items():
-        if cfg in "BCG":
-            same = f"x{ov(cfg + '.paired_ratio'):.4f} [{ov(cfg + '.paired_ratio_q1'):.3f}-" \
-                   f"{ov(cfg + '.paired_ratio_q3'):.3f}] vs A"
-        elif cfg in "EF":
-            same = f"x{ov(cfg + '.paired_ratio_vs_D'):.4f} [{ov(cfg + '.paired_ratio_vs_D_q1'):.3f}-" \
-                   f"{ov(cfg + '.paired_ratio_vs_D_q3'):.3f}] vs D"
+        if cfg in "BCGEF":
+            k, vs = ("paired_ratio", "A") if cfg in "BCG" else ("paired_ratio_vs_D", "D")
+            same = f"x{ov(f'{cfg}.{k}'):.4f} [{ov(f'{cfg}.{k}_q1'):.3f}-{ov(f'{cfg}.{k}_q3'):.3f}] vs {vs}"
         else:
             same = "-"
         lines.append(row.format(cfg, name, f"{ov(cfg + '.median_s'):.3f} s",
