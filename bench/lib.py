@@ -75,14 +75,20 @@ class Bench:
                 raise SystemExit(f"bench: {name} failed: {r.stderr.strip()}")
             return (json.load(open(st.name)) if stats else None), r.stderr
 
-    def start(self, name, args):
-        """A tool left running until stop(): returns once it has attached."""
+    def start(self, name, args, timeout=60):
+        """A tool left running until stop(): returns once it has attached (killed if it has not
+        within `timeout` s, which ends the read)."""
         p = spawn([self.tool(name), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(timeout, p.kill)
+        watchdog.start()
         said = []
-        for line in p.stderr:
-            if ": attached to " in line:
-                return p
-            said.append(line)
+        try:
+            for line in p.stderr:
+                if ": attached to " in line:
+                    return p
+                said.append(line)
+        finally:
+            watchdog.cancel()
         p.wait()
         raise SystemExit(f"bench: {name} did not attach: {''.join(said).strip()}")
 
