@@ -11,6 +11,7 @@
 
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
+#include "agent/push_protocol.hpp"
 #include "agent/sinks.hpp"
 #include "base/error.hpp"
 
@@ -109,7 +110,7 @@ TEST(AgentSinks, PushQueueDropsTheOldestAndCountsFailures) {
     cfg.url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
     cfg.queue_bytes = 250;  // two 100-byte profiles, plus the one being sent
     cfg.max_backoff = std::chrono::milliseconds(50);
-    Pusher p(cfg);
+    Pusher p(pyroscope_protocol(), cfg);
     FinishedProfile f;
     f.service = "svc";
     f.pprof_gz = std::string(100, 'x');

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "agent/push_protocol.hpp"
 #include "base/clock.hpp"
 #include "base/text.hpp"
 #include "profile/aggregate.hpp"
@@ -44,6 +45,17 @@ std::string dir_safe(const std::string& s) {
         if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("_.@-", c)) c = '_';
     if (out.empty() || out[0] == '.') out.insert(out.begin(), '_');
     return out;
+}
+
+// A store's pusher after a reload: started, reconfigured, or stopped (dropping what it held:
+// said in the reload line).
+void reload_pusher(std::unique_ptr<Pusher>& p, const PushConfig& cfg, std::unique_ptr<PushProtocol> (*protocol)()) {
+    if (cfg.url.empty())
+        p.reset();
+    else if (p)
+        p->reconfigure(cfg);
+    else
+        p = std::make_unique<Pusher>(protocol(), cfg);
 }
 
 uint64_t rss_kib() {
@@ -90,7 +102,7 @@ Agent::Agent(AgentConfig cfg) {
         host_ = clean(h);
     }
     if (cfg.output != "none") dir_.emplace(cfg.output, cfg.retention);
-    if (!cfg.push.url.empty()) pusher_ = std::make_unique<Pusher>(cfg.push);
+    reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     if (cfg.metrics_port >= 0) {
         metrics_ = std::make_unique<MetricsEndpoint>(static_cast<uint16_t>(cfg.metrics_port));
         log(fmt::format("metrics on http://127.0.0.1:{}/metrics", metrics_->port()));
@@ -294,12 +306,7 @@ void Agent::apply(AgentConfig cfg) {
     cfg.frequency = cfg_.frequency;
     cfg.native_depth = cfg_.native_depth;
     cfg.output = cfg_.output;
-    if (cfg.push.url.empty())
-        pusher_.reset();  // drops what it still held: said in the reload line
-    else if (pusher_)
-        pusher_->reconfigure(cfg.push);
-    else
-        pusher_ = std::make_unique<Pusher>(cfg.push);
+    reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     if (dir_) dir_->set_retention(cfg.retention);
     cfg_ = std::move(cfg);
     host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);

@@ -35,7 +35,7 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     else if (key == "retention") c.retention = number<size_t>(key, v);
     else if (key == "push") c.push.url = v;
     else if (key == "push-auth") c.push.auth_file = v;
-    else if (key == "push-tenant") c.push.tenant = v;
+    else if (key == "push-tenant") c.push.headers.push_back("X-Scope-OrgID: " + v);
     else if (key == "queue-bytes") c.push.queue_bytes = number<size_t>(key, v);
     else if (key == "max-backoff") c.push.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
     else if (key == "match") c.match.push_back(v);

@@ -1,4 +1,6 @@
 #include "agent/sinks.hpp"
+
+#include "agent/push_protocol.hpp"
 #include "run/output.hpp"
 
 #include <curl/curl.h>
@@ -87,8 +89,6 @@ std::string url_escape(CURL* curl, const std::string& s) {
 constexpr const char* kSampleTypeConfig =
     R"({"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}})";
 
-size_t discard(char*, size_t size, size_t n, void*) { return size * n; }
-
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
     size_t b = 0;
@@ -96,11 +96,53 @@ std::string trimmed(std::string s) {
     return s.substr(b);
 }
 
+// The answer's first bytes: enough for a store's reason, never its whole body in memory.
+size_t keep_start(char* data, size_t size, size_t n, void* out) {
+    auto* s = static_cast<std::string*>(out);
+    s->append(data, std::min(size * n, 4096 - std::min<size_t>(s->size(), 4096)));
+    return size * n;
+}
+
+class Pyroscope : public PushProtocol {
+public:
+    const char* option() const override { return "--push"; }
+    PushItem item(const FinishedProfile& p) const override {
+        return {fmt::format("name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=beam-bpf",
+                            url_escape(nullptr, pyroscope_name(p.service, p.labels)), p.start_unix_ns / 1'000'000'000ull,
+                            (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull, p.frequency_hz),
+                p.pprof_gz};
+    }
+    std::string url(const std::string& configured, const PushItem& it) const override {
+        std::string base = configured;
+        while (base.ends_with("/")) base.pop_back();
+        if (!base.ends_with("/ingest")) base += "/ingest";
+        return base + "?" + it.query;
+    }
+    curl_mime* body(CURL* c, const PushItem& it, curl_slist*&) const override {
+        curl_mime* mime = curl_mime_init(c);
+        curl_mimepart* part = curl_mime_addpart(mime);
+        curl_mime_name(part, "profile");
+        curl_mime_filename(part, "profile.pb.gz");
+        curl_mime_data(part, it.body.data(), it.body.size());
+        part = curl_mime_addpart(mime);
+        curl_mime_name(part, "sample_type_config");
+        curl_mime_filename(part, "sample_type_config.json");
+        curl_mime_data(part, kSampleTypeConfig, CURL_ZERO_TERMINATED);
+        curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+        return mime;
+    }
+    bool retryable(long status) const override { return status >= 500 || status == 429 || status == 408; }
+};
+
 }  // namespace
 
-Pusher::Pusher(PushConfig cfg) : cfg_(std::move(cfg)) {
+std::unique_ptr<PushProtocol> pyroscope_protocol() { return std::make_unique<Pyroscope>(); }
+
+Pusher::Pusher(std::unique_ptr<PushProtocol> protocol, PushConfig cfg)
+    : protocol_(std::move(protocol)), cfg_(std::move(cfg)) {
     static const bool global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-    if (!global || !(curl_ = curl_easy_init())) throw UserError("--push: cannot start libcurl");
+    if (!global || !(curl_ = curl_easy_init()))
+        throw UserError(fmt::format("{}: cannot start libcurl", protocol_->option()));
     thread_ = std::thread([this] { run(); });
 }
 
@@ -115,11 +157,7 @@ Pusher::~Pusher() {
 }
 
 void Pusher::enqueue(const FinishedProfile& p) {
-    auto it = std::make_shared<Item>();
-    it->query = fmt::format("name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=beam-bpf",
-                            url_escape(nullptr, pyroscope_name(p.service, p.labels)), p.start_unix_ns / 1'000'000'000ull,
-                            (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull, p.frequency_hz);
-    it->body = p.pprof_gz;
+    auto it = std::make_shared<const Item>(protocol_->item(p));
     {
         std::lock_guard l(mu_);
         queue_.push_back(std::move(it));
@@ -162,20 +200,19 @@ PushCounters Pusher::counters() const {
 std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
     CURL* c = static_cast<CURL*>(curl_);
     retry = true;
-    std::string base = cfg.url;
-    while (base.ends_with("/")) base.pop_back();
-    if (!base.ends_with("/ingest")) base += "/ingest";
-    const std::string url = base + "?" + it.query;
+    const std::string url = protocol_->url(cfg.url, it);
+    std::string answer;
 
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(cfg.timeout.count()));
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg.timeout.count()));
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep_start);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
     curl_easy_setopt(c, CURLOPT_USERAGENT, "beam-bpf-agent");
     curl_slist* headers = nullptr;
-    if (!cfg.tenant.empty()) headers = curl_slist_append(headers, ("X-Scope-OrgID: " + cfg.tenant).c_str());
+    for (const std::string& h : cfg.headers) headers = curl_slist_append(headers, h.c_str());
     std::string userpwd;
     if (!cfg.auth_file.empty()) {
         // Read at each push: a rotated credential is picked up without a reload.
@@ -196,17 +233,8 @@ std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
             curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
         }
     }
+    curl_mime* mime = protocol_->body(c, it, headers);
     if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-    curl_mime* mime = curl_mime_init(c);
-    curl_mimepart* part = curl_mime_addpart(mime);
-    curl_mime_name(part, "profile");
-    curl_mime_filename(part, "profile.pb.gz");
-    curl_mime_data(part, it.body.data(), it.body.size());
-    part = curl_mime_addpart(mime);
-    curl_mime_name(part, "sample_type_config");
-    curl_mime_filename(part, "sample_type_config.json");
-    curl_mime_data(part, kSampleTypeConfig, CURL_ZERO_TERMINATED);
-    curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
 
     CURLcode rc = curl_easy_perform(c);
     long status = 0;
@@ -214,8 +242,11 @@ std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
     curl_mime_free(mime);
     curl_slist_free_all(headers);
     if (rc != CURLE_OK) return curl_easy_strerror(rc);
-    if (status >= 200 && status < 300) return {};
-    retry = status >= 500 || status == 429 || status == 408;
+    if (status >= 200 && status < 300) {
+        retry = false;  // a store that took part of it must not get it again
+        return protocol_->refused(answer);
+    }
+    retry = protocol_->retryable(status);
     return fmt::format("HTTP {}", status);
 }
 

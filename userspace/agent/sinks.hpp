@@ -45,9 +45,9 @@ private:
 std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels);
 
 struct PushConfig {
-    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"); /ingest is added
+    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added)
     std::string auth_file;   // "user:password" (basic) or "Bearer TOKEN"; "" for none
-    std::string tenant;      // X-Scope-OrgID, "" for none
+    std::vector<std::string> headers;  // "Name: value" on every request (--push-tenant: X-Scope-OrgID)
     size_t queue_bytes = 64 << 20;  // profiles waiting to be pushed, at most this many bytes
     std::chrono::milliseconds max_backoff{30'000};
     std::chrono::milliseconds timeout{10'000};  // one request, connection included
@@ -62,14 +62,26 @@ struct PushCounters {
     std::string last_error;
 };
 
+// One queued request: the URL's query ("" for none) and the body.
+struct PushItem {
+    std::string query;
+    std::string body;
+};
+
+// How one kind of store takes a profile (agent/push_protocol.hpp).
+class PushProtocol;
 // POST /ingest?name=SERVICE{labels}&from=&until=&format=pprof&sampleRate=F&spyName=beam-bpf, the
 // body multipart/form-data with the profile in the field "profile" (Pyroscope's documented
-// form for pprof with a sample type configuration). One thread sends; enqueue() never waits for
-// the network. A failure (no connection, a 5xx, a 429) is retried after a backoff that doubles
-// up to max_backoff; the queue is bounded in bytes and drops its oldest profile first.
+// form for pprof with a sample type configuration).
+std::unique_ptr<PushProtocol> pyroscope_protocol();
+
+// Sends each profile to one store. One thread sends; enqueue() never waits for the network. A
+// failure the protocol calls worth retrying (no connection; a 5xx or 429 for Pyroscope) is
+// retried after a backoff that doubles up to max_backoff; the queue is bounded in bytes and
+// drops its oldest profile first.
 class Pusher {
 public:
-    explicit Pusher(PushConfig cfg);
+    Pusher(std::unique_ptr<PushProtocol> protocol, PushConfig cfg);
     ~Pusher();
     Pusher(const Pusher&) = delete;
     Pusher& operator=(const Pusher&) = delete;
@@ -82,15 +94,13 @@ public:
     PushCounters counters() const;
 
 private:
-    struct Item {
-        std::string query;  // after /ingest?
-        std::string body;
-    };
+    using Item = PushItem;
     void run();
     // Empty: accepted; else why not. `retry`: whether trying again may help.
     std::string send(const Item& it, const PushConfig& cfg, bool& retry);
     void trim_locked();
 
+    std::unique_ptr<PushProtocol> protocol_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     PushConfig cfg_;
