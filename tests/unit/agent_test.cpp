@@ -123,6 +123,27 @@ TEST(AgentSinks, PushQueueDropsTheOldestAndCountsFailures) {
     EXPECT_EQ(c.dropped + c.queue_profiles, 10u);  // none lost without being counted
 }
 
+TEST(AgentSinks, OtlpUrlRetriesAndResource) {
+    auto otlp = otlp_protocol();
+    // No path: OTLP/HTTP's default one; a path: the URL as given.
+    EXPECT_EQ(otlp->url("http://c:4318", {}), "http://c:4318/v1development/profiles");
+    EXPECT_EQ(otlp->url("https://c:4318/", {}), "https://c:4318/v1development/profiles");
+    EXPECT_EQ(otlp->url("http://c/otlp/v1development/profiles", {}), "http://c/otlp/v1development/profiles");
+    // The specification's retryable codes only: a 500 or a 400 is not sent again.
+    for (long status : {429, 502, 503, 504}) EXPECT_TRUE(otlp->retryable(status)) << status;
+    for (long status : {400, 401, 404, 413, 500}) EXPECT_FALSE(otlp->retryable(status)) << status;
+    EXPECT_EQ(otlp->refused(""), "");  // an empty response: full success
+
+    const std::vector<OtlpAttribute> res =
+        otlp_resource({{"service_name", "shop"}, {"os_pid", "1234"}, {"ns_pid", ""}, {"node", "a@h"}, {"env", "prod"}});
+    const std::vector<OtlpAttribute> want{{"process.runtime.name", std::string("BEAM")},
+                                          {"service.name", std::string("shop")},
+                                          {"process.pid", int64_t{1234}},
+                                          {"beam.node", std::string("a@h")},
+                                          {"env", std::string("prod")}};
+    EXPECT_EQ(res, want);
+}
+
 TEST(AgentConfig, FileAndErrors) {
     char tmpl[] = "/tmp/bb-agent-conf-XXXXXX";
     int fd = mkstemp(tmpl);
@@ -150,6 +171,24 @@ TEST(AgentConfig, FileAndErrors) {
     } catch (const UserError& e) {
         EXPECT_NE(std::string(e.what()).find(":2: unknown setting frobnicate"), std::string::npos) << e.what();
     }
+    // OTLP: its own URL, auth and headers; the queue bound and backoff apply to both stores.
+    set_option(c, "otlp", "http://collector:4318");
+    set_option(c, "otlp-header", "X-Api-Key: k");
+    set_option(c, "push-tenant", "t1");
+    set_option(c, "queue-bytes", "1000");
+    EXPECT_EQ(c.otlp.headers, std::vector<std::string>{"X-Api-Key: k"});
+    EXPECT_EQ(c.push.headers, std::vector<std::string>{"X-Scope-OrgID: t1"});
+    EXPECT_EQ(c.otlp.queue_bytes, 1000u);
+    EXPECT_EQ(c.push.queue_bytes, 1000u);
+    check(c);
+    c.otlp.headers = {"X-Api-Key: k\r\nX-Other: injected"};
+    EXPECT_THROW(check(c), UserError);
+    c.otlp.headers = {"no colon"};
+    EXPECT_THROW(check(c), UserError);
+    c.otlp.headers = {};
+    c.otlp.url = "collector:4318";
+    EXPECT_THROW(check(c), UserError);
+    c.otlp.url = "";
     c.match = {"("};
     EXPECT_THROW(check(c), UserError);
     c.match = {};

@@ -19,6 +19,7 @@
 #include "base/clock.hpp"
 #include "base/text.hpp"
 #include "profile/aggregate.hpp"
+#include "report/otlp.hpp"
 #include "report/pprof.hpp"
 #include "report/report.hpp"
 #include "run/options.hpp"
@@ -103,6 +104,7 @@ Agent::Agent(AgentConfig cfg) {
     }
     if (cfg.output != "none") dir_.emplace(cfg.output, cfg.retention);
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
+    reload_pusher(otlp_, cfg.otlp, otlp_protocol);
     if (cfg.metrics_port >= 0) {
         metrics_ = std::make_unique<MetricsEndpoint>(static_cast<uint16_t>(cfg.metrics_port));
         log(fmt::format("metrics on http://127.0.0.1:{}/metrics", metrics_->port()));
@@ -252,6 +254,7 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     // Names come from the target: escaped as every report escapes them (report.hpp).
     write_report(prof, Format::pprof, os, {});
     fp.pprof_gz = std::move(os).str();
+    if (otlp_) fp.otlp = otlp_request(prof, otlp_resource(fp.labels));
 
     f.agg.clear();
     f.names.emplace(s.vm, false);
@@ -267,7 +270,8 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
             log(fmt::format("pid {}: {}", f.proc.pid, e.what()));
         }
     }
-    if (pusher_) pusher_->enqueue(fp);  // never waits for the network
+    for (Pusher* p : {pusher_.get(), otlp_.get()})
+        if (p) p->enqueue(fp);  // never waits for the network
 }
 
 void Agent::detach(pid_t pid, const std::string& why) {
@@ -307,6 +311,7 @@ void Agent::apply(AgentConfig cfg) {
     cfg.native_depth = cfg_.native_depth;
     cfg.output = cfg_.output;
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
+    reload_pusher(otlp_, cfg.otlp, otlp_protocol);
     if (dir_) dir_->set_retention(cfg.retention);
     cfg_ = std::move(cfg);
     host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);
@@ -334,7 +339,6 @@ void Agent::write_stats() const {
                        {"profiles", f->profiles},
                        {"events", sc.events}});
     }
-    PushCounters pc = pusher_ ? pusher_->counters() : PushCounters{};
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     nlohmann::json j = {
@@ -346,23 +350,28 @@ void Agent::write_stats() const {
         {"ring_dropped", c.ring_dropped},
         {"profiles", c.profiles},
         {"write_errors", c.write_errors},
-        {"pushes", pc.pushed},
-        {"push_failures", pc.failures},
-        {"push_dropped", pc.dropped},
-        {"push_rejected", pc.rejected},
-        {"push_last_error", pc.last_error},
-        {"queue_bytes", pc.queue_bytes},
-        {"queue_profiles", pc.queue_profiles},
         {"rss_kib", rss_kib()},
         {"peak_rss_kib", ru.ru_maxrss},
         {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
         {"vms", vms},
     };
+    // Each store's counters: Pyroscope's unprefixed (as they were before OTLP), OTLP's "otlp_".
+    const std::pair<std::string, const Pusher*> stores[] = {{"", pusher_.get()}, {"otlp_", otlp_.get()}};
+    for (const auto& [prefix, pusher] : stores) {
+        PushCounters pc = pusher ? pusher->counters() : PushCounters{};
+        j[prefix + "pushes"] = pc.pushed;
+        j[prefix + "push_failures"] = pc.failures;
+        j[prefix + "push_dropped"] = pc.dropped;
+        j[prefix + "push_rejected"] = pc.rejected;
+        j[prefix + "push_last_error"] = pc.last_error;
+        j[prefix + "queue_bytes"] = pc.queue_bytes;
+        j[prefix + "queue_profiles"] = pc.queue_profiles;
+    }
     if (metrics_) {
         // Prometheus' text format: the same figures, counters with _total.
         std::string text;
-        auto metric = [&](const char* name, const char* type, const char* help, const nlohmann::json& v) {
+        auto metric = [&](const std::string& name, const char* type, const std::string& help, const nlohmann::json& v) {
             text += fmt::format("# HELP beam_bpf_agent_{0} {1}\n# TYPE beam_bpf_agent_{0} {2}\nbeam_bpf_agent_{0} {3}\n",
                                 name, help, type, v.dump());
         };
@@ -374,12 +383,15 @@ void Agent::write_stats() const {
         metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
         metric("profiles_total", "counter", "profiles finished", j["profiles"]);
         metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);
-        metric("pushes_total", "counter", "profiles accepted by the store", j["pushes"]);
-        metric("push_failures_total", "counter", "push attempts that failed", j["push_failures"]);
-        metric("push_dropped_total", "counter", "profiles dropped from the full push queue", j["push_dropped"]);
-        metric("push_rejected_total", "counter", "profiles the store refused (4xx)", j["push_rejected"]);
-        metric("queue_bytes", "gauge", "bytes of profiles waiting to be pushed", j["queue_bytes"]);
-        metric("queue_profiles", "gauge", "profiles waiting to be pushed", j["queue_profiles"]);
+        for (const auto& [p, pusher] : stores) {
+            const std::string store = p.empty() ? "Pyroscope" : "the OTLP receiver";
+            metric(p + "pushes_total", "counter", "profiles accepted by " + store, j[p + "pushes"]);
+            metric(p + "push_failures_total", "counter", "push attempts to " + store + " that failed", j[p + "push_failures"]);
+            metric(p + "push_dropped_total", "counter", "profiles dropped from the full queue to " + store, j[p + "push_dropped"]);
+            metric(p + "push_rejected_total", "counter", "profiles " + store + " refused (not sent again)", j[p + "push_rejected"]);
+            metric(p + "queue_bytes", "gauge", "bytes of profiles waiting for " + store, j[p + "queue_bytes"]);
+            metric(p + "queue_profiles", "gauge", "profiles waiting for " + store, j[p + "queue_profiles"]);
+        }
         metric("rss_bytes", "gauge", "the agent's resident memory", nlohmann::json(j["rss_kib"].get<uint64_t>() * 1024));
         metrics_->set(std::move(text));
     }
@@ -428,16 +440,18 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
     std::vector<pid_t> pids;
     for (const auto& [pid, f] : vms_) pids.push_back(pid);
     for (pid_t pid : pids) detach(pid, "the agent stops");
-    if (pusher_) pusher_->flush(std::chrono::seconds(5));
-    write_stats();
-    if (pusher_) {
-        PushCounters pc = pusher_->counters();
-        log(fmt::format("stopped: {} profiles, {} pushed, {} push failures, {} dropped from the queue, {} rejected, {} "
-                        "left unsent",
-                        c_.profiles, pc.pushed, pc.failures, pc.dropped, pc.rejected, pc.queue_profiles));
-    } else {
-        log(fmt::format("stopped: {} profiles", c_.profiles));
+    // One deadline of 5 s for both queues: their threads send at the same time.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::string sent;
+    for (const auto& [name, p] : {std::pair{"", pusher_.get()}, std::pair{" to OTLP", otlp_.get()}}) {
+        if (!p) continue;
+        p->flush(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+        PushCounters pc = p->counters();
+        sent += fmt::format(", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} left unsent",
+                            pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.queue_profiles);
     }
+    write_stats();
+    log(fmt::format("stopped: {} profiles{}", c_.profiles, sent));
 }
 
 }  // namespace bb::agent

@@ -1,6 +1,6 @@
 // beam-bpf-agent: every beam.smp on the host, found as it starts (a /proc scan each second),
-// sampled until it exits, one pprof profile per VM per interval, to a directory and/or
-// Pyroscope.
+// sampled until it exits, one pprof profile per VM per interval, to a directory, Pyroscope
+// and/or an OTLP/HTTP receiver of profiles.
 //
 // First step, said plainly: each followed VM has its own Session (Vm, Symbolizer, names, native
 // unwind tables and its own loaded BPF walker), not one walker for all VMs; see README, Agent.
@@ -59,7 +59,7 @@ private:
     AgentConfig cfg_;
     std::string host_;
     std::optional<ProfileDir> dir_;
-    std::unique_ptr<Pusher> pusher_;
+    std::unique_ptr<Pusher> pusher_, otlp_;  // Pyroscope, OTLP
     std::unique_ptr<MetricsEndpoint> metrics_;
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     std::set<Key> refused_, ignored_;

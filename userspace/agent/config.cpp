@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <regex>
@@ -36,8 +37,13 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     else if (key == "push") c.push.url = v;
     else if (key == "push-auth") c.push.auth_file = v;
     else if (key == "push-tenant") c.push.headers.push_back("X-Scope-OrgID: " + v);
-    else if (key == "queue-bytes") c.push.queue_bytes = number<size_t>(key, v);
-    else if (key == "max-backoff") c.push.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
+    else if (key == "otlp") c.otlp.url = v;
+    else if (key == "otlp-auth") c.otlp.auth_file = v;
+    else if (key == "otlp-header") c.otlp.headers.push_back(v);
+    // Each store has its own queue, of this bound and backoff.
+    else if (key == "queue-bytes") c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v);
+    else if (key == "max-backoff")
+        c.push.max_backoff = c.otlp.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
     else if (key == "match") c.match.push_back(v);
     else if (key == "stats") c.stats_file = v;
     else if (key == "metrics") c.metrics_port = number<int>(key, v);
@@ -70,7 +76,8 @@ void check(const AgentConfig& c) {
     if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
     if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
-    if (c.output == "none" && c.push.url.empty()) throw UserError("--output none without --push: the profiles would go nowhere");
+    if (c.output == "none" && c.push.url.empty() && c.otlp.url.empty())
+        throw UserError("--output none without --push or --otlp: the profiles would go nowhere");
     for (const std::string& m : c.match) {
         try {
             std::regex re(m);
@@ -78,8 +85,15 @@ void check(const AgentConfig& c) {
             throw UserError(fmt::format("--match {}: not a regular expression: {}", m, e.what()));
         }
     }
-    if (!c.push.url.empty() && !c.push.url.starts_with("http://") && !c.push.url.starts_with("https://"))
-        throw UserError(fmt::format("--push {}: an http:// or https:// URL", c.push.url));
+    for (const auto& [option, push] : {std::pair{"--push", &c.push}, std::pair{"--otlp", &c.otlp}}) {
+        if (!push->url.empty() && !push->url.starts_with("http://") && !push->url.starts_with("https://"))
+            throw UserError(fmt::format("{} {}: an http:// or https:// URL", option, push->url));
+        // A header is one line: no byte that could end it and start another.
+        for (const std::string& h : push->headers)
+            if (h.find(':') == std::string::npos || h.find(':') == 0 ||
+                std::any_of(h.begin(), h.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 && ch != '\t'; }))
+                throw UserError(fmt::format("{} header '{}': one line 'Name: value'", option, h));
+    }
 }
 
 }  // namespace bb::agent

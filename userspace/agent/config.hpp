@@ -20,7 +20,8 @@ struct AgentConfig {
     uint32_t native_depth = 64;     // native frames below the Erlang ones (0: the native leaf only)
     std::string output = kDefaultOutput;  // "none": no files
     size_t retention = 60;          // files kept per VM directory (0: all)
-    PushConfig push;                // push.url empty: no push
+    PushConfig push;                // Pyroscope; push.url empty: no push
+    PushConfig otlp;                // an OTLP/HTTP receiver of profiles; otlp.url empty: none
     std::vector<std::string> match; // ECMAScript regexes; a VM is followed if one matches its
                                     // command line, node name or cgroup path (none given: all)
     std::string stats_file;

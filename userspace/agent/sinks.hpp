@@ -1,4 +1,5 @@
-// Where the agent's profiles go: a directory of pprof files, and Grafana Pyroscope's ingest API.
+// Where the agent's profiles go: a directory of pprof files, Grafana Pyroscope's ingest API, and
+// an OTLP/HTTP receiver of the profiles signal.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "report/otlp.hpp"
+
 namespace bb::agent {
 
 // One finished interval of one VM, as both sinks take it.
@@ -22,6 +25,7 @@ struct FinishedProfile {
     uint64_t start_unix_ns = 0, end_unix_ns = 0;
     uint64_t frequency_hz = 0;
     std::string pprof_gz;    // the gzipped profile.proto
+    std::string otlp;        // the OTLP export request (report/otlp.hpp), when --otlp is on
 };
 
 // DIR/<dir_name>/cpu-<start, UTC>.pb.gz, written to a temporary name in the same directory and
@@ -45,7 +49,7 @@ private:
 std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels);
 
 struct PushConfig {
-    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added)
+    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added), or OTLP's
     std::string auth_file;   // "user:password" (basic) or "Bearer TOKEN"; "" for none
     std::vector<std::string> headers;  // "Name: value" on every request (--push-tenant: X-Scope-OrgID)
     size_t queue_bytes = 64 << 20;  // profiles waiting to be pushed, at most this many bytes
@@ -68,12 +72,20 @@ struct PushItem {
     std::string body;
 };
 
-// How one kind of store takes a profile (agent/push_protocol.hpp).
+// How one kind of store takes a profile (agent/push_protocol.hpp): Pyroscope's, OTLP's.
 class PushProtocol;
 // POST /ingest?name=SERVICE{labels}&from=&until=&format=pprof&sampleRate=F&spyName=beam-bpf, the
 // body multipart/form-data with the profile in the field "profile" (Pyroscope's documented
 // form for pprof with a sample type configuration).
 std::unique_ptr<PushProtocol> pyroscope_protocol();
+// POST URL (http://collector:4318/v1development/profiles; a URL without a path gets that one)
+// with the ExportProfilesServiceRequest as application/x-protobuf (OTLP/HTTP).
+std::unique_ptr<PushProtocol> otlp_protocol();
+// A profile's labels as its OTLP resource: under the semantic conventions' names where there is
+// one (service.name, host.name, process.pid, process.vpid, container.id, process.linux.cgroup,
+// process.runtime.version: the erts version), beam.* for the node, release and OTP release,
+// label.KEY settings as KEY.
+std::vector<OtlpAttribute> otlp_resource(const std::vector<std::pair<std::string, std::string>>& labels);
 
 // Sends each profile to one store. One thread sends; enqueue() never waits for the network. A
 // failure the protocol calls worth retrying (no connection; a 5xx or 429 for Pyroscope) is

@@ -1,5 +1,5 @@
 // beam-bpf-agent: one long-running process per host that profiles every BEAM VM on it, into a
-// directory of pprof files and/or Grafana Pyroscope.
+// directory of pprof files, Grafana Pyroscope and/or an OTLP/HTTP receiver of profiles.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <signal.h>
@@ -22,7 +22,7 @@ void on_hup(int) { g_reload = true; }
 int run(int argc, char** argv) {
     CLI::App app{
         "beam-bpf-agent: profiles every BEAM VM on this host (containers too), one pprof profile per VM\n"
-        "per interval, to a directory and/or Grafana Pyroscope. Runs until SIGTERM (which writes the last\n"
+        "per interval, to a directory, Grafana Pyroscope and/or OTLP. Runs until SIGTERM (which writes the last\n"
         "interval); SIGHUP re-reads --config. Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE."};
     agent::AgentConfig defaults;
     // Options given on the command line, as key=value: applied over the file's at each (re)load.
@@ -49,7 +49,13 @@ int run(int argc, char** argv) {
     opt("--push", "push", "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof");
     opt("--push-auth", "push-auth", "a file holding user:password (basic) or 'Bearer TOKEN'");
     opt("--push-tenant", "push-tenant", "X-Scope-OrgID for a multi-tenant Pyroscope");
-    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, at most this many bytes (default 64 MiB)");
+    opt("--otlp", "otlp",
+        "an OTLP/HTTP receiver of profiles (http://collector:4318; no path: /v1development/profiles): "
+        "POST, ExportProfilesServiceRequest as application/x-protobuf");
+    opt("--otlp-auth", "otlp-auth", "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN'");
+    opt("--otlp-header", "otlp-header", "for --otlp: a header 'Name: value' on every request (repeatable)")
+        ->allow_extra_args(false);
+    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB)");
     opt("--max-backoff", "max-backoff", "seconds between retries of a failed push, at most (default 30)");
     opt("--match", "match",
         "follow only VMs whose command line, node name or cgroup path this regular expression finds (repeatable)")
@@ -81,8 +87,8 @@ int run(int argc, char** argv) {
     };
     agent::AgentConfig cfg = load();
     const std::string summary = fmt::format(
-        "every {} s, {} Hz, {}{}{}", cfg.every, cfg.frequency, cfg.output == "none" ? "no files" : "files in " + cfg.output,
-        cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url,
+        "every {} s, {} Hz, {}{}{}{}", cfg.every, cfg.frequency, cfg.output == "none" ? "no files" : "files in " + cfg.output,
+        cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url, cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
         cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
     if (check_only) {
         fmt::print("beam-bpf-agent: configuration ok: {}\n", summary);
