@@ -23,6 +23,8 @@ import re
 import sys
 import urllib.parse
 
+import receiving
+
 NAME = re.compile(r'^[^{}]+\{([^{}]*)\}$')
 
 
@@ -87,16 +89,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 config = json.loads(fields['sample_type_config'])
             except ValueError as e:
                 return self.fail(f'sample_type_config: {e}')
-        out = self.server.out
-        n = len([f for f in os.listdir(out) if f.endswith('.json')])
-        base = os.path.join(out, f'{n:06d}')
-        with open(base + '.pb.gz.tmp', 'wb') as f:
-            f.write(fields['profile'])
-        os.rename(base + '.pb.gz.tmp', base + '.pb.gz')
-        with open(base + '.json.tmp', 'w') as f:
-            json.dump({'app': app, 'labels': labels, 'from': start, 'until': until, 'query': q,
-                       'sample_type_config': config, 'authorization': self.headers.get('Authorization')}, f)
-        os.rename(base + '.json.tmp', base + '.json')
+        receiving.save(self.server.out, '.pb.gz', fields['profile'],
+                       {'app': app, 'labels': labels, 'from': start, 'until': until, 'query': q,
+                        'sample_type_config': config, 'authorization': self.headers.get('Authorization')})
         self.send_response(200)
         self.send_header('Content-Length', '0')
         self.end_headers()
@@ -115,12 +110,7 @@ def main():
     http.server.HTTPServer.allow_reuse_address = True
     srv = http.server.HTTPServer(('127.0.0.1', a.port), Handler)
     srv.out = a.out
-    if a.port_file:
-        with open(a.port_file + '.tmp', 'w') as f:
-            f.write(str(srv.server_address[1]))
-        os.rename(a.port_file + '.tmp', a.port_file)
-    print('listening', srv.server_address[1], flush=True)
-    srv.serve_forever()
+    receiving.serve(srv, a.port_file)
 
 
 if __name__ == '__main__':

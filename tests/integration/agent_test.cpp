@@ -2,6 +2,7 @@
 // times during one agent run (one in its own pid and mount namespace), one killed mid-interval,
 // pushes to a receiver that follows Pyroscope's documented ingest API and goes down for a while,
 // a SIGHUP reload and a SIGTERM. Every profile is decoded with `go tool pprof`, labels included.
+// Then OTLP: two VMs' profiles to a receiver of OTLP/HTTP, decoded with `protoc --decode`.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,30 +107,43 @@ size_t kernel_objects(pid_t pid) {
     return n;
 }
 
+// A directory of the test's own, removed with all it holds at the end.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char tmpl[] = "/tmp/bb-agent-test-XXXXXX";
+        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+// One of tests/agent's receivers on 127.0.0.1 ("--port 0": a free port), once it listens:
+// it writes its port to `port_file`.
+std::unique_ptr<ChildProcess> start_receiver(const std::string& script, std::vector<std::string> args,
+                                             const fs::path& port_file) {
+    fs::remove(port_file);
+    args.insert(args.begin(), {"python3", std::string(BB_SOURCE_DIR) + "/tests/agent/" + script});
+    args.insert(args.end(), {"--port-file", port_file.string()});
+    auto c = std::make_unique<ChildProcess>(args);
+    for (int i = 0; i < 200 && !fs::exists(port_file); i++) std::this_thread::sleep_for(50ms);
+    if (!fs::exists(port_file)) throw std::runtime_error(script + " did not start");
+    return c;
+}
+
 class AgentTest : public RootTest {};
 
 TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAnOutage) {
-    char tmpl[] = "/tmp/bb-agent-test-XXXXXX";
-    ASSERT_TRUE(mkdtemp(tmpl));
-    const fs::path dir = tmpl, out = dir / "profiles", recv = dir / "received", port_file = dir / "port",
+    TempDir tmp;
+    const fs::path dir = tmp.path, out = dir / "profiles", recv = dir / "received", port_file = dir / "port",
                    stats = dir / "stats.json", cfg = dir / "agent.conf";
-    struct Cleanup {
-        fs::path p;
-        ~Cleanup() {
-            std::error_code ec;
-            fs::remove_all(p, ec);
-        }
-    } cleanup{dir};
-    const std::string receiver = std::string(BB_SOURCE_DIR) + "/tests/agent/pyroscope_receiver.py";
-    auto start_receiver = [&](const std::string& port) {
-        fs::remove(port_file);
-        auto c = std::make_unique<ChildProcess>(std::vector<std::string>{
-            "python3", receiver, "--out", recv.string(), "--port", port, "--port-file", port_file.string()});
-        for (int i = 0; i < 200 && !fs::exists(port_file); i++) std::this_thread::sleep_for(50ms);
-        if (!fs::exists(port_file)) throw std::runtime_error("the receiver did not start");
-        return c;
+    auto start_pyroscope = [&](const std::string& port) {
+        return start_receiver("pyroscope_receiver.py", {"--out", recv.string(), "--port", port}, port_file);
     };
-    auto receiver_proc = start_receiver("0");
+    auto receiver_proc = start_pyroscope("0");
     const std::string port = slurp(port_file);
     {
         std::ofstream c(cfg);
@@ -215,7 +229,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     kill(agent.pid, SIGHUP);
     ASSERT_TRUE(wait_stderr(agent, "configuration reloaded", 5s, &err)) << err;
     std::this_thread::sleep_for(6s);
-    receiver_proc = start_receiver(port);
+    receiver_proc = start_pyroscope(port);
     std::this_thread::sleep_for(5s);
 
     // SIGTERM: the last interval of each VM is written and pushed, then the agent exits 0.
@@ -327,6 +341,263 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     EXPECT_EQ(st["vms_attached"].get<long>(), 3) << st.dump();
     EXPECT_EQ(st["vms_detached"].get<long>(), 3) << st.dump();
     EXPECT_EQ(st["vms_followed"].get<long>(), 0) << st.dump();
+}
+
+
+// protoc --decode's text format as a tree: each message's fields in order, scalars as text
+// (strings unquoted), submessages as trees.
+struct TextMsg {
+    struct Field {
+        std::string name, value;
+        std::shared_ptr<TextMsg> msg;
+    };
+    std::vector<Field> fields;
+
+    std::vector<const TextMsg*> all(const std::string& name) const {
+        std::vector<const TextMsg*> out;
+        for (const Field& f : fields)
+            if (f.name == name && f.msg) out.push_back(f.msg.get());
+        return out;
+    }
+    const TextMsg& one(const std::string& name) const {
+        static const TextMsg empty;
+        auto a = all(name);
+        return a.empty() ? empty : *a.front();
+    }
+    std::vector<std::string> values(const std::string& name) const {
+        std::vector<std::string> out;
+        for (const Field& f : fields)
+            if (f.name == name && !f.msg) out.push_back(f.value);
+        return out;
+    }
+    std::string value(const std::string& name) const {
+        auto v = values(name);
+        return v.empty() ? "" : v.front();
+    }
+    long number(const std::string& name) const {
+        std::string v = value(name);
+        return v.empty() ? 0 : std::stol(v);  // proto3 leaves zeros out
+    }
+};
+
+// A text-format string literal's bytes: C escapes, octal for bytes that are not printable ASCII.
+std::string unquote(const std::string& q) {
+    std::string out;
+    for (size_t i = 1; i + 1 < q.size(); i++) {
+        if (q[i] != '\\') {
+            out += q[i];
+            continue;
+        }
+        char c = q[++i];
+        if (c >= '0' && c <= '7') {
+            int n = 0;
+            for (int k = 0; k < 3 && q[i] >= '0' && q[i] <= '7'; k++) n = n * 8 + (q[i++] - '0');
+            i--;
+            out += static_cast<char>(n);
+        } else {
+            out += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+        }
+    }
+    return out;
+}
+
+TextMsg parse_text_format(const std::string& text) {
+    TextMsg root;
+    std::vector<TextMsg*> open{&root};
+    for (const std::string& raw : lines_of(text)) {
+        std::string line = raw.substr(raw.find_first_not_of(' '));
+        if (line == "}") {
+            open.pop_back();
+        } else if (line.ends_with(" {")) {
+            auto m = std::make_shared<TextMsg>();
+            open.back()->fields.push_back({line.substr(0, line.size() - 2), "", m});
+            open.push_back(m.get());
+        } else {
+            size_t colon = line.find(": ");
+            if (colon == std::string::npos) throw std::runtime_error("protoc --decode: cannot read '" + line + "'");
+            std::string v = line.substr(colon + 2);
+            open.back()->fields.push_back({line.substr(0, colon), v.starts_with("\"") ? unquote(v) : v, nullptr});
+        }
+    }
+    return root;
+}
+
+// One OTLP request as the agent sends it, decoded by protoc with the messages of proto/.
+TextMsg decode_otlp(const fs::path& body) {
+    const std::string dir = BB_OTLP_PROTO_DIR;
+    ToolResult r = run_command({"sh", "-c",
+                                "exec protoc --decode=opentelemetry.proto.collector.profiles.v1development."
+                                "ExportProfilesServiceRequest -I \"$1\" "
+                                "\"$1\"/opentelemetry/proto/collector/profiles/v1development/profiles_service.proto < \"$0\"",
+                                body.string(), dir}, 60s);
+    if (r.exit_code != 0) throw std::runtime_error("protoc --decode " + body.string() + ": " + describe(r));
+    return parse_text_format(r.out);
+}
+
+// The directory sink's file of the interval starting at `start_ns` (ProfileDir::write's name).
+std::string pprof_name(uint64_t start_ns) {
+    time_t t = static_cast<time_t>(start_ns / 1'000'000'000ull);
+    tm utc{};
+    gmtime_r(&t, &utc);
+    char stamp[32], name[64];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
+    snprintf(name, sizeof name, "cpu-%s.%03dZ.pb.gz", stamp, static_cast<int>((start_ns / 1'000'000) % 1000));
+    return name;
+}
+
+TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePprofsCounts) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles", recv = tmp.path / "otlp", port_file = tmp.path / "port",
+                   stats = tmp.path / "stats.json", cfg = tmp.path / "agent.conf", auth = tmp.path / "token";
+    // Two 503s (retried), then a partial success (not to be sent again), then 200s.
+    auto receiver = start_receiver("otlp_receiver.py",
+                                   {"--out", recv.string(), "--proto-dir", BB_OTLP_PROTO_DIR, "--answers", "503,503,partial"},
+                                   port_file);
+    {
+        std::ofstream(cfg) << "otlp-header=X-Test: yes\nlabel.env=otlp_test\n";
+        std::ofstream(auth) << "Bearer t0ken\n";
+    }
+    // A: Debian's OTP 25 in Erlang code (split532); B: the OTP 27 build in zlib's C code,
+    // called from bb_native:zip_loop/3.
+    ErlVm a(debian_vm(), "bb_work:main(split532)", {"-sname", "bbotlp_a"});
+    ErlVm b(otp27_vm(), "bb_native:main(zlib)", {"-sname", "bbotlp_b"});
+    a.wait_line("ready", 60s);
+    b.wait_line("ready", 60s);
+    // No path in the URL: the agent adds OTLP/HTTP's /v1development/profiles.
+    RunningTool agent = start_tool(
+        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--otlp",
+                           "http://127.0.0.1:" + slurp(port_file), "--otlp-auth", auth.string(), "--max-backoff", "1",
+                           "--match", "bbotlp_[ab]", "--stats", stats.string(), "--config", cfg.string()});
+    std::string err;
+    for (const ErlVm* vm : {&a, &b})
+        ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm->os_pid()) + ",", 30s, &err)) << err;
+    std::this_thread::sleep_for(5s);
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    struct Vm {
+        std::string node, otp, leaf;  // leaf: its workload's Erlang function
+        size_t bodies = 0, native = 0;
+    };
+    std::map<std::string, Vm> vms{{std::to_string(a.os_pid()), {"bbotlp_a", "25", "bb_work:f5/2"}},
+                                  {std::to_string(b.os_pid()), {"bbotlp_b", "27", "bb_native:zip_loop/3"}}};
+    static const std::regex mfa(R"(^\S+:\S+/\d+$)");
+    std::set<std::string> files_seen;
+    size_t received = 0, partial = 0;
+    for (const auto& f : fs::directory_iterator(recv)) {
+        if (f.path().extension() != ".json") continue;
+        received++;
+        nlohmann::json meta = nlohmann::json::parse(slurp(f.path()));
+        EXPECT_EQ(meta["path"], "/v1development/profiles");
+        EXPECT_EQ(meta["headers"].value("Content-Type", ""), "application/x-protobuf") << meta.dump();
+        EXPECT_EQ(meta["headers"].value("Authorization", ""), "Bearer t0ken") << meta.dump();
+        EXPECT_EQ(meta["headers"].value("X-Test", ""), "yes") << meta.dump();
+        partial += meta["answer"] == "partial";
+        fs::path body = f.path();
+        body.replace_extension(".pb");
+        const TextMsg req = decode_otlp(body);
+        ASSERT_EQ(req.all("resource_profiles").size(), 1u) << body;
+        const TextMsg& rp = req.one("resource_profiles");
+
+        // The resource: whose profile this is.
+        std::map<std::string, std::string> res;
+        for (const TextMsg* kv : rp.one("resource").all("attributes")) {
+            const TextMsg& v = kv->one("value");
+            res[kv->value("key")] = v.values("int_value").empty() ? v.value("string_value") : v.value("int_value");
+        }
+        ASSERT_TRUE(vms.count(res["process.pid"])) << body << ": process.pid " << res["process.pid"];
+        Vm& vm = vms[res["process.pid"]];
+        vm.bodies++;
+        EXPECT_EQ(res["beam.node"], vm.node) << body;
+        EXPECT_EQ(res["service.name"], vm.node) << body;
+        EXPECT_EQ(res["beam.otp_release"], vm.otp) << body;
+        EXPECT_EQ(res["env"], "otlp_test") << body;
+        EXPECT_EQ(res["process.runtime.name"], "BEAM") << body;
+        for (const char* k : {"host.name", "process.runtime.version", "process.linux.cgroup"})
+            EXPECT_FALSE(res[k].empty()) << body << " has no " << k;
+        EXPECT_EQ(rp.one("scope_profiles").one("scope").value("name"), "beam-bpf");
+
+        // The tables; element 0 of each is the empty one.
+        const TextMsg& d = req.one("dictionary");
+        const std::vector<std::string> str = d.values("string_table");
+        auto s = [&](long i) { return i >= 0 && i < static_cast<long>(str.size()) ? str[i] : "<bad index>"; };
+        const auto functions = d.all("function_table"), locations = d.all("location_table"),
+                   mappings = d.all("mapping_table"), attrs = d.all("attribute_table"), stacks = d.all("stack_table");
+        ASSERT_TRUE(!str.empty() && str[0].empty() && !functions.empty() && !locations.empty() && !mappings.empty() &&
+                    !attrs.empty() && !stacks.empty() && d.all("link_table").size() == 1) << body;
+        auto attribute = [&](const TextMsg& m, const std::string& key) {
+            for (const std::string& i : m.values("attribute_indices")) {
+                const TextMsg& kv = *attrs.at(std::stol(i));
+                if (s(kv.number("key_strindex")) == key) return kv.one("value").value("string_value");
+            }
+            return std::string();
+        };
+        // Each frame: its name, and its type as profile.frame.type says.
+        std::vector<std::pair<std::string, std::string>> frame(locations.size());
+        for (size_t i = 1; i < locations.size(); i++) {
+            const TextMsg& l = *locations[i];
+            const std::string name = s(functions.at(l.one("lines").number("function_index"))->number("name_strindex"));
+            const std::string mapping = s(mappings.at(l.number("mapping_index"))->number("filename_strindex"));
+            frame[i] = {name, attribute(l, "profile.frame.type")};
+            // Erlang functions and the JIT's own code (global::process_main, ...) are beam.
+            if (std::regex_match(name, mfa) || mapping.starts_with("[JIT]")) {
+                EXPECT_EQ(frame[i].second, "beam") << body << ": " << name << " in " << mapping;
+            } else if (!name.starts_with("[")) {  // not one of the VM's [pseudo frames]
+                EXPECT_EQ(frame[i].second, mapping == "[kernel]" ? "kernel" : "native") << body << ": " << name << " in " << mapping;
+                vm.native += frame[i].second == "native";
+            }
+        }
+
+        // The samples, against the pprof the directory sink wrote of the same interval.
+        const TextMsg& prof = rp.one("scope_profiles").one("profiles");
+        EXPECT_EQ(s(prof.one("sample_type").number("type_strindex")), "cpu");
+        EXPECT_EQ(s(prof.one("sample_type").number("unit_strindex")), "nanoseconds");
+        const long period = prof.number("period");
+        ASSERT_EQ(period, 1'000'000'000 / 499) << body;
+        std::map<std::string, long> leaves;  // leaf frame -> samples
+        bool leaf_seen = false;
+        for (const TextMsg* smp : prof.all("samples")) {
+            const long value = smp->number("values");
+            EXPECT_EQ(value % period, 0) << body;
+            std::vector<std::string> st = stacks.at(smp->number("stack_index"))->values("location_indices");
+            ASSERT_FALSE(st.empty()) << body;
+            leaves[frame.at(std::stol(st.front())).first] += value / period;
+            for (const std::string& l : st) {
+                if (frame.at(std::stol(l)).first != vm.leaf) continue;
+                leaf_seen = true;
+                EXPECT_EQ(frame.at(std::stol(l)).second, "beam") << body;
+                // The samples keep their Erlang process.
+                EXPECT_FALSE(attribute(*smp, "beam.process.pid").empty()) << body;
+                EXPECT_FALSE(attribute(*smp, "beam.process.name").empty()) << body;
+            }
+        }
+        EXPECT_TRUE(leaf_seen || prof.all("samples").size() < 20) << body << " never shows " << vm.leaf;
+        std::string file;
+        for (const auto& d : fs::directory_iterator(out))
+            if (d.path().string().ends_with("-" + res["process.pid"])) file = (d.path() / pprof_name(prof.number("time_unix_nano"))).string();
+        ASSERT_TRUE(fs::exists(file)) << body << ": no pprof " << file << " of the same interval";
+        EXPECT_TRUE(files_seen.insert(file).second) << file << " was sent twice";
+        std::map<std::string, long> pprof_leaves;
+        for (const Trace& t : decode(file)) pprof_leaves[t.frames.front()] += t.count;
+        EXPECT_EQ(leaves, pprof_leaves) << body << " and " << file;
+    }
+    nlohmann::json st = nlohmann::json::parse(slurp(stats));
+    std::cerr << "agent test: OTLP: " << received << " requests received (A " << vms.begin()->second.bodies << ", B "
+              << std::next(vms.begin())->second.bodies << "), native frames " << vms.begin()->second.native << " / "
+              << std::next(vms.begin())->second.native << " (distinct, per request), " << st["profiles"] << " profiles, "
+              << st["otlp_pushes"] << " pushed, " << st["otlp_push_failures"] << " failed attempts\n";
+    for (const auto& [pid, vm] : vms) EXPECT_GE(vm.bodies, 2u) << vm.node;
+    EXPECT_GT(vms[std::to_string(b.os_pid())].native, 0u) << "no native frame in B's zlib profiles";
+    // Every profile arrived once: the 503s retried, the partial success not.
+    EXPECT_EQ(partial, 1u);
+    EXPECT_EQ(received, st["profiles"].get<size_t>()) << st.dump();
+    EXPECT_EQ(st["otlp_pushes"].get<size_t>(), received - 1) << st.dump();
+    EXPECT_EQ(st["otlp_push_rejected"].get<long>(), 1) << st.dump();
+    EXPECT_EQ(st["otlp_push_failures"].get<long>(), 3) << st.dump();
+    EXPECT_EQ(st["otlp_push_dropped"].get<long>(), 0) << st.dump();
+    EXPECT_NE(st["otlp_push_last_error"].get<std::string>().find("scripted partial success"), std::string::npos) << st.dump();
+    EXPECT_EQ(st["pushes"].get<long>(), 0) << st.dump();
 }
 
 }  // namespace
