@@ -3,11 +3,12 @@
 check of what Kubernetes would refuse or what would not work (selector and labels, volumes,
 hostPID), every option it passes and every key of its configuration against the built agent
 (`beam-bpf-agent --check`), and the systemd unit with `systemd-analyze verify` and the agent's
-own check of packaging/agent.conf.
+own check of packaging/agent.conf, its commented-out examples included.
 
   packaging/check.py [BUILD_DIR]      (default build/); exit 1 with one line per problem
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,12 @@ def check_systemd(agent):
             problem(f'systemd-analyze verify: {out or r.stderr.strip()}')
     agent_check(agent, ['--config', os.path.join(HERE, 'agent.conf'), '--output', tempfile.gettempdir()],
                 'packaging/agent.conf')
+    # Its commented-out examples too, each uncommented: a key the agent does not know is a typo.
+    examples = [l[1:] for l in open(os.path.join(HERE, 'agent.conf')) if re.match(r'#[a-z][a-z.@0-9-]*=', l)]
+    with tempfile.NamedTemporaryFile('w', suffix='.conf') as f:
+        f.writelines(examples)
+        f.flush()
+        agent_check(agent, ['--config', f.name, '--output', tempfile.gettempdir()], 'the examples of packaging/agent.conf')
 
 
 def main():

@@ -17,7 +17,7 @@ packages=(
   libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
   libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
   nlohmann-json3-dev                          # --stats JSON, speedscope
-  libprotobuf-dev protobuf-compiler zlib1g-dev  # --format pprof: gzipped profile.proto
+  libprotobuf-dev protobuf-compiler zlib1g-dev  # --format pprof: gzipped profile.proto; the agent's OTLP (proto/)
   golang-github-google-pprof-dev              # ... whose profile.proto is the one shipped here
   golang-go python3-protobuf                  # tests: go tool pprof and the proto read back
   chromium fonts-dejavu-core                  # tests: the HTML flame graph and speedscope rendered
