@@ -55,6 +55,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.fail(415, f'Content-Type {ctype!r}: this receiver takes application/x-protobuf')
         if self.headers.get('Content-Encoding', 'identity') == 'gzip':
             body = gzip.decompress(body)
+            if len(body) > MAX_BODY:
+                return self.fail(413, 'request body over 64 MiB once decompressed')
         elif self.headers.get('Content-Encoding', 'identity') != 'identity':
             return self.fail(400, f"Content-Encoding {self.headers['Content-Encoding']!r}")
         srv = self.server

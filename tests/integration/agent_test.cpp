@@ -491,6 +491,7 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
         nlohmann::json meta = nlohmann::json::parse(slurp(f.path()));
         EXPECT_EQ(meta["path"], "/v1development/profiles");
         EXPECT_EQ(meta["headers"].value("Content-Type", ""), "application/x-protobuf") << meta.dump();
+        EXPECT_EQ(meta["headers"].value("Content-Encoding", ""), "gzip") << meta.dump();
         EXPECT_EQ(meta["headers"].value("Authorization", ""), "Bearer t0ken") << meta.dump();
         EXPECT_EQ(meta["headers"].value("X-Test", ""), "yes") << meta.dump();
         partial += meta["answer"] == "partial";

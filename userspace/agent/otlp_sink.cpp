@@ -25,6 +25,7 @@ public:
     }
     curl_mime* body(CURL* c, const PushItem& it, curl_slist*& headers) const override {
         headers = curl_slist_append(headers, "Content-Type: application/x-protobuf");
+        headers = curl_slist_append(headers, "Content-Encoding: gzip");
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, it.body.data());
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(it.body.size()));
         return nullptr;

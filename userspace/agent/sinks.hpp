@@ -25,7 +25,7 @@ struct FinishedProfile {
     uint64_t start_unix_ns = 0, end_unix_ns = 0;
     uint64_t frequency_hz = 0;
     std::string pprof_gz;    // the gzipped profile.proto
-    std::string otlp;        // the OTLP export request (report/otlp.hpp), when --otlp is on
+    std::string otlp;        // the OTLP export request (report/otlp.hpp), gzipped, when --otlp is on
 };
 
 // DIR/<dir_name>/cpu-<start, UTC>.pb.gz, written to a temporary name in the same directory and
@@ -79,7 +79,7 @@ class PushProtocol;
 // form for pprof with a sample type configuration).
 std::unique_ptr<PushProtocol> pyroscope_protocol();
 // POST URL (http://collector:4318/v1development/profiles; a URL without a path gets that one)
-// with the ExportProfilesServiceRequest as application/x-protobuf (OTLP/HTTP).
+// with the ExportProfilesServiceRequest as application/x-protobuf, gzip-encoded (OTLP/HTTP).
 std::unique_ptr<PushProtocol> otlp_protocol();
 // A profile's labels as its OTLP resource: under the semantic conventions' names where there is
 // one (service.name, host.name, process.pid, process.vpid, container.id, process.linux.cgroup,

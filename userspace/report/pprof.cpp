@@ -29,9 +29,11 @@ private:
     std::unordered_map<std::string, int64_t> ids_;
 };
 
+}  // namespace
+
 std::string gzip(const std::string& in) {
     z_stream z{};
-    // windowBits 15 + 16: a gzip header and trailer, as profile.proto asks for on disk.
+    // windowBits 15 + 16: a gzip header and trailer (profile.proto on disk, HTTP's gzip).
     if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         throw std::runtime_error("pprof: cannot start zlib");
     std::string out(deflateBound(&z, in.size()), '\0');
@@ -45,8 +47,6 @@ std::string gzip(const std::string& in) {
     if (rc != Z_STREAM_END) throw std::runtime_error("pprof: compression failed");
     return out;
 }
-
-}  // namespace
 
 void write_pprof(const Profile& p, std::ostream& out) {
     pb::Profile pp;

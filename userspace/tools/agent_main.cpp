@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
     opt("--push-tenant", "push-tenant", "X-Scope-OrgID for a multi-tenant Pyroscope");
     opt("--otlp", "otlp",
         "an OTLP/HTTP receiver of profiles (http://collector:4318; no path: /v1development/profiles): "
-        "POST, ExportProfilesServiceRequest as application/x-protobuf");
+        "POST, ExportProfilesServiceRequest as application/x-protobuf, gzip-encoded");
     opt("--otlp-auth", "otlp-auth", "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN'");
     opt("--otlp-header", "otlp-header", "for --otlp: a header 'Name: value' on every request (repeatable)")
         ->allow_extra_args(false);
