@@ -9,13 +9,16 @@ Anything else gets a 400 with the reason. The body is not decoded here: the test
 with protoc.
 
 --answers lists what the first requests get, in order, before every later one gets a 200: a
-status code (503: the body is not kept, the client should send it again) or "partial" (a 200
-whose partial_success refuses one profile, encoded by `protoc --encode` from --proto-dir: the
-body is kept, and must not come again).
+status code (503: the body is not kept, the client should send it again; with --retry-after
+SECONDS, the answer says so in its Retry-After) or "partial" (a 200 whose partial_success
+refuses one profile, encoded by `protoc --encode` from --proto-dir: the body is kept, and must
+not come again).
 
-Each kept body is saved as OUT/NNNNNN.pb, with OUT/NNNNNN.json (path, headers, answer).
+Each kept body is saved as OUT/NNNNNN.pb, with OUT/NNNNNN.json (path, headers, answer); every
+request that reaches the answer, kept or not, is a line "TIME ANSWER" of OUT/requests.log.
 
   otlp_receiver.py --out DIR --proto-dir DIR [--port N] [--port-file FILE] [--answers 503,partial]
+                   [--retry-after SECONDS]
 """
 import argparse
 import gzip
@@ -23,6 +26,7 @@ import http.server
 import os
 import subprocess
 import sys
+import time
 
 import receiving
 
@@ -33,8 +37,10 @@ RESPONSE = 'opentelemetry.proto.collector.profiles.v1development.ExportProfilesS
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    def answer(self, status, body=b'', ctype='application/x-protobuf'):
+    def answer(self, status, body=b'', ctype='application/x-protobuf', headers=()):
         self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
         self.send_header('Content-Type', ctype)
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()
@@ -61,8 +67,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.fail(400, f"Content-Encoding {self.headers['Content-Encoding']!r}")
         srv = self.server
         what = srv.answers.pop(0) if srv.answers else '200'
+        with open(os.path.join(srv.out, 'requests.log'), 'a') as f:
+            f.write(f'{time.monotonic():.3f} {what}\n')
         if what != 'partial' and what != '200':
-            return self.fail(int(what), f'scripted answer {what}')
+            after = [('Retry-After', str(srv.retry_after))] if srv.retry_after else []
+            return self.answer(int(what), f'scripted answer {what}'.encode(), 'text/plain', after)
         receiving.save(srv.out, '.pb', body, {'path': self.path, 'headers': dict(self.headers.items()), 'answer': what})
         self.answer(200, srv.partial if what == 'partial' else b'')
 
@@ -77,11 +86,13 @@ def main():
     ap.add_argument('--port', type=int, default=0)
     ap.add_argument('--port-file')
     ap.add_argument('--answers', default='')
+    ap.add_argument('--retry-after', type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     srv = http.server.HTTPServer(('127.0.0.1', a.port), Handler)
     srv.out = a.out
     srv.answers = [x for x in a.answers.split(',') if x]
+    srv.retry_after = a.retry_after
     srv.partial = subprocess.run(
         ['protoc', f'--encode={RESPONSE}', '-I', a.proto_dir, os.path.join(a.proto_dir, SERVICE)],
         input=b'partial_success { rejected_profiles: 1 error_message: "scripted partial success" }',

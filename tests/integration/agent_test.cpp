@@ -449,9 +449,11 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     TempDir tmp;
     const fs::path out = tmp.path / "profiles", recv = tmp.path / "otlp", port_file = tmp.path / "port",
                    stats = tmp.path / "stats.json", cfg = tmp.path / "agent.conf", auth = tmp.path / "token";
-    // Two 503s (retried), then a partial success (not to be sent again), then 200s.
+    // Two 503s saying Retry-After: 1 (retried, after 1 s: the agent's own first backoff is
+    // 0.5 s), then a partial success (not to be sent again), then 200s.
     auto receiver = start_receiver("otlp_receiver.py",
-                                   {"--out", recv.string(), "--proto-dir", BB_OTLP_PROTO_DIR, "--answers", "503,503,partial"},
+                                   {"--out", recv.string(), "--proto-dir", BB_OTLP_PROTO_DIR, "--answers",
+                                    "503,503,partial", "--retry-after", "1"},
                                    port_file);
     {
         std::ofstream(cfg) << "otlp-header=X-Test: yes\nlabel.env=otlp_test\n";
@@ -592,6 +594,17 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     EXPECT_GT(vms[std::to_string(b.os_pid())].native, 0u) << "no native frame in B's zlib profiles";
     // Every profile arrived once: the 503s retried, the partial success not.
     EXPECT_EQ(partial, 1u);
+    std::vector<std::pair<double, std::string>> requests;  // time, answer
+    for (const std::string& line : lines_of(slurp(recv / "requests.log"))) {
+        std::istringstream in(line);
+        requests.emplace_back();
+        in >> requests.back().first >> requests.back().second;
+    }
+    ASSERT_GE(requests.size(), 3u);
+    EXPECT_EQ(requests[0].second + requests[1].second + requests[2].second, "503503partial");
+    // The 503's Retry-After waited, within --max-backoff 1.
+    EXPECT_GE(requests[1].first - requests[0].first, 0.95) << "Retry-After: 1 not honoured";
+    EXPECT_EQ(requests.size(), received + 2);
     EXPECT_EQ(received, st["profiles"].get<size_t>()) << st.dump();
     EXPECT_EQ(st["otlp_pushes"].get<size_t>(), received - 1) << st.dump();
     EXPECT_EQ(st["otlp_push_rejected"].get<long>(), 1) << st.dump();

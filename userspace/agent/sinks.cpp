@@ -197,7 +197,7 @@ PushCounters Pusher::counters() const {
     return c_;
 }
 
-std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
+std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry, std::chrono::milliseconds& wait) {
     CURL* c = static_cast<CURL*>(curl_);
     retry = true;
     const std::string url = protocol_->url(cfg.url, it);
@@ -239,6 +239,10 @@ std::string Pusher::send(const Item& it, const PushConfig& cfg, bool& retry) {
     CURLcode rc = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_off_t after = 0;  // libcurl reads both forms of Retry-After
+    wait = curl_easy_getinfo(c, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0
+               ? std::chrono::seconds(std::min<curl_off_t>(after, 24 * 3600))
+               : std::chrono::milliseconds(0);
     curl_mime_free(mime);
     curl_slist_free_all(headers);
     if (rc != CURLE_OK) return curl_easy_strerror(rc);
@@ -263,7 +267,8 @@ void Pusher::run() {
         PushConfig cfg = cfg_;
         l.unlock();
         bool retry = false;
-        std::string err = send(*inflight_, cfg, retry);
+        std::chrono::milliseconds wait{0};
+        std::string err = send(*inflight_, cfg, retry, wait);
         l.lock();
         if (err.empty() || !retry) {
             c_.queue_bytes -= inflight_->body.size();
@@ -285,7 +290,8 @@ void Pusher::run() {
         queue_.push_front(std::move(inflight_));  // still the oldest: the first to drop
         inflight_.reset();
         trim_locked();
-        backoff = std::min(cfg.max_backoff, backoff.count() ? backoff * 2 : std::chrono::milliseconds(500));
+        // The store's Retry-After (OTLP/HTTP: the client SHOULD honour it) within the bound.
+        backoff = std::min(cfg.max_backoff, std::max(wait, backoff.count() ? backoff * 2 : std::chrono::milliseconds(500)));
     }
 }
 

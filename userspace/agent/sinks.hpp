@@ -89,8 +89,8 @@ std::vector<OtlpAttribute> otlp_resource(const std::vector<std::pair<std::string
 
 // Sends each profile to one store. One thread sends; enqueue() never waits for the network. A
 // failure the protocol calls worth retrying (no connection; a 5xx or 429 for Pyroscope) is
-// retried after a backoff that doubles up to max_backoff; the queue is bounded in bytes and
-// drops its oldest profile first.
+// retried after a backoff that doubles up to max_backoff, or the store's Retry-After if longer
+// (still at most max_backoff); the queue is bounded in bytes and drops its oldest profile first.
 class Pusher {
 public:
     Pusher(std::unique_ptr<PushProtocol> protocol, PushConfig cfg);
@@ -108,8 +108,9 @@ public:
 private:
     using Item = PushItem;
     void run();
-    // Empty: accepted; else why not. `retry`: whether trying again may help.
-    std::string send(const Item& it, const PushConfig& cfg, bool& retry);
+    // Empty: accepted; else why not. `retry`: whether trying again may help; `wait`: how long the
+    // store asked to be left alone (its Retry-After, seconds or an HTTP date), 0 if it did not.
+    std::string send(const Item& it, const PushConfig& cfg, bool& retry, std::chrono::milliseconds& wait);
     void trim_locked();
 
     std::unique_ptr<PushProtocol> protocol_;
