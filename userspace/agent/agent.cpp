@@ -293,9 +293,11 @@ void Agent::detach(pid_t pid, const std::string& why) {
     c_.ring_dropped += sc.dropped;
     c_.samples += f.st.records;
     c_.detached++;
-    log(fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
-                    f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped, f.profiles, err));
+    const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
+                                         f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped,
+                                         f.profiles, err);
     vms_.erase(it);  // the Session: sampler (BPF objects, perf events, ring), tables, symbols
+    log(line);       // once they are released: a reader of the line may count them
 }
 
 void Agent::apply(AgentConfig cfg) {
