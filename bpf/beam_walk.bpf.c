@@ -29,6 +29,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "native_walk.bpf.h"
 #include "blame.bpf.h"
 #include "emit.bpf.h"
+static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
+				  __u64 arg_p, __u64 need, __u64 watch_weight);
+#include "alloc_watch.bpf.h"
 
 /* A fresh record of a sample of thread `tid` (on scheduler `sch`, NULL for other threads). */
 static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 tid, const struct bb_sched *sch)
@@ -65,7 +68,7 @@ static __always_inline bool filtered_out(__u64 erl_pid)
  * record weighs nothing.
  */
 static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
-					 bool fast, __u64 arg_p, __u64 need)
+					 bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
 {
 	__u32 base = 0;
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
@@ -164,15 +167,26 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 			/* erts_heap_alloc for another process's heap (a message built in it), or
 			 * during a collection (the VM's own, a gc trace message's), is not the running
 			 * code's allocation. */
-			if (alloc_mode && ((need && (arg_p != c_p || (p.state & BB_PSFLG_GC))) ||
+			if (alloc_mode && !watch_weight && ((need && (arg_p != c_p || (p.state & BB_PSFLG_GC))) ||
 					   !alloc_weight(s, rec, c_p, p.id, p.heap, p.htop, need))) {
 				count(BB_C_FILTERED);
 				return 0;
 			}
+			rec->alloc_words += watch_weight;
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = p.id;
 			name_process(s, rec);
+			/* Sampled by watchpoints, a GC entry gives the exact words only: no stack. */
+			if (watch_mode && !need && !watch_weight) {
+				watch_gc_entry(c_p);
+				if (!(rec->alloc_words + rec->frag_words)) {
+					count(BB_C_FILTERED);
+					return 0;
+				}
+				rec->flags = flags | BB_F_ALLOC_TOTAL;
+				return emit(rec);
+			}
 			flags |= walk_erlang(s, &p, base, jit, bp, fast);
 		} else {
 			flags |= BB_F_BAD_PROC;
@@ -193,10 +207,10 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 }
 
 static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
-				  __u64 arg_p, __u64 need)
+				  __u64 arg_p, __u64 need, __u64 watch_weight)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ctx, ip, sp, bp, r13, flags, fast, arg_p, need);
+	int ret = walk_and_emit(ctx, ip, sp, bp, r13, flags, fast, arg_p, need, watch_weight);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -212,13 +226,13 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0);
+		return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	return sample(ctx, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
-		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0);
+		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0, 0);
 }
 
 /* beam-bpf-blame --count and -e alloc's GC entries: one record per call of the probed native
@@ -227,7 +241,7 @@ static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 {
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
-	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0);
+	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
 }
 
 /* -e alloc: erts_heap_alloc(Process *p, Uint need, Uint xtra), a heap fragment of `need` words. */
@@ -238,7 +252,7 @@ static __always_inline int heap_alloc_sample(struct pt_regs *ctx, bool fast)
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !need)
 		return 0;
 	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
-		      fast, PT_REGS_PARM1(ctx), need);
+		      fast, PT_REGS_PARM1(ctx), need, 0);
 }
 
 /*

@@ -16,6 +16,8 @@ const volatile struct bb_vm_layout vm = {};
 /* Bytes of struct process the walk needs, from its start: read in one go. */
 const volatile __u32 proc_span = 0;
 const volatile __u32 alloc_mode = 0;              /* -e alloc: weigh GC entries by words allocated */
+/* -e alloc sampled by watchpoints (alloc_watch.bpf.h): GC entries give the exact totals only. */
+const volatile __u32 watch_mode = 0;
 /* Native frames to unwind at most (0: none, --only-erlang), and whether to add the kernel's
  * (--kernel). */
 const volatile __u32 max_native_frames = 0;

@@ -72,6 +72,8 @@ enum bb_flags {
 	 * state says why: no Erlang frames (the report shows [gc] or [exiting] in their place). */
 	BB_F_IN_GC = 1u << 18,        /* being garbage collected: the collector is moving its stack */
 	BB_F_EXITING = 1u << 19,      /* exiting: its heap and stack are being torn down */
+	BB_F_WATCH = 1u << 20,        /* -e alloc: a watchpoint's sample (bpf/alloc_watch.bpf.h), weighed by alloc_words */
+	BB_F_ALLOC_TOTAL = 1u << 21,  /* -e alloc: a GC entry's exact words, no stack (watchpoints attribute them) */
 };
 
 struct bb_record {

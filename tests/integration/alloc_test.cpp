@@ -2,11 +2,15 @@
 // (tests/workloads/bb_alloc.erl): three functions with the same arithmetic allocating 3:1:0
 // words by construction; the VM's own garbage_collection trace of the same process over the
 // same run (the words allocated before each collection); and, on OTP 27, tprof's call_memory
-// tracing of the same work.
+// tracing of the same work. Then periodic work (tests/workloads/bb_alloc_mix.erl), where the
+// heap fills at the same phase every time: a sweep of take(T)/give(G)/idle over sizes and stack
+// depths, and six functions allocating in ratios drawn at random.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "harness.hpp"
@@ -105,6 +109,108 @@ TEST_P(AllocVmTest, SharesAndTotalsAgreeWithTheVm) {
     std::cout << "[          ] CPU: " << total[kThree] << "% / " << total[kOne] << "% / " << total[kNone] << "%\n";
     EXPECT_NEAR(total[kThree], total[kOne], 10.0) << cpu.out;
     EXPECT_GT(total[kNone], 20.0) << cpu.out;
+}
+
+// --- periodic work -------------------------------------------------------------------------
+
+// One run of a bb_alloc_mix worker under -e alloc (--process: its samples only): the self
+// shares of its words per leaf function, and the watchpoints' samples behind them.
+struct MixRun {
+    std::map<std::string, double> self;
+    long samples = 0;
+    std::string folded, stats;
+};
+
+// `spawn`: the command that spawns the worker, empty if it was sent already.
+MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms) {
+    if (!spawn.empty()) erl.send_line(spawn);
+    std::string name;
+    std::istringstream(erl.wait_line("spawned", 30s)) >> name >> name;
+    const std::string stats = ::testing::TempDir() + "/alloc-mix-stats.json";
+    // --period 256: every epoch of these heaps (987 words and up) is a candidate, for samples
+    // enough in seconds; each sample then stands for its epoch's free words.
+    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", "256", "--process", name, "--folded", "--stats",
+                                       stats, std::to_string(erl.os_pid())});
+    std::string err;
+    EXPECT_TRUE(wait_stderr(t, "beam-bpf: attached", 30s, &err)) << err;
+    erl.send_line("go " + std::to_string(ms));
+    erl.wait_line("done", 120s);
+    ToolResult r = finish_tool(t, true, 30s);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    MixRun m;
+    m.folded = r.out;
+    m.self = self_shares(r.out);
+    std::stringstream st;
+    st << std::ifstream(stats).rdbuf();
+    m.stats = st.str();
+    nlohmann::json j = nlohmann::json::parse(m.stats, nullptr, false);
+    if (!j.is_discarded() && j.contains("alloc_samples")) m.samples = j["alloc_samples"].get<long>();
+    return m;
+}
+
+// Samples enough that `points` is 3 standard deviations of a share near `p` percent.
+long samples_for(double p, double points) {
+    double q = p / 100, sigma = points / 3 / 100;
+    return static_cast<long>(q * (1 - q) / (sigma * sigma)) + 1;
+}
+
+const std::string kTake = "bb_alloc_mix:take/2", kGive = "bb_alloc_mix:give/2", kIdle = "bb_alloc_mix:idle/2";
+
+// take(T)/give(G)/idle with T = 3G: 75% / 25% / 0 of the words, whatever the sizes, the stack
+// depth, or the phase at which the heap fills. Charged at GC entries (-e alloc-gc) the same
+// work read 100/0 at 2400/800 and 300/100, 0/100 or 80.9 elsewhere (README).
+TEST_P(AllocVmTest, PeriodicWorkSweep) {
+    ErlVm erl(vm(), "bb_alloc_mix:main()");
+    erl.wait_line("ready");
+    const long need = samples_for(75, 3);  // 1,876
+    struct Pair {
+        int t, g, depth;
+    };
+    for (Pair p : {Pair{3000, 1000, 0}, Pair{3001, 1000, 0}, Pair{2400, 800, 0}, Pair{6000, 2000, 0},
+                   Pair{300, 100, 0}, Pair{9000, 3000, 0}, Pair{2400, 800, 8}, Pair{300, 100, 30}}) {
+        MixRun m = mix_run(erl, fmt::format("mix {} {} {}", p.t, p.g, p.depth), 3000);
+        std::cout << "[          ] " << vm().name << ": take(" << p.t << ")/give(" << p.g << ") " << p.depth
+                  << " deep: take " << m.self[kTake] << "%, give " << m.self[kGive] << "%, idle " << m.self[kIdle]
+                  << "% from " << m.samples << " samples\n";
+        EXPECT_GE(m.samples, need) << "too few samples for a 3-point tolerance\n" << m.stats;
+        double truth = 100.0 * p.t / (p.t + p.g);
+        EXPECT_NEAR(m.self[kTake], truth, 3.0) << m.folded;
+        EXPECT_NEAR(m.self[kGive], 100 - truth, 3.0) << m.folded;
+        EXPECT_EQ(m.self[kIdle], 0.0) << m.folded;
+    }
+}
+
+// Six functions whose words per round are drawn at random (the seed is printed): each within 3
+// points of its share by construction.
+TEST_P(AllocVmTest, RandomRatios) {
+    ErlVm erl(vm(), "bb_alloc_mix:main()");
+    erl.wait_line("ready");
+    const unsigned seed = std::random_device{}();
+    std::cout << "[          ] " << vm().name << ": seed " << seed << "\n";
+    erl.send_line("rand " + std::to_string(seed));
+    std::istringstream truth_line(erl.wait_line("rand_truth", 30s));
+    std::string word;
+    truth_line >> word;
+    std::map<std::string, double> truth;
+    double all = 0;
+    for (std::string f; truth_line >> f;) {
+        long n = 0;
+        truth_line >> n;
+        truth["bb_alloc_mix:" + f + "/2"] = n;
+        all += n;
+    }
+    ASSERT_EQ(truth.size(), 6u);
+    MixRun m = mix_run(erl, "", 4000);
+    double widest = 0;
+    for (auto& [f, v] : truth) {
+        v = 100 * v / all;
+        widest = std::max(widest, std::min(v, 50.0));
+    }
+    EXPECT_GE(m.samples, samples_for(widest, 3)) << "too few samples for a 3-point tolerance\n" << m.stats;
+    for (const auto& [f, v] : truth) {
+        std::cout << "[          ] " << f << ": " << m.self[f] << "% (truth " << v << "%)\n";
+        EXPECT_NEAR(m.self[f], v, 3.0) << "seed " << seed << "\n" << m.folded;
+    }
 }
 
 // OTP 27's tprof (call_memory tracing: exact words per function, no stacks) on the same work,

@@ -14,6 +14,7 @@ const char* event_name(Event e) {
     case Event::cpu_clock: return "cpu-clock";
     case Event::cycles: return "cycles";
     case Event::alloc: return "alloc";
+    case Event::alloc_gc: return "alloc-gc";
     }
     return "?";
 }
@@ -29,17 +30,19 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option_function<std::string>(
            "-e,--event",
            [&o](const std::string& name) {
-               for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc})
+               for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc})
                    if (name == event_name(e)) return void(o.event = e);
-               throw UserError("-e " + name + ": the events are cpu-clock, cycles and alloc");
+               throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc and alloc-gc");
            },
                    "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
                    "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
-                   "VMs), or alloc (beam-bpf-sample: an allocation profile, stacks weighed by the words each "
-                   "process allocated on its heap, taken at every garbage collection; see README)")
+                   "VMs), or alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
+                   "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
+                   "at each garbage collection instead, biased on periodic code; see README)")
         ;
     app.add_option("--period", o.period,
-                   "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles");
+                   "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
+                   "-e alloc, words allocated (on average; default 65536)");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
     app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
     app.add_option("-f,--format", o.format,
@@ -117,7 +120,11 @@ std::vector<Format> formats_of(const CommonOptions& o) {
 void resolve(CommonOptions& o) {
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
-    if (o.period && o.period < 10000)
+    if (o.event == Event::alloc_gc && o.period)
+        throw UserError("--period: -e alloc-gc takes every collection, it has no period");
+    if (o.event == Event::alloc && o.period && (o.period < 64 || o.period > 0xffffffffull))
+        throw UserError(fmt::format("--period {}: -e alloc samples every 64 to 4294967295 words", o.period));
+    if (!is_alloc(o.event) && o.period && o.period < 10000)
         throw UserError(fmt::format("--period {}: at least 10000 {}", o.period,
                                     o.event == Event::cycles ? "cycles" : "ns"));
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
@@ -141,7 +148,11 @@ void resolve(CommonOptions& o) {
 }
 
 std::string describe_event(const CommonOptions& o) {
-    if (o.event == Event::alloc) return "alloc: words allocated, at every GC entry";
+    if (o.event == Event::alloc)
+        return fmt::format("alloc: words allocated, a sample every ~{} words where they are allocated (hardware "
+                           "watchpoints), totals at every GC entry",
+                           o.period ? o.period : kAllocIntervalWords);
+    if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
     std::string rate = o.period ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
                                 : fmt::format("{} Hz", o.frequency);
     return fmt::format("{} {} {}", event_name(o.event), rate, o.per_cpu ? "per CPU" : "per VM thread");
@@ -153,7 +164,8 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.period_ns = o.period;
     c.per_cpu = o.per_cpu;
     c.cycles = o.event == Event::cycles;
-    c.alloc = o.event == Event::alloc;
+    c.alloc = is_alloc(o.event);
+    if (o.event == Event::alloc) c.alloc_interval = o.period ? o.period : kAllocIntervalWords;
     c.max_frames = o.max_depth;
     c.max_native_frames = o.only_erlang ? 0 : o.native_depth;
     c.kernel_stacks = o.kernel;

@@ -16,14 +16,19 @@ namespace bb {
 enum class Event {
     cpu_clock,  // CPU time of each VM thread (works everywhere)
     cycles,     // hardware CPU cycles (a PMU)
-    alloc,      // beam-bpf-sample -e alloc: words allocated on process heaps
+    alloc,      // beam-bpf-sample -e alloc: words allocated on process heaps, sampled where allocated
+    alloc_gc,   // -e alloc-gc: the same words, charged to the stack at each GC entry (biased)
 };
 const char* event_name(Event e);
+inline bool is_alloc(Event e) { return e == Event::alloc || e == Event::alloc_gc; }
+// -e alloc's default sampling interval: a sample every 65,536 words (512 KiB) allocated on
+// average, Go's and TCMalloc's default for heap profiles.
+constexpr uint64_t kAllocIntervalWords = 65536;
 
 struct CommonOptions {
     int pid = 0;
     uint64_t frequency = 999;
-    uint64_t period = 0;         // --period: ns of CPU time (cpu-clock) or cycles; overrides -F
+    uint64_t period = 0;         // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
     bool per_cpu = false;        // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
     double duration = 0;      // 0: until Ctrl-C

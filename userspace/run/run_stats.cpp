@@ -20,7 +20,10 @@ std::vector<std::string> printable_all(std::vector<std::string> v) {
 
 void RunStats::count(const bb_record& r) {
     records++;
-    alloc_words += r.alloc_words;
+    // -e alloc's totals are the GC entries' and the heap fragments': exact. A watchpoint's record
+    // weighs an estimate.
+    if (r.flags & BB_F_WATCH) watch_samples++;
+    else alloc_words += r.alloc_words;
     frag_words += r.frag_words;
     if (r.flags & BB_F_TRUNCATED) truncated++;
     if (r.flags & BB_F_BAD_PROC) unreadable++;
@@ -79,6 +82,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"not_running", s.not_running},
         {"alloc_words", s.alloc_words},
         {"message_words", s.frag_words},
+        {"alloc_samples", s.watch_samples},
         {"handler_errors", c.handler_errors},
         {"code_events", c.code_events},
         {"code_events_lost", c.code_events_lost},
@@ -107,6 +111,12 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"vm_exited", s.vm_exited},
         {"error", s.error},
     };
+    if (c.alloc_watch) {
+        const AllocWatchCounters& w = *c.alloc_watch;
+        j["alloc_watch"] = {{"flips", w.flips},        {"sampled", w.sampled},         {"missed", w.missed},
+                            {"late", w.late},          {"stack", w.stack},             {"traps", w.hits},
+                            {"traps_ignored", w.ignored}, {"switches", w.switches}, {"wait_ns", w.wait_ns}};
+    }
     // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
     // not UTF-8. Written whole or not at all, never through a planted link.
     write_file_atomically(o.stats_file, json_text(j, 2) + "\n");

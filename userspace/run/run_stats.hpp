@@ -25,6 +25,7 @@ struct RunStats {
     // -e alloc: words allocated by the code on the records' stacks, and the words of other heap
     // fragments (received messages, NIF environments) counted apart.
     uint64_t alloc_words = 0, frag_words = 0;
+    uint64_t watch_samples = 0;  // -e alloc: records of its watchpoints (their words are estimates)
     double seconds = 0;
     bool vm_exited = false;
     bool interrupted = false;

@@ -81,6 +81,7 @@ struct Sampler::Impl {
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;  // entry probes
     std::unique_ptr<ring_buffer, RingDeleter> ring;
     std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
+    std::unique_ptr<AllocWatch> watch;                  // -e alloc's watchpoints
     const Handler* handler = nullptr;
     size_t handled = 0;
     uint64_t handler_errors = 0;
@@ -122,6 +123,8 @@ struct Sampler::Impl {
         try {
             if (self->inject_every && rec->where != BB_WHERE_CODE_EVENT && ++self->delivered % self->inject_every == 0)
                 throw std::runtime_error("injected fault (BB_INJECT_HANDLER_ERROR)");
+            // The rotation of -e alloc's watchpoints is weighed by the GC entries' words.
+            if (self->watch && (rec->flags & BB_F_ALLOC_TOTAL)) self->watch->note_gc(rec->c_p, rec->erl_pid, rec->alloc_words);
             (*self->handler)(*rec);
             self->handled++;
         } catch (const std::exception& e) {
@@ -150,6 +153,9 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     bpf_program__set_autoload(s->progs.on_call_fast, fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
+    bpf_program__set_autoload(s->progs.on_gc_return, cfg.alloc && cfg.alloc_interval);
+    bpf_program__set_autoload(s->progs.on_watch, !fast && cfg.alloc && cfg.alloc_interval);
+    bpf_program__set_autoload(s->progs.on_watch_fast, fast && cfg.alloc && cfg.alloc_interval);
     // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
     if (getenv("BB_LIBBPF_DEBUG")) {
         bpf_program* p;
@@ -177,6 +183,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     s->rodata->wakeup_bytes = ring_bytes / 4;
     s->rodata->measure_walk = cfg.measure_walk;
     s->rodata->alloc_mode = cfg.alloc;
+    s->rodata->watch_mode = cfg.alloc && cfg.alloc_interval;
     s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
     s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
     s->rodata->max_native_frames = cfg.unwind ? std::min<uint32_t>(cfg.max_native_frames, BB_MAX_NATIVE_FRAMES) : 0;
@@ -226,8 +233,10 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         }
     } else {
         for (const auto& p : cfg.entry_probes) {
-            bpf_link* l = bpf_program__attach_uprobe(p.heap_alloc ? on_heap_alloc : on_call, false, vm.pid(),
-                                                     p.binary.c_str(), p.file_offset);
+            bpf_link* l = bpf_program__attach_uprobe(p.gc_return    ? s->progs.on_gc_return
+                                                     : p.heap_alloc ? on_heap_alloc
+                                                                    : on_call,
+                                                     p.gc_return, vm.pid(), p.binary.c_str(), p.file_offset);
             if (!l) {
                 int err = errno;
                 throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.file ? p.file->name : p.binary,
@@ -240,6 +249,13 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         }
     }
 
+    if (cfg.alloc && cfg.alloc_interval) {
+        AllocWatch::Config wc;
+        wc.interval_words = cfg.alloc_interval;
+        if (cfg.only_pid) wc.only_pid = cfg.only_pid->pid & cfg.only_pid->mask, wc.pid_mask = cfg.only_pid->mask;
+        impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->maps.watch_ticks, s->maps.watch_counters,
+                                                    fast ? s->progs.on_watch_fast : s->progs.on_watch, wc);
+    }
     impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
     if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));
     impl_->attached = true;
@@ -451,6 +467,7 @@ void Sampler::stop_events() {
     // drain reads.
     for (const auto& [tid, e] : impl_->thread_events) ioctl(e.fd.get(), PERF_EVENT_IOC_DISABLE, 0);
     for (const auto& fd : impl_->cpu_events) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+    if (impl_->watch) impl_->watch->stop();
     impl_->links.clear();
     impl_->thread_events.clear();
     impl_->cpu_events.clear();
@@ -488,6 +505,7 @@ SamplerCounters Sampler::counters() const {
     out.code_events_off = impl_->code_events_off;
     out.unreadable = {c[BB_C_BAD_READ], c[BB_C_BAD_STATE], c[BB_C_BAD_PID], c[BB_C_BAD_HEAP], c[BB_C_BAD_STACK],
                       c[BB_C_IN_GC],   c[BB_C_EXITING]};
+    if (impl_->watch) out.alloc_watch = impl_->watch->counters();
     return out;
 }
 

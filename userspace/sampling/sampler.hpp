@@ -11,6 +11,7 @@
 
 #include "beam_bpf.h"
 #include "target/target_file.hpp"
+#include "sampling/alloc_watch.hpp"
 #include "native/unwind_table.hpp"
 #include "target/vm.hpp"
 
@@ -44,11 +45,16 @@ struct SamplerConfig {
         std::string binary;       // path as the kernel can open it
         uint64_t file_offset = 0;
         bool heap_alloc = false;  // erts_heap_alloc, for -e alloc (its own program)
+        bool gc_return = false;   // -e alloc's watchpoints: a return probe on a GC entry point
     };
     std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
     // With entry probes on the VM's GC entry points and erts_heap_alloc: each record carries the
     // words its process allocated (bb_record.alloc_words); records of none are not sent.
     bool alloc = false;
+    // -e alloc's stacks from hardware write watchpoints (sampling/alloc_watch.hpp): a sample
+    // every this many words on average; 0: at GC entries (-e alloc-gc). The GC entries then
+    // give the exact totals only.
+    uint64_t alloc_interval = 0;
     bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;                // the JIT's (JitEmulator): 1 = frame pointers to follow
 };
@@ -70,6 +76,7 @@ struct SamplerCounters {
         uint64_t read_fault = 0, state = 0, pid_tag = 0, heap_order = 0, stack_pointer = 0;
         uint64_t in_gc = 0, exiting = 0;
     } unreadable;
+    std::optional<AllocWatchCounters> alloc_watch;  // -e alloc\'s watchpoints
 };
 
 class Sampler {

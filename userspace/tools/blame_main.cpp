@@ -38,7 +38,7 @@ int run(int argc, char** argv) {
     Session s(o);
     auto &vm = s.vm;
     auto &sampler_slot = s.sampler;
-    if (o.event == Event::alloc) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
+    if (is_alloc(o.event)) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
     auto found = resolve_functions(vm, func, exact);
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;

@@ -30,8 +30,8 @@ int run(int argc, char** argv) {
         "Stacks are read by a BPF program at the instant of each sample: no VM restart, no VM flags,\n"
         "works on stripped distribution builds. Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE.\n"
         "Default report: SELF% (samples with the function as leaf) and TOTAL% (anywhere on the stack).\n"
-        "-e alloc: an allocation profile instead: at every garbage collection, the collected process's\n"
-        "Erlang stack weighed by the words it allocated since its previous one (SELF% and TOTAL% of words)."};
+        "-e alloc: an allocation profile instead: the stacks that allocate words on process heaps, sampled\n"
+        "where they allocate by hardware write watchpoints (SELF% and TOTAL% of words; see README)."};
     CommonOptions o;
     bool pstack = false;
     add_common_options(app, o);
@@ -43,7 +43,7 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    const bool alloc = o.event == Event::alloc;
+    const bool alloc = is_alloc(o.event);
     if (alloc && pstack) throw UserError("--pstack shows where schedulers are now: not with -e alloc");
     // The native leaf of a GC entry record is the probed entry point itself: not allocation.
     if (alloc) o.only_erlang = true;
@@ -57,8 +57,13 @@ int run(int argc, char** argv) {
         const auto entries = s.vm.release().gc_entry_points;
         for (std::string_view f : entries) {
             try {
-                for (const NativeMatch& m : resolve_functions(s.vm, std::string(f), /*exact=*/true))
+                for (const NativeMatch& m : resolve_functions(s.vm, std::string(f), /*exact=*/true)) {
                     cfg.entry_probes.push_back(entry_probe(s.vm, m));
+                    if (cfg.alloc_interval) {  // where a collection returns: the watchpoints' coin flip
+                        cfg.entry_probes.push_back(cfg.entry_probes.back());
+                        cfg.entry_probes.back().gc_return = true;
+                    }
+                }
             } catch (const UserError&) {
                 if (f == entries.front()) throw;
                 missing += (missing.empty() ? "" : ", ") + std::string(f);
@@ -148,11 +153,18 @@ int run(int argc, char** argv) {
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
-    if (alloc && o.every == 0)
+    if (o.event == Event::alloc_gc && o.every == 0)
         rep.set_heading(fmt::format("{} words ({}) allocated on process heaps by the code on these stacks; {} more "
                                     "arrived in received messages and other heap fragments (counted apart); shares "
                                     "of words:",
                                     st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
+    else if (alloc && o.every == 0)
+        rep.set_heading(fmt::format("{} words ({}) allocated on process heaps (exact, from the VM's GC entries); {} "
+                                    "more arrived in received messages and other heap fragments (counted apart). "
+                                    "Shares of words from {} samples where the words were allocated (hardware "
+                                    "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
+                                    st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples,
+                                    cfg.alloc_interval));
     rep.finish(monotonic_ns());
     return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * -e alloc: which code allocates, sampled where it allocates. A hardware write watchpoint on one
+ * word of a process's heap fires in the instruction that writes it, i.e. the allocation that
+ * takes that word: its stack, weighed by the words a sample stands for, is the record.
+ *
+ * The heap is bump-allocated between collections: an epoch (what a process allocates between two
+ * collections) fills its block upwards from the heap top the collection left, each word once. A
+ * word drawn uniformly in [heap top, block end), watched for the whole epoch, samples every word
+ * of the epoch with the same chance. The epoch is chosen by a coin flip when the collection
+ * returns, before its first word is allocated, and the collection's return waits (microseconds)
+ * until user space has moved the watchpoints: no word of a chosen epoch goes unwatched, whatever
+ * block the collector gave it. Both choices are blind to what the epoch holds, which keeps
+ * periodic code unbiased (the stack at the GC entry alone charged all of 3:1 work to one
+ * function). The states: include/bb_alloc_watch.h.
+ *
+ * Included by beam_walk.bpf.c after the other units; sample() is defined after it.
+ */
+#pragma once
+#include "bb_alloc_watch.h"
+
+/* Shared with user space through the mmaped .bss (userspace/sampling/alloc_watch.cpp). */
+struct bb_watch watch = {};
+/* How long a flip waits for user space to arm: past it the epoch is not used (LATE). Measured
+ * here, a real-time arming thread answers in 10 to 60 us on a loaded 2-CPU machine. */
+const volatile __u64 watch_late_ns = 2000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} watch_ticks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BB_WC_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} watch_counters SEC(".maps");
+
+static __always_inline void watch_count(__u32 which, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&watch_counters, &which);
+
+	if (c)
+		*c += n;
+}
+
+/* The arming thread sleeps on the ring: each tick wakes it at once. */
+static __always_inline void watch_tick(__u32 state, __u32 outcome)
+{
+	struct bb_watch_tick t = { .time_ns = bpf_ktime_get_ns(), .state = state, .outcome = outcome };
+
+	bpf_ringbuf_output(&watch_ticks, &t, sizeof(t), BPF_RB_FORCE_WAKEUP);
+}
+
+/* Back to IDLE. The watchpoint stays on the old word until the next arm moves it; its traps
+ * there are ignored (state, addr). */
+static __always_inline bool watch_end(__u64 from, __u32 outcome)
+{
+	if (__sync_val_compare_and_swap(&watch.state, from, BB_WATCH_IDLE) != from)
+		return false;
+	watch_tick(BB_WATCH_IDLE, outcome);
+	return true;
+}
+
+/* At each GC entry (walk_and_emit(), once alloc_weight() has read it): the watched process's
+ * epoch is over. */
+static __always_inline void watch_gc_entry(__u64 c_p)
+{
+	if (c_p == watch.c_p && c_p)
+		watch_end(BB_WATCH_LIVE, BB_WATCH_MISSED);
+}
+
+struct watch_wait {
+	__u64 deadline;
+	bool armed;
+};
+
+static long watch_wait_step(__u32 i, struct watch_wait *w)
+{
+	if (*(volatile __u64 *)&watch.state == BB_WATCH_ARMED) {
+		w->armed = true;
+		return 1;
+	}
+	return (i & 63) == 63 && bpf_ktime_get_ns() > w->deadline;
+}
+
+/*
+ * A collection returns (a sleepable return probe on each GC entry point: it may wait). If it is
+ * the watched process's, and no watch is on, a coin flip with chance (free words) / interval
+ * chooses the epoch that starts now; a sample then stands for max(interval, free words).
+ */
+static __always_inline int watch_gc_return(struct pt_regs *ctx)
+{
+	__u64 c_p = watch.c_p, cur = 0, t0, words, interval = watch.interval, proc[2] = {};
+	__u32 flags = 0, tid = (__u32)bpf_get_current_pid_tgid();
+	struct watch_wait w = {};
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !c_p || watch.state != BB_WATCH_IDLE)
+		return 0;
+	if (in_jit_code(PT_REGS_IP(ctx))) {
+		cur = ctx->r13;
+	} else {
+		struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
+
+		if (sch)
+			cur = read_word(sch->esdp + vm.esd_current_process, &flags);
+	}
+	if (cur != c_p || flags)
+		return 0;
+	if (bpf_probe_read_user(&proc[0], 8, (void *)(c_p + vm.proc_htop)) ||
+	    bpf_probe_read_user(&proc[1], 8, (void *)(c_p + vm.proc_hend)) || proc[1] <= proc[0] || (proc[0] & 7))
+		return 0;
+	words = (proc[1] - proc[0]) / 8;
+	if (!interval || interval > 0xffffffffULL || bpf_get_prandom_u32() % interval >= words)
+		return 0;
+	watch.lo = proc[0];
+	watch.hi = proc[1];
+	if (__sync_val_compare_and_swap(&watch.state, BB_WATCH_IDLE, BB_WATCH_ARMING) != BB_WATCH_IDLE)
+		return 0;
+	watch_tick(BB_WATCH_ARMING, 0);
+	t0 = bpf_ktime_get_ns();
+	w.deadline = t0 + watch_late_ns;
+	bpf_loop(1 << 23, watch_wait_step, &w, 0);
+	watch_count(BB_WC_WAIT_NS, bpf_ktime_get_ns() - t0);
+	if (!w.armed || __sync_val_compare_and_swap(&watch.state, BB_WATCH_ARMED, BB_WATCH_LIVE) != BB_WATCH_ARMED) {
+		if (!watch_end(BB_WATCH_ARMED, BB_WATCH_LATE))
+			watch_end(BB_WATCH_ARMING, BB_WATCH_LATE);
+	}
+	return 0;
+}
+
+SEC("uretprobe.s")
+int on_gc_return(struct pt_regs *ctx) { return watch_gc_return(ctx); }
+
+/*
+ * A write to the watched word. The watchpoint traps after the writing instruction: the
+ * registers are the writer's, its IP the instruction after the store. Accepted once per watch,
+ * when it is the allocation of that word in the live epoch: not the collector, not a write to an
+ * older term, not the process's own stack reaching down to it. Another process's write there is
+ * a message it copies into the watched heap: its allocation, charged to its stack.
+ */
+static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
+{
+	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw, weight, words;
+	__u32 flags = 0, zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	struct proc_view p = {};
+	bool jit;
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !s)
+		return 0;
+	watch_count(BB_WC_HITS, 1);
+	if (watch.state != BB_WATCH_LIVE || addr != watch.addr || !c_p) {
+		watch_count(BB_WC_IGNORED, 1);
+		return 0;
+	}
+	jit = in_jit_code(ctx->regs.ip);
+	writer = jit ? ctx->regs.r13 : 0;
+	if (!jit) {
+		struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
+
+		if (sch)
+			writer = read_word(sch->esdp + vm.esd_current_process, &flags);
+	}
+	/* The watched process as it is now: E is exact when it is the writer, in JIT code. */
+	read_process(s, c_p, jit && writer == c_p, ctx->regs.sp, &p, &flags);
+	hw = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	if ((flags & BB_F_READ_FAULT) || (p.state & BB_PSFLG_GC) || addr < hw || addr < p.heap || addr >= p.hend) {
+		watch_count(BB_WC_IGNORED, 1);
+		return 0;
+	}
+	/* The process's own stack grows down towards the heap top: a push there is no allocation,
+	 * and no allocation takes that word in this epoch. */
+	if (writer == c_p && addr >= p.E) {
+		watch_end(BB_WATCH_LIVE, BB_WATCH_STACK);
+		return 0;
+	}
+	words = (watch.hi - watch.lo) / 8;
+	weight = (words > watch.interval ? words : watch.interval) * watch.mult / 1024;
+	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
+		return 0;
+	return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);
+}
+
+SEC("perf_event")
+int on_watch(struct bpf_perf_event_data *ctx) { return watch_hit(ctx, false); }
+
+SEC("perf_event")
+int on_watch_fast(struct bpf_perf_event_data *ctx) { return watch_hit(ctx, true); }

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * -e alloc's sampler: one hardware write watchpoint on a heap word of one Erlang process, shared
+ * by the BPF side (bpf/alloc_watch.bpf.h) and user space (userspace/sampling/alloc_watch.cpp)
+ * through the program's mmaped .bss. Kernel types only.
+ */
+#ifndef BB_ALLOC_WATCH_H
+#define BB_ALLOC_WATCH_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/*
+ * One sample's life. Its epoch (what the process allocates between two collections) is chosen
+ * when a collection returns, before a word of it is allocated, so the choice cannot depend on
+ * what the epoch holds:
+ *   IDLE    --a GC of the watched process returns, coin flip (BPF, which then waits)--> ARMING
+ *   ARMING  --user space has moved the watchpoints to `addr`--> ARMED
+ *   ARMED   --the BPF side sees it and lets the process go on--> LIVE
+ *           (user space too slow: the BPF side stops waiting, LATE, IDLE)
+ *   LIVE    --the allocation that writes addr (BPF)--> IDLE, one record
+ *           --the process's next GC entry: the epoch did not reach addr--> IDLE, no record
+ * Each end is told to user space, for its counts.
+ */
+enum bb_watch_state {
+	BB_WATCH_IDLE = 0,
+	BB_WATCH_ARMING,
+	BB_WATCH_ARMED,
+	BB_WATCH_LIVE,
+};
+
+/* How a watch ended, counted by user space. */
+enum bb_watch_outcome {
+	BB_WATCH_SAMPLED = 1,   /* a record */
+	BB_WATCH_MISSED,        /* the epoch ended below addr (its heap filled up to the stack first) */
+	BB_WATCH_LATE,          /* user space did not arm within late_ns: the epoch is not used */
+	BB_WATCH_STACK,         /* the process's stack reached addr first: no allocation there */
+};
+
+struct bb_watch {
+	/* Set by user space while IDLE: the process to watch and the sampling interval. */
+	__u64 c_p;
+	__u64 interval;     /* mean words per sample */
+	__u64 mult;         /* a record's weight, times 1024: 1024 / the chance the process is watched */
+	__u64 state;        /* enum bb_watch_state (64 bits: the BPF side compares and swaps it) */
+	/* Set by BPF at the flip: the epoch's free words, from the heap top to the end of the block. */
+	__u64 lo, hi;
+	/* Set by user space when arming. */
+	__u64 addr;
+};
+
+/* What the BPF side tells the arming thread (ring buffer `watch_ticks`, woken at each). */
+struct bb_watch_tick {
+	__u64 time_ns;
+	__u32 state;
+	__u32 outcome;
+};
+
+/* Counters of the watch (per-CPU array `watch_counters`). */
+enum bb_watch_counter {
+	BB_WC_HITS = 0,     /* watchpoint traps in the target */
+	BB_WC_IGNORED,      /* ... of no live watch, or not an allocation (the collector, old terms) */
+	BB_WC_WAIT_NS,      /* time the flipping scheduler waited for the arm */
+	BB_WC_NR,
+};
+
+#endif /* BB_ALLOC_WATCH_H */

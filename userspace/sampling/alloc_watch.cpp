@@ -1,0 +1,222 @@
+#include "sampling/alloc_watch.hpp"
+
+#include <bpf/bpf.h>
+#include <fmt/format.h>
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/clock.hpp"
+#include "base/error.hpp"
+
+namespace bb {
+namespace {
+
+uint64_t load_state(const bb_watch* w) { return __atomic_load_n(&w->state, __ATOMIC_ACQUIRE); }
+void store_state(bb_watch* w, uint64_t s) { __atomic_store_n(&w->state, s, __ATOMIC_RELEASE); }
+bool cas_state(bb_watch* w, uint64_t from, uint64_t to) {
+    return __atomic_compare_exchange_n(&w->state, &from, to, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+perf_event_attr breakpoint(uint64_t addr, bool disabled) {
+    perf_event_attr a{};
+    a.size = sizeof(a);
+    a.type = PERF_TYPE_BREAKPOINT;
+    a.bp_type = HW_BREAKPOINT_W;
+    a.bp_len = HW_BREAKPOINT_LEN_8;
+    a.bp_addr = addr;
+    a.sample_period = 1;
+    a.exclude_kernel = 1;  // the kernel writing the VM's memory is not the VM allocating
+    a.exclude_hv = 1;
+    a.disabled = disabled;
+    return a;
+}
+
+// Rotation: a process is watched for at least this long before another is chosen.
+constexpr uint64_t kWatchPeriodNs = 50'000'000;
+
+}  // namespace
+
+// One event per CPU rather than per VM thread: a process runs on any scheduler (dirty ones too)
+// and senders on any thread write messages into its heap, so per-thread events would need a
+// slot on every VM thread and a move would cost one ioctl per thread (14 here) instead of one
+// per CPU. Another process writing the same virtual address traps too, and is dropped in BPF.
+AllocWatch::AllocWatch(bb_watch* shared, bpf_map* ticks, bpf_map* counters, bpf_program* on_watch, const Config& cfg)
+    : w_(shared), cfg_(cfg), counters_fd_(bpf_map__fd(counters)) {
+    w_->c_p = 0;
+    w_->interval = cfg.interval_words;
+    w_->mult = 1024;
+    store_state(w_, BB_WATCH_IDLE);
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0) throw UserError("cannot count the CPUs");
+    // Parked (disabled) until the first arm; the address must be a user one.
+    perf_event_attr a = breakpoint(4096, true);
+    try {
+        for (int cpu = 0; cpu < ncpu; cpu++) {
+            int fd = static_cast<int>(syscall(__NR_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd < 0 && errno == ENODEV) continue;  // a possible CPU that is offline
+            if (fd < 0)
+                throw UserError(fmt::format("-e alloc: cannot open a hardware write watchpoint on CPU {}: {}{}", cpu,
+                                            std::strerror(errno),
+                                            errno == ENOSPC ? " (its debug registers are all in use: a debugger?)"
+                                            : errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)"
+                                            : errno == ENOENT || errno == EOPNOTSUPP ? " (no hardware breakpoints here)"
+                                                                                      : ""));
+            fds_.push_back(fd);
+            bpf_link* l = bpf_program__attach_perf_event(on_watch, fd);
+            if (!l)
+                throw UserError(fmt::format("-e alloc: cannot attach to the watchpoint of CPU {}: {}", cpu,
+                                            std::strerror(errno)));
+            links_.push_back(l);
+            ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);  // attaching enabled it
+        }
+        ring_ = ring_buffer__new(bpf_map__fd(ticks),
+                                 [](void* ctx, void* data, size_t size) {
+                                     if (size >= sizeof(bb_watch_tick))
+                                         static_cast<AllocWatch*>(ctx)->on_tick(*static_cast<bb_watch_tick*>(data));
+                                     return 0;
+                                 },
+                                 this, nullptr);
+        if (!ring_) throw UserError(fmt::format("-e alloc: cannot open the watch ring: {}", std::strerror(errno)));
+    } catch (...) {
+        for (auto* l : links_) bpf_link__destroy(l);
+        for (int fd : fds_) close(fd);
+        throw;
+    }
+    thread_ = std::thread([this] { run(); });
+}
+
+AllocWatch::~AllocWatch() {
+    stop();
+    if (ring_) ring_buffer__free(ring_);
+}
+
+void AllocWatch::stop() {
+    if (stopping_.exchange(true)) return;
+    if (thread_.joinable()) thread_.join();
+    w_->c_p = 0;
+    for (int fd : fds_) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+    for (auto* l : links_) bpf_link__destroy(l);
+    links_.clear();
+    for (int fd : fds_) close(fd);
+    fds_.clear();
+}
+
+// The thread sleeps on the ring: a flip wakes it to arm, an end to count it.
+void AllocWatch::run() {
+    // A flip's collection waits for this thread (its scheduler stands still meanwhile): a
+    // real-time thread is woken at once instead of waiting its turn behind the VM's schedulers.
+    // Without the privilege the flips wait longer, and more of them give up (LATE).
+    sched_param sp{};
+    sp.sched_priority = 1;
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    while (!stopping_) {
+        ring_buffer__poll(ring_, 50);
+        if (load_state(w_) == BB_WATCH_IDLE) choose_process();
+    }
+}
+
+void AllocWatch::on_tick(const bb_watch_tick& t) {
+    if (t.state == BB_WATCH_ARMING) {
+        flips_++;
+        if (load_state(w_) == BB_WATCH_ARMING) arm();
+    } else if (t.outcome) {
+        finish(t.outcome);
+    }
+}
+
+bool AllocWatch::move_to(uint64_t addr) {
+    perf_event_attr a = breakpoint(addr, false);
+    for (int fd : fds_)
+        if (ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a) != 0) return false;
+    return true;
+}
+
+// A word drawn uniformly in the epoch's free words; the BPF side lets the process go on once
+// every CPU's watchpoint is on it. Not moved (the kernel refused): the BPF side gives up, LATE.
+void AllocWatch::arm() {
+    uint64_t lo = w_->lo, hi = w_->hi, words = hi > lo ? (hi - lo) / 8 : 0;
+    if (!words) return;
+    uint64_t addr = lo + 8 * std::uniform_int_distribution<uint64_t>(0, words - 1)(rng_);
+    __atomic_store_n(&w_->addr, addr, __ATOMIC_RELEASE);
+    if (move_to(addr)) cas_state(w_, BB_WATCH_ARMING, BB_WATCH_ARMED);  // fails if the BPF side gave up
+}
+
+void AllocWatch::finish(uint32_t outcome) {
+    switch (outcome) {
+    case BB_WATCH_SAMPLED: sampled_++; break;
+    case BB_WATCH_MISSED: missed_++; break;
+    case BB_WATCH_LATE: late_++; break;
+    case BB_WATCH_STACK: stack_++; break;
+    default: break;
+    }
+    choose_process();
+}
+
+void AllocWatch::note_gc(uint64_t c_p, uint64_t pid, uint64_t words) {
+    if (cfg_.only_pid && (pid & cfg_.pid_mask) != *cfg_.only_pid) return;
+    std::lock_guard<std::mutex> g(mu_);
+    Tally& t = tally_[c_p];
+    t.pid = pid;
+    t.words += words;
+}
+
+// Called while IDLE (a flip of the old process racing with the change arms for it: its hits are
+// checked against the new process's heap and ignored). A process is chosen with chance its share
+// of the words allocated since the last choice, and its records weigh 1 / that chance more, so
+// each process's estimate stays unbiased.
+void AllocWatch::choose_process() {
+    uint64_t now = monotonic_ns();
+    if (w_->c_p && now - chosen_ns_ < kWatchPeriodNs) return;
+    std::unordered_map<uint64_t, Tally> t;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (tally_.empty()) return;
+        t.swap(tally_);
+    }
+    uint64_t all = 0;
+    for (const auto& [c_p, v] : t) all += v.words;
+    if (!all) return;
+    uint64_t pick = std::uniform_int_distribution<uint64_t>(0, all - 1)(rng_), acc = 0;
+    for (const auto& [c_p, v] : t) {
+        acc += v.words;
+        if (pick >= acc) continue;
+        if (c_p != w_->c_p) {
+            __atomic_store_n(&w_->c_p, 0, __ATOMIC_RELEASE);
+            switches_++;
+        }
+        w_->mult = std::min<uint64_t>(1024 * all / v.words, 1ull << 40);
+        __atomic_store_n(&w_->c_p, c_p, __ATOMIC_RELEASE);
+        chosen_ns_ = now;
+        return;
+    }
+}
+
+AllocWatchCounters AllocWatch::counters() const {
+    AllocWatchCounters c;
+    c.flips = flips_;
+    c.sampled = sampled_;
+    c.missed = missed_;
+    c.late = late_;
+    c.stack = stack_;
+    c.switches = switches_;
+
+    int ncpu = libbpf_num_possible_cpus();
+    std::vector<uint64_t> v(ncpu > 0 ? ncpu : 1);
+    for (uint32_t k : {uint32_t(BB_WC_HITS), uint32_t(BB_WC_IGNORED), uint32_t(BB_WC_WAIT_NS)}) {
+        uint64_t sum = 0;
+        if (bpf_map_lookup_elem(counters_fd_, &k, v.data()) == 0)
+            for (auto x : v) sum += x;
+        (k == BB_WC_HITS ? c.hits : k == BB_WC_IGNORED ? c.ignored : c.wait_ns) = sum;
+    }
+    return c;
+}
+
+}  // namespace bb
