@@ -50,7 +50,11 @@ struct bb_watch {
 	__u64 addr;
 };
 
-/* What the BPF side tells the arming thread (ring buffer `watch_ticks`, woken at each). */
+/* CPUs whose arming thread is known (armer_of_cpu[]); a CPU numbered past it may wake the
+ * thread of its own half, which then runs only once the flip gave up (LATE). */
+#define BB_WATCH_MAX_CPUS 1024
+
+/* What the BPF side tells an arming thread (ring buffer `watch_ticks_0` or `_1`, woken at each). */
 struct bb_watch_tick {
 	__u64 time_ns;
 	__u32 state;

@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
@@ -39,8 +42,26 @@ perf_event_attr breakpoint(uint64_t addr, bool disabled) {
     return a;
 }
 
+// Where a watchpoint waits, disabled, between watches: the address must be a user one.
+constexpr uint64_t kParkedAddr = 4096;
+
 // Rotation: a process is watched for at least this long before another is chosen.
 constexpr uint64_t kWatchPeriodNs = 50'000'000;
+
+// The online CPUs, from the kernel's list ("0-3,6").
+std::vector<int> online_cpus() {
+    std::vector<int> cpus;
+    std::ifstream f("/sys/devices/system/cpu/online");
+    std::string list;
+    std::getline(f, list);
+    std::istringstream in(list);
+    for (std::string part; std::getline(in, part, ',');) {
+        int lo = -1, hi = -1;
+        if (std::sscanf(part.c_str(), "%d-%d", &lo, &hi) == 1) hi = lo;
+        for (int c = lo; c >= 0 && c <= hi; c++) cpus.push_back(c);
+    }
+    return cpus;
+}
 
 }  // namespace
 
@@ -48,107 +69,119 @@ constexpr uint64_t kWatchPeriodNs = 50'000'000;
 // and senders on any thread write messages into its heap, so per-thread events would need a
 // slot on every VM thread and a move would cost one ioctl per thread (14 here) instead of one
 // per CPU. Another process writing the same virtual address traps too, and is dropped in BPF.
-AllocWatch::AllocWatch(bb_watch* shared, bpf_map* ticks, bpf_map* counters, bpf_program* on_watch, const Config& cfg)
+AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_map* counters,
+                       bpf_program* on_watch, const Config& cfg)
     : w_(shared), cfg_(cfg), counters_fd_(bpf_map__fd(counters)) {
     w_->c_p = 0;
     w_->interval = cfg.interval_words;
     w_->mult = 1024;
     store_state(w_, BB_WATCH_IDLE);
-    int ncpu = libbpf_num_possible_cpus();
-    if (ncpu <= 0) throw UserError("cannot count the CPUs");
-    // Parked (disabled) until the first arm; the address must be a user one.
-    perf_event_attr a = breakpoint(4096, true);
-    try {
-        for (int cpu = 0; cpu < ncpu; cpu++) {
-            int fd = static_cast<int>(syscall(__NR_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
-            if (fd < 0 && errno == ENODEV) continue;  // a possible CPU that is offline
-            if (fd < 0)
-                throw UserError(fmt::format("-e alloc: cannot open a hardware write watchpoint on CPU {}: {}{}", cpu,
-                                            std::strerror(errno),
-                                            errno == ENOSPC ? " (its debug registers are all in use: a debugger?)"
-                                            : errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)"
-                                            : errno == ENOENT || errno == EOPNOTSUPP ? " (no hardware breakpoints here)"
-                                                                                      : ""));
-            fds_.push_back(fd);
-            bpf_link* l = bpf_program__attach_perf_event(on_watch, fd);
-            if (!l)
-                throw UserError(fmt::format("-e alloc: cannot attach to the watchpoint of CPU {}: {}", cpu,
-                                            std::strerror(errno)));
-            links_.push_back(l);
-            ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);  // attaching enabled it
-        }
-        ring_ = ring_buffer__new(bpf_map__fd(ticks),
-                                 [](void* ctx, void* data, size_t size) {
-                                     if (size >= sizeof(bb_watch_tick))
-                                         static_cast<AllocWatch*>(ctx)->on_tick(*static_cast<bb_watch_tick*>(data));
-                                     return 0;
-                                 },
-                                 this, nullptr);
-        if (!ring_) throw UserError(fmt::format("-e alloc: cannot open the watch ring: {}", std::strerror(errno)));
-    } catch (...) {
-        for (auto* l : links_) bpf_link__destroy(l);
-        for (int fd : fds_) close(fd);
-        throw;
+    const std::vector<int> cpus = online_cpus();
+    if (cpus.size() < 2)
+        throw UserError("-e alloc needs two CPUs or more: a collection waits for the watchpoint to be armed from "
+                        "another CPU (-e alloc-gc works on one)");
+    // Even-numbered online CPUs to the first thread, odd to the second: each CPU's ticks go to
+    // the thread that is not on it.
+    for (size_t k = 0; k < cpus.size(); k++) {
+        armers_[k % 2].cpus.push_back(cpus[k]);
+        if (cpus[k] < BB_WATCH_MAX_CPUS) armer_of_cpu[cpus[k]] = k % 2;
     }
-    thread_ = std::thread([this] { run(); });
+    // Parked (disabled) until the first arm.
+    perf_event_attr a = breakpoint(kParkedAddr, true);
+    for (int cpu : cpus) {
+        UniqueFd fd(static_cast<int>(syscall(__NR_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)));
+        if (!fd && errno == ENODEV) continue;  // went offline since
+        if (!fd)
+            throw UserError(fmt::format("-e alloc: cannot open a hardware write watchpoint on CPU {}: {}{}", cpu,
+                                        std::strerror(errno),
+                                        errno == ENOSPC ? " (its debug registers are all in use: a debugger?)"
+                                        : errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)"
+                                        : errno == ENOENT || errno == EOPNOTSUPP ? " (no hardware breakpoints here)"
+                                                                                  : ""));
+        links_.emplace_back(bpf_program__attach_perf_event(on_watch, fd.get()));
+        if (!links_.back())
+            throw UserError(fmt::format("-e alloc: cannot attach to the watchpoint of CPU {}: {}", cpu,
+                                        std::strerror(errno)));
+        ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);  // attaching enabled it
+        events_.push_back(std::move(fd));
+    }
+    for (size_t k = 0; k < armers_.size(); k++) {
+        Armer& arm = armers_[k];
+        arm.self = this;
+        arm.ring.reset(ring_buffer__new(bpf_map__fd(ticks[k]),
+                                        [](void* ctx, void* data, size_t size) {
+                                            auto* a = static_cast<Armer*>(ctx);
+                                            if (size >= sizeof(bb_watch_tick))
+                                                a->self->on_tick(*a, *static_cast<bb_watch_tick*>(data));
+                                            return 0;
+                                        },
+                                        &arm, nullptr));
+        if (!arm.ring) throw UserError(fmt::format("-e alloc: cannot open the watch ring: {}", std::strerror(errno)));
+    }
+    for (Armer& arm : armers_) arm.thread = std::thread([this, &arm] { run(arm); });
 }
 
-AllocWatch::~AllocWatch() {
-    stop();
-    if (ring_) ring_buffer__free(ring_);
-}
+AllocWatch::~AllocWatch() { stop(); }
 
 void AllocWatch::stop() {
     if (stopping_.exchange(true)) return;
-    if (thread_.joinable()) thread_.join();
+    for (Armer& a : armers_)
+        if (a.thread.joinable()) a.thread.join();
     w_->c_p = 0;
-    for (int fd : fds_) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-    for (auto* l : links_) bpf_link__destroy(l);
+    for (const UniqueFd& fd : events_) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
     links_.clear();
-    for (int fd : fds_) close(fd);
-    fds_.clear();
+    events_.clear();
 }
 
-// The thread sleeps on the ring: a flip wakes it to arm, an end to count it.
-void AllocWatch::run() {
-    // A flip's collection waits for this thread (its scheduler stands still meanwhile): a
-    // real-time thread is woken at once instead of waiting its turn behind the VM's schedulers.
-    // Without the privilege the flips wait longer, and more of them give up (LATE).
+// Sleeps on its ring: a flip wakes it to arm, an end to count it.
+void AllocWatch::run(Armer& a) {
+    // Real time, so that it is woken at once instead of waiting its turn behind the VM's
+    // schedulers; on its own CPUs, never on the one whose collection waits for it. Without the
+    // privilege the flips wait longer, and more of them give up (LATE).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : a.cpus) CPU_SET(c, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     sched_param sp{};
     sp.sched_priority = 1;
     pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
     while (!stopping_) {
-        ring_buffer__poll(ring_, 50);
-        if (load_state(w_) == BB_WATCH_IDLE) choose_process();
+        ring_buffer__poll(a.ring.get(), 50);
+        if (load_state(w_) == BB_WATCH_IDLE) choose_process(a.rng);
     }
 }
 
-void AllocWatch::on_tick(const bb_watch_tick& t) {
+void AllocWatch::on_tick(Armer& a, const bb_watch_tick& t) {
     if (t.state == BB_WATCH_ARMING) {
         flips_++;
-        if (load_state(w_) == BB_WATCH_ARMING) arm();
+        if (load_state(w_) == BB_WATCH_ARMING) arm(a);
     } else if (t.outcome) {
         finish(t.outcome);
+        choose_process(a.rng);
     }
 }
 
-bool AllocWatch::move_to(uint64_t addr) {
-    perf_event_attr a = breakpoint(addr, false);
-    for (int fd : fds_)
-        if (ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a) != 0) return false;
+bool AllocWatch::move_to(uint64_t addr, bool park) {
+    perf_event_attr a = breakpoint(addr, park);
+    for (const UniqueFd& fd : events_)
+        if (ioctl(fd.get(), PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a) != 0) return false;
     return true;
 }
 
 // A word drawn uniformly in the epoch's free words; the BPF side lets the process go on once
 // every CPU's watchpoint is on it. Not moved (the kernel refused): the BPF side gives up, LATE.
-void AllocWatch::arm() {
+void AllocWatch::arm(Armer& a) {
     uint64_t lo = w_->lo, hi = w_->hi, words = hi > lo ? (hi - lo) / 8 : 0;
     if (!words) return;
-    uint64_t addr = lo + 8 * std::uniform_int_distribution<uint64_t>(0, words - 1)(rng_);
+    uint64_t addr = lo + 8 * std::uniform_int_distribution<uint64_t>(0, words - 1)(a.rng);
     __atomic_store_n(&w_->addr, addr, __ATOMIC_RELEASE);
-    if (move_to(addr)) cas_state(w_, BB_WATCH_ARMING, BB_WATCH_ARMED);  // fails if the BPF side gave up
+    std::lock_guard<std::mutex> g(move_mu_);
+    if (move_to(addr, false)) cas_state(w_, BB_WATCH_ARMING, BB_WATCH_ARMED);  // fails if the BPF side gave up
 }
 
+// An ended watch's word is written again by the epochs after it (a steady process's young heap
+// goes back and forth between two blocks): each write traps, 16-35 us, for nothing. Parked
+// unless another flip began meanwhile (the lock orders this against its arm).
 void AllocWatch::finish(uint32_t outcome) {
     switch (outcome) {
     case BB_WATCH_SAMPLED: sampled_++; break;
@@ -157,7 +190,8 @@ void AllocWatch::finish(uint32_t outcome) {
     case BB_WATCH_STACK: stack_++; break;
     default: break;
     }
-    choose_process();
+    std::lock_guard<std::mutex> g(move_mu_);
+    if (load_state(w_) == BB_WATCH_IDLE) move_to(kParkedAddr, true);
 }
 
 void AllocWatch::note_gc(uint64_t c_p, uint64_t pid, uint64_t words) {
@@ -172,7 +206,8 @@ void AllocWatch::note_gc(uint64_t c_p, uint64_t pid, uint64_t words) {
 // checked against the new process's heap and ignored). A process is chosen with chance its share
 // of the words allocated since the last choice, and its records weigh 1 / that chance more, so
 // each process's estimate stays unbiased.
-void AllocWatch::choose_process() {
+void AllocWatch::choose_process(std::mt19937_64& rng) {
+    std::lock_guard<std::mutex> chosen(choose_mu_);
     uint64_t now = monotonic_ns();
     if (w_->c_p && now - chosen_ns_ < kWatchPeriodNs) return;
     std::unordered_map<uint64_t, Tally> t;
@@ -184,7 +219,7 @@ void AllocWatch::choose_process() {
     uint64_t all = 0;
     for (const auto& [c_p, v] : t) all += v.words;
     if (!all) return;
-    uint64_t pick = std::uniform_int_distribution<uint64_t>(0, all - 1)(rng_), acc = 0;
+    uint64_t pick = std::uniform_int_distribution<uint64_t>(0, all - 1)(rng), acc = 0;
     for (const auto& [c_p, v] : t) {
         acc += v.words;
         if (pick >= acc) continue;

@@ -253,7 +253,9 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         AllocWatch::Config wc;
         wc.interval_words = cfg.alloc_interval;
         if (cfg.only_pid) wc.only_pid = cfg.only_pid->pid & cfg.only_pid->mask, wc.pid_mask = cfg.only_pid->mask;
-        impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->maps.watch_ticks, s->maps.watch_counters,
+        impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->bss->armer_of_cpu,
+                                                    std::array{s->maps.watch_ticks_0, s->maps.watch_ticks_1},
+                                                    s->maps.watch_counters,
                                                     fast ? s->progs.on_watch_fast : s->progs.on_watch, wc);
     }
     impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
