@@ -1,150 +1,180 @@
 #!/usr/bin/env python3
-"""What `beam-bpf-sample -e alloc` costs a GC-heavy workload, side by side with OTP 27's tprof
-call_memory tracing on the same work, and how its estimator is biased when allocations differ in
-size.
+"""What `beam-bpf-sample -e alloc` (hardware watchpoints) costs and how right it is, next to
+`-e alloc-gc` (the stack at each collection: today's cost, biased on periodic code) and OTP 27's
+tprof call_memory tracing, in one run.
 
-Overhead: bb_alloc's `time N` (tests/workloads/bb_alloc.erl) runs N rounds of building and
-dropping 100-cell lists (a collection about every microsecond: the worst case), and
-`time_mixed N` N rounds of its 3:1:0 work (a collection every ~40 iterations of arithmetic), each
-timed inside the VM; configurations
-(no tool, beam-bpf-sample -e alloc attached to the VM, and on OTP 27 tprof call_memory) are
-interleaved over rounds, each round's times relative to the same round's untraced one, medians
-reported. Bias: bb_alloc's `bias N` allocates 200 words per round in 100 cons cells built by
-Erlang code and 200 in one tuple made by a BIF (erlang:make_tuple/2), 50/50 by construction; the
-tool's self shares are printed against that.
+Cost: bb_alloc's `time N` (tests/workloads/bb_alloc.erl) runs N rounds of building and dropping
+100-cell lists (a collection about every microsecond: the worst case), and `time_mixed N` N
+rounds of its 3:1:0 work (ordinary: a collection every ~40 iterations of arithmetic), each timed
+inside the VM. The configurations (no tool, -e alloc at the default interval, -e alloc-gc, and on
+OTP 27 tprof call_memory) are interleaved over rounds, each round's times relative to the same
+round's untraced one; medians reported.
+
+Right answers (bb_alloc_mix, tests/workloads/bb_alloc_mix.erl, truth by construction):
+  - the sweep: take(T)/give(G)/idle over ten size pairs and depths, 75% / 25% / 0 whatever the
+    phase at which the heap fills, by -e alloc and by -e alloc-gc;
+  - the bias against the sampling interval: take(300)/give(100) and take(3000)/give(1000) at
+    --period 256, 4,096 and 65,536 (the default) words;
+  - BIF allocations: bb_alloc's `bias N`, 200 words in 100 cells built by Erlang code and 200 in
+    one tuple made by a BIF (erlang:make_tuple/2), 50/50.
 
 Run as root after scripts/setup.sh (and scripts/build-test-vms.sh for the OTP 27 part):
 
-    bench/alloc.py [--rounds 5] [--work 20000] [--json FILE]
+    bench/alloc.py [--rounds 5] [--work 20000] [--seconds 2] [--build DIR] [--json FILE]
 """
-import argparse
 import collections
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(ROOT, "build", "beam-bpf-sample")
+from lib import Bench, Vm, arg_parser, compile_workloads, log, require_root, write_json, end_started
+
 OTP27 = "/var/tmp/beam-bpf-otp27/prefix/bin"
 
-
-class Vm:
-    def __init__(self, bindir, beams):
-        erl = os.path.join(bindir, "erl") if bindir else "erl"
-        self.p = subprocess.Popen([erl, "-noshell", "-pa", beams, "-eval", "bb_alloc:main()"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.worker = self.wait("ready").split()[1]
-
-    def wait(self, prefix):
-        for line in self.p.stdout:
-            if line.startswith(prefix):
-                return line
-        raise SystemExit(f"alloc.py: the VM ended before `{prefix}`")
-
-    def cmd(self, line, reply):
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        return self.wait(reply)
-
-    def close(self):
-        self.p.stdin.write("quit\n")
-        self.p.stdin.flush()
-        self.p.wait(timeout=30)
+# The sweep's pairs: (take cells, give cells, depth). The first ten are the issue's and the
+# README's table (alloc-gc read 75.0, 75.0, 100.0, 80.9, 100.0, 75.0, 100.0, 100.0, 100.0, 75.0).
+SWEEP = [(3000, 1000, 0), (3001, 1000, 0), (2400, 800, 0), (6000, 2000, 0), (300, 100, 0), (1200, 400, 0),
+         (9000, 3000, 0), (2400, 800, 8), (300, 100, 20), (3000, 1000, 40)]
+INTERVALS = [256, 4096, 65536]
 
 
-def attach(vm, args):
-    t = subprocess.Popen([SAMPLE, "-e", "alloc", *args, str(vm.p.pid)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    for line in t.stderr:
-        if ": attached to " in line:
-            return t
-    raise SystemExit(f"alloc.py: beam-bpf-sample did not attach: {t.communicate()}")
+def self_shares(folded, names):
+    """Per leaf function, its share of the folded stacks' weight, in percent."""
+    self = collections.Counter()
+    for line in folded.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if n.isdigit():
+            self[stack.split(";")[-1]] += int(n)
+    total = sum(self.values()) or 1
+    return {f: 100.0 * self[f] / total for f in names}
 
 
-def detach(t):
-    t.send_signal(2)
-    out, err = t.communicate(timeout=60)
-    return out
+class Sampler:
+    """beam-bpf-sample -e EVENT on one VM, its folded output and --stats read at the end."""
+
+    def __init__(self, bench, vm_pid, event, args=()):
+        self.stats = tempfile.NamedTemporaryFile(suffix=".json")
+        self.out = tempfile.TemporaryFile(mode="w+")
+        self.p = bench.start("beam-bpf-sample", ["-e", event, *args, "--folded", "--stats", self.stats.name,
+                                                 str(vm_pid)], stdout=self.out)
+
+    def stop(self):
+        Bench.stop(self.p)
+        self.out.seek(0)
+        folded = self.out.read()
+        stats = json.load(open(self.stats.name))
+        self.stats.close()
+        return folded, stats
 
 
-def overhead(vm, rounds, work, with_tprof, kind="time"):
-    configs = ["none", "alloc"] + (["tprof"] if with_tprof and kind == "time" else [])
-    ratios = collections.defaultdict(list)
-    times = collections.defaultdict(list)
-    vm.cmd(f"{kind} {work // 10}", "time")  # warm-up
+def overhead(bench, vm, rounds, work, configs, kind):
+    ratios, times = collections.defaultdict(list), collections.defaultdict(list)
+    vm.send(f"{kind} {work // 10}")  # warm-up
+    vm.expect("time")
     for r in range(rounds):
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         t = {}
         for c in order:
-            if c == "alloc":
-                tool = attach(vm, ["-o", os.devnull])
-                t[c] = int(vm.cmd(f"{kind} {work}", "time").split()[1])
-                detach(tool)
-            elif c == "tprof":
-                t[c] = int(vm.cmd(f"tprof_time {work}", "time").split()[1])
-            else:
-                t[c] = int(vm.cmd(f"{kind} {work}", "time").split()[1])
+            tool = Sampler(bench, vm.pid, c) if c.startswith("alloc") else None
+            vm.send(f"tprof_time {work}" if c == "tprof" else f"{kind} {work}")
+            t[c] = int(vm.expect("time").split()[1])
+            if tool:
+                tool.stop()
         for c in configs:
             times[c].append(t[c])
             ratios[c].append(t[c] / t["none"])
-        print(f"round {r + 1}: " + ", ".join(f"{c} {t[c] / 1000:.0f} ms" for c in configs), flush=True)
-    return {c: {"median_ms": statistics.median(times[c]) / 1000,
-                "median_ratio": statistics.median(ratios[c])} for c in configs}
+        log(f"round {r + 1}: " + ", ".join(f"{c} {t[c] / 1000:.0f} ms" for c in configs))
+    return {c: {"median_ms": statistics.median(times[c]) / 1000, "median_ratio": statistics.median(ratios[c])}
+            for c in configs}
 
 
-def bias(vm, rounds):
-    tool = attach(vm, ["--process", vm.worker, "--folded"])
-    vm.cmd(f"bias {rounds}", "bias_done")
-    out = detach(tool)
-    self = collections.Counter()
-    for line in out.splitlines():
-        stack, _, n = line.rpartition(" ")
-        self[stack.split(";")[-1]] += int(n)
-    total = sum(self.values()) or 1
-    return {f: 100.0 * self[f] / total for f in ("bb_alloc:alloc_small/2", "bb_alloc:alloc_big/1")}
+def mix(bench, vm, spawn, ms, event, period=None):
+    """One bb_alloc_mix worker under the tool (--process: its words only): take's share etc."""
+    vm.send(spawn)
+    name = vm.expect("spawned").split()[1]
+    args = ["--process", name] + (["--period", str(period)] if period else [])
+    tool = Sampler(bench, vm.pid, event, args)
+    vm.send(f"go {ms}")
+    vm.expect("done", 120)
+    folded, stats = tool.stop()
+    shares = self_shares(folded, ["bb_alloc_mix:take/2", "bb_alloc_mix:give/2", "bb_alloc_mix:idle/2"])
+    return {"take": shares["bb_alloc_mix:take/2"], "give": shares["bb_alloc_mix:give/2"],
+            "idle": shares["bb_alloc_mix:idle/2"], "samples": stats.get("alloc_samples", stats.get("records", 0)),
+            "watch": stats.get("alloc_watch", {})}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arg_parser(__doc__, "bench-alloc.json")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--work", type=int, default=20000, help="gc_heavy rounds per timing")
-    ap.add_argument("--json", default="bench-alloc.json")
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory of the tools")
+    ap.add_argument("--work", type=int, default=20000, help="GC-heavy rounds per timing")
+    ap.add_argument("--seconds", type=float, default=2.0, help="per sweep pair")
     a = ap.parse_args()
-    global SAMPLE
-    SAMPLE = os.path.join(a.build, "beam-bpf-sample")
-    if os.geteuid() != 0:
-        raise SystemExit("alloc.py: run as root")
+    require_root("alloc.py")
+    bench = Bench(a.build)
     result = {}
-    releases = [("otp25", "")] + ([("otp27", OTP27)] if os.path.exists(os.path.join(OTP27, "erl")) else [])
-    for name, bindir in releases:
-        with tempfile.TemporaryDirectory() as beams:
-            erlc = os.path.join(bindir, "erlc") if bindir else "erlc"
-            subprocess.run([erlc, "-o", beams, os.path.join(ROOT, "tests", "workloads", "bb_alloc.erl")], check=True)
-            vm = Vm(bindir, beams)
-            try:
-                print(f"== {name}: overhead on a GC-heavy loop", flush=True)
-                ov = overhead(vm, a.rounds, a.work, with_tprof=name == "otp27")
-                print(f"== {name}: overhead on ordinary work (a collection every ~40 iterations of arithmetic)",
-                      flush=True)
-                mixed = overhead(vm, a.rounds, a.work // 200, False, kind="time_mixed")
-                print(f"== {name}: estimator bias, 200 words in small cells vs 200 in one tuple (50/50)", flush=True)
-                b = bias(vm, 5000)
-            finally:
-                vm.close()
-        result[name] = {"overhead": ov, "overhead_mixed": mixed, "bias_shares": b}
-        print(f"{name}: -e alloc slows ordinary work by {100 * (mixed['alloc']['median_ratio'] - 1):+.1f}%, "
-              f"the GC-heavy loop by {100 * (ov['alloc']['median_ratio'] - 1):+.1f}%"
-              + (f", tprof call_memory by {100 * (ov['tprof']['median_ratio'] - 1):+.1f}%" if "tprof" in ov else "")
-              + "; shares for a 50/50 split: " + ", ".join(f"{f} {v:.1f}%" for f, v in b.items()), flush=True)
+    releases = [("otp25", "erl", "erlc")]
+    if os.path.exists(os.path.join(OTP27, "erl")):
+        releases.append(("otp27", os.path.join(OTP27, "erl"), os.path.join(OTP27, "erlc")))
+    ms = int(a.seconds * 1000)
+    try:
+        for name, erl, erlc in releases:
+            with tempfile.TemporaryDirectory() as beams:
+                compile_workloads(beams, ["bb_alloc", "bb_alloc_mix"], erlc)
+                r = {}
+                with Vm(beams, "bb_alloc:main()", erl=erl) as vm:
+                    configs = ["none", "alloc", "alloc-gc"]
+                    log(f"{name}: cost on a GC-heavy loop")
+                    r["overhead_gc_heavy"] = overhead(bench, vm, a.rounds, a.work,
+                                                      configs + (["tprof"] if name == "otp27" else []), "time")
+                    log(f"{name}: cost on ordinary work")
+                    r["overhead_ordinary"] = overhead(bench, vm, a.rounds, a.work // 200, configs, "time_mixed")
+                    log(f"{name}: BIF allocations, 200 words in cells vs 200 in one make_tuple/2 (50/50)")
+                    r["bif_bias"] = {}
+                    for event in ("alloc", "alloc-gc"):
+                        tool = Sampler(bench, vm.pid, event, ["--process", vm.ready_line.split()[1]])
+                        vm.send("bias 5000")
+                        vm.expect("bias_done", 120)
+                        folded, _ = tool.stop()
+                        r["bif_bias"][event] = self_shares(folded, ["bb_alloc:alloc_small/2", "bb_alloc:alloc_big/1"])
+                    vm.quit()
+                with Vm(beams, "bb_alloc_mix:main()", erl=erl) as vm:
+                    r["sweep"] = []
+                    for t, g, d in SWEEP:
+                        row = {"take_cells": t, "give_cells": g, "depth": d, "truth": 100.0 * t / (t + g)}
+                        for event in ("alloc", "alloc-gc"):
+                            row[event] = mix(bench, vm, f"mix {t} {g} {d}", ms, event,
+                                             256 if event == "alloc" else None)
+                        log(f"{name}: take({t})/give({g}) {d} deep: take {row['alloc']['take']:.1f}% "
+                            f"({row['alloc']['samples']} samples) by -e alloc, {row['alloc-gc']['take']:.1f}% "
+                            f"by -e alloc-gc; truth {row['truth']:.1f}%")
+                        r["sweep"].append(row)
+                    r["interval"] = []
+                    for t, g in ((300, 100), (3000, 1000)):
+                        for period in INTERVALS:
+                            m = mix(bench, vm, f"mix {t} {g} 0", ms * 2, "alloc", period)
+                            log(f"{name}: take({t})/give({g}) --period {period}: take {m['take']:.1f}% from "
+                                f"{m['samples']} samples, LATE {m['watch'].get('late', 0)} of "
+                                f"{m['watch'].get('flips', 0)} flips")
+                            r["interval"].append({"take_cells": t, "give_cells": g, "period": period, **m})
+                    vm.quit()
+            result[name] = r
+            gc, od = r["overhead_gc_heavy"], r["overhead_ordinary"]
+            pct = lambda x: f"{100 * (x['median_ratio'] - 1):+.1f}%"  # noqa: E731
+            print(f"{name}: ordinary work: -e alloc {pct(od['alloc'])}, -e alloc-gc {pct(od['alloc-gc'])}; "
+                  f"GC-heavy loop: -e alloc {pct(gc['alloc'])}, -e alloc-gc {pct(gc['alloc-gc'])}"
+                  + (f", tprof call_memory {pct(gc['tprof'])}" if "tprof" in gc else ""), flush=True)
+            worst = max(abs(row["alloc"]["take"] - row["truth"]) for row in r["sweep"])
+            worst_gc = max(abs(row["alloc-gc"]["take"] - row["truth"]) for row in r["sweep"])
+            print(f"{name}: sweep of {len(SWEEP)} pairs: take's share at most {worst:.1f} points off by -e alloc, "
+                  f"{worst_gc:.1f} by -e alloc-gc; BIF 50/50: " +
+                  ", ".join(f"{e} {v['bb_alloc:alloc_small/2']:.1f}/{v['bb_alloc:alloc_big/1']:.1f}"
+                            for e, v in r["bif_bias"].items()), flush=True)
+    finally:
+        end_started()
     if len(releases) == 1:
         print("alloc.py: no OTP 27 test VM (scripts/build-test-vms.sh): tprof not compared", flush=True)
-    with open(a.json, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(a.json, result)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ static __always_inline bool watch_end(__u64 from, __u32 outcome)
  * epoch is over. */
 static __always_inline void watch_gc_entry(__u64 c_p)
 {
-	if (c_p == watch.c_p && c_p)
+	if (c_p == watch.c_p && c_p && watch.state == BB_WATCH_LIVE)
 		watch_end(BB_WATCH_LIVE, BB_WATCH_MISSED);
 }
 
@@ -96,17 +96,22 @@ static long watch_wait_step(__u32 i, struct watch_wait *w)
 }
 
 /*
- * A collection returns (a sleepable return probe on each GC entry point: it may wait). If it is
- * the watched process's, and no watch is on, a coin flip with chance (free words) / interval
- * chooses the epoch that starts now; a sample then stands for max(interval, free words).
+ * A collection returns (a sleepable return probe on each GC entry point: it may wait). If no
+ * watch is on, a coin flip with chance (free words) / interval chooses the epoch of the process
+ * that starts now, whichever it is (--process: only its own); a sample then stands for
+ * max(interval, free words). One watch at a time: an epoch that starts while another is watched
+ * is not a candidate, which costs each process the same share of its epochs when the watches
+ * are few (a watch lasts one epoch; at the default interval about 1 epoch in 60 is flipped).
+ * A process chosen in advance (by the words its GC entries reported, as a first version did)
+ * never saw a burst shorter than the choice's period: 2 million words in 30 ms went unsampled.
  */
 static __always_inline int watch_gc_return(struct pt_regs *ctx)
 {
-	__u64 c_p = watch.c_p, cur = 0, t0, words, interval = watch.interval, proc[2] = {};
+	__u64 cur = 0, t0, words, interval = watch.interval, htop, hend, id;
 	__u32 flags = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct watch_wait w = {};
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !c_p || watch.state != BB_WATCH_IDLE)
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || watch.state != BB_WATCH_IDLE)
 		return 0;
 	if (in_jit_code(PT_REGS_IP(ctx))) {
 		cur = ctx->r13;
@@ -116,18 +121,21 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 		if (sch)
 			cur = read_word(sch->esdp + vm.esd_current_process, &flags);
 	}
-	if (cur != c_p || flags)
+	if (!cur || (cur & 7) || flags)
 		return 0;
-	if (bpf_probe_read_user(&proc[0], 8, (void *)(c_p + vm.proc_htop)) ||
-	    bpf_probe_read_user(&proc[1], 8, (void *)(c_p + vm.proc_hend)) || proc[1] <= proc[0] || (proc[0] & 7))
+	if (bpf_probe_read_user(&htop, 8, (void *)(cur + vm.proc_htop)) ||
+	    bpf_probe_read_user(&hend, 8, (void *)(cur + vm.proc_hend)) ||
+	    bpf_probe_read_user(&id, 8, (void *)(cur + vm.proc_id)) || hend <= htop || (htop & 7) || filtered_out(id))
 		return 0;
-	words = (proc[1] - proc[0]) / 8;
+	words = (hend - htop) / 8;
 	if (!interval || interval > 0xffffffffULL || bpf_get_prandom_u32() % interval >= words)
 		return 0;
-	watch.lo = proc[0];
-	watch.hi = proc[1];
+	/* The scheduler that wins the flip owns the watch until it is ARMING: then the rest. */
 	if (__sync_val_compare_and_swap(&watch.state, BB_WATCH_IDLE, BB_WATCH_ARMING) != BB_WATCH_IDLE)
 		return 0;
+	watch.c_p = cur;
+	watch.lo = htop;
+	watch.hi = hend;
 	watch_tick(BB_WATCH_ARMING, 0);
 	t0 = bpf_ktime_get_ns();
 	w.deadline = t0 + watch_late_ns;
@@ -187,7 +195,7 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 		return 0;
 	}
 	words = (watch.hi - watch.lo) / 8;
-	weight = (words > watch.interval ? words : watch.interval) * watch.mult / 1024;
+	weight = words > watch.interval ? words : watch.interval;
 	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
 		return 0;
 	return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);

@@ -29,6 +29,16 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "native_walk.bpf.h"
 #include "blame.bpf.h"
 #include "emit.bpf.h"
+
+/* --process: the one process whose samples are kept (its pid term under the mask). */
+const volatile __u64 only_pid = 0;
+const volatile __u64 only_pid_mask = 0;
+
+static __always_inline bool filtered_out(__u64 erl_pid)
+{
+	return only_pid_mask && (erl_pid & only_pid_mask) != only_pid;
+}
+
 static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
 				  __u64 arg_p, __u64 need, __u64 watch_weight);
 #include "alloc_watch.bpf.h"
@@ -50,15 +60,6 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->alloc_words = rec->frag_words = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
-}
-
-/* --process: the one process whose samples are kept (its pid term under the mask). */
-const volatile __u64 only_pid = 0;
-const volatile __u64 only_pid_mask = 0;
-
-static __always_inline bool filtered_out(__u64 erl_pid)
-{
-	return only_pid_mask && (erl_pid & only_pid_mask) != only_pid;
 }
 
 /*

@@ -15,7 +15,7 @@
  * One sample's life. Its epoch (what the process allocates between two collections) is chosen
  * when a collection returns, before a word of it is allocated, so the choice cannot depend on
  * what the epoch holds:
- *   IDLE    --a GC of the watched process returns, coin flip (BPF, which then waits)--> ARMING
+ *   IDLE    --a GC returns, coin flip (BPF, which then waits)--> ARMING
  *   ARMING  --user space has moved the watchpoints to `addr`--> ARMED
  *   ARMED   --the BPF side sees it and lets the process go on--> LIVE
  *           (user space too slow: the BPF side stops waiting, LATE, IDLE)
@@ -39,12 +39,11 @@ enum bb_watch_outcome {
 };
 
 struct bb_watch {
-	/* Set by user space while IDLE: the process to watch and the sampling interval. */
-	__u64 c_p;
-	__u64 interval;     /* mean words per sample */
-	__u64 mult;         /* a record's weight, times 1024: 1024 / the chance the process is watched */
+	__u64 interval;     /* mean words per sample, set by user space */
 	__u64 state;        /* enum bb_watch_state (64 bits: the BPF side compares and swaps it) */
-	/* Set by BPF at the flip: the epoch's free words, from the heap top to the end of the block. */
+	/* Set by BPF at the flip: the process and its epoch's free words, from the heap top to the
+	 * end of the block. */
+	__u64 c_p;
 	__u64 lo, hi;
 	/* Set by user space when arming. */
 	__u64 addr;

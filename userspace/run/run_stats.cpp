@@ -115,7 +115,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         const AllocWatchCounters& w = *c.alloc_watch;
         j["alloc_watch"] = {{"flips", w.flips},        {"sampled", w.sampled},         {"missed", w.missed},
                             {"late", w.late},          {"stack", w.stack},             {"traps", w.hits},
-                            {"traps_ignored", w.ignored}, {"switches", w.switches}, {"wait_ns", w.wait_ns}};
+                            {"traps_ignored", w.ignored}, {"wait_ns", w.wait_ns}};
     }
     // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
     // not UTF-8. Written whole or not at all, never through a planted link.

@@ -45,9 +45,6 @@ perf_event_attr breakpoint(uint64_t addr, bool disabled) {
 // Where a watchpoint waits, disabled, between watches: the address must be a user one.
 constexpr uint64_t kParkedAddr = 4096;
 
-// Rotation: a process is watched for at least this long before another is chosen.
-constexpr uint64_t kWatchPeriodNs = 50'000'000;
-
 // The online CPUs, from the kernel's list ("0-3,6").
 std::vector<int> online_cpus() {
     std::vector<int> cpus;
@@ -72,9 +69,7 @@ std::vector<int> online_cpus() {
 AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_map* counters,
                        bpf_program* on_watch, const Config& cfg)
     : w_(shared), cfg_(cfg), counters_fd_(bpf_map__fd(counters)) {
-    w_->c_p = 0;
     w_->interval = cfg.interval_words;
-    w_->mult = 1024;
     store_state(w_, BB_WATCH_IDLE);
     const std::vector<int> cpus = online_cpus();
     if (cpus.size() < 2)
@@ -127,7 +122,6 @@ void AllocWatch::stop() {
     if (stopping_.exchange(true)) return;
     for (Armer& a : armers_)
         if (a.thread.joinable()) a.thread.join();
-    w_->c_p = 0;
     for (const UniqueFd& fd : events_) ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
     links_.clear();
     events_.clear();
@@ -145,10 +139,7 @@ void AllocWatch::run(Armer& a) {
     sched_param sp{};
     sp.sched_priority = 1;
     pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-    while (!stopping_) {
-        ring_buffer__poll(a.ring.get(), 50);
-        if (load_state(w_) == BB_WATCH_IDLE) choose_process(a.rng);
-    }
+    while (!stopping_) ring_buffer__poll(a.ring.get(), 50);
 }
 
 void AllocWatch::on_tick(Armer& a, const bb_watch_tick& t) {
@@ -157,7 +148,6 @@ void AllocWatch::on_tick(Armer& a, const bb_watch_tick& t) {
         if (load_state(w_) == BB_WATCH_ARMING) arm(a);
     } else if (t.outcome) {
         finish(t.outcome);
-        choose_process(a.rng);
     }
 }
 
@@ -194,46 +184,6 @@ void AllocWatch::finish(uint32_t outcome) {
     if (load_state(w_) == BB_WATCH_IDLE) move_to(kParkedAddr, true);
 }
 
-void AllocWatch::note_gc(uint64_t c_p, uint64_t pid, uint64_t words) {
-    if (cfg_.only_pid && (pid & cfg_.pid_mask) != *cfg_.only_pid) return;
-    std::lock_guard<std::mutex> g(mu_);
-    Tally& t = tally_[c_p];
-    t.pid = pid;
-    t.words += words;
-}
-
-// Called while IDLE (a flip of the old process racing with the change arms for it: its hits are
-// checked against the new process's heap and ignored). A process is chosen with chance its share
-// of the words allocated since the last choice, and its records weigh 1 / that chance more, so
-// each process's estimate stays unbiased.
-void AllocWatch::choose_process(std::mt19937_64& rng) {
-    std::lock_guard<std::mutex> chosen(choose_mu_);
-    uint64_t now = monotonic_ns();
-    if (w_->c_p && now - chosen_ns_ < kWatchPeriodNs) return;
-    std::unordered_map<uint64_t, Tally> t;
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        if (tally_.empty()) return;
-        t.swap(tally_);
-    }
-    uint64_t all = 0;
-    for (const auto& [c_p, v] : t) all += v.words;
-    if (!all) return;
-    uint64_t pick = std::uniform_int_distribution<uint64_t>(0, all - 1)(rng), acc = 0;
-    for (const auto& [c_p, v] : t) {
-        acc += v.words;
-        if (pick >= acc) continue;
-        if (c_p != w_->c_p) {
-            __atomic_store_n(&w_->c_p, 0, __ATOMIC_RELEASE);
-            switches_++;
-        }
-        w_->mult = std::min<uint64_t>(1024 * all / v.words, 1ull << 40);
-        __atomic_store_n(&w_->c_p, c_p, __ATOMIC_RELEASE);
-        chosen_ns_ = now;
-        return;
-    }
-}
-
 AllocWatchCounters AllocWatch::counters() const {
     AllocWatchCounters c;
     c.flips = flips_;
@@ -241,7 +191,6 @@ AllocWatchCounters AllocWatch::counters() const {
     c.missed = missed_;
     c.late = late_;
     c.stack = stack_;
-    c.switches = switches_;
 
     int ncpu = libbpf_num_possible_cpus();
     std::vector<uint64_t> v(ncpu > 0 ? ncpu : 1);

@@ -2,8 +2,7 @@
 // program, all on the same word of one Erlang process's heap, moved as the BPF side asks (the
 // states are in include/bb_alloc_watch.h) by two arming threads, each pinned to half of the CPUs
 // at real-time priority: a collection waits for the arm, spinning on its CPU, so the thread of
-// the other half does it. The process watched rotates among those that allocate, chosen in
-// proportion to the words their GC entries report.
+// the other half does it.
 #pragma once
 #include <bpf/libbpf.h>
 
@@ -12,10 +11,8 @@
 #include <memory>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "base/unique_fd.hpp"
@@ -27,16 +24,13 @@ struct AllocWatchCounters {
     uint64_t flips = 0;    // epochs chosen to sample
     uint64_t sampled = 0, missed = 0, late = 0, stack = 0;  // how their watches ended
     uint64_t hits = 0, ignored = 0;  // watchpoint traps in the VM, and those that were no sample
-    uint64_t switches = 0;           // processes watched in turn
     uint64_t wait_ns = 0;            // what the flips' collections waited for the arm, in all
 };
 
 class AllocWatch {
 public:
     struct Config {
-        uint64_t interval_words = 0;            // mean words per sample
-        std::optional<uint64_t> only_pid;       // --process: watch this pid term (masked) only
-        uint64_t pid_mask = ~0ull;
+        uint64_t interval_words = 0;  // mean words per sample
     };
     // `shared` is the program's .bss struct bb_watch, `armer_of_cpu` its array of
     // BB_WATCH_MAX_CPUS bytes, `ticks` its two rings; the events are opened here and carry
@@ -48,8 +42,6 @@ public:
     AllocWatch(const AllocWatch&) = delete;
     AllocWatch& operator=(const AllocWatch&) = delete;
 
-    // A GC entry's words (bb_record with BB_F_ALLOC_TOTAL): what the rotation is weighed by.
-    void note_gc(uint64_t c_p, uint64_t pid, uint64_t words);
     // Parks the watchpoints and stops the threads: no trap after it returns.
     void stop();
     AllocWatchCounters counters() const;
@@ -73,7 +65,6 @@ private:
     void on_tick(Armer& a, const bb_watch_tick& t);
     void arm(Armer& a);
     void finish(uint32_t outcome);
-    void choose_process(std::mt19937_64& rng);
     bool move_to(uint64_t addr, bool park);
 
     bb_watch* w_;
@@ -84,16 +75,9 @@ private:
     std::array<Armer, 2> armers_;
     std::atomic<bool> stopping_{false};
 
-    std::mutex mu_;         // the rotation's tallies, fed by the reader thread
-    std::mutex choose_mu_;  // the choice of the process, made by either arming thread
-    std::mutex move_mu_;    // the watchpoints' moves, by either
-    struct Tally {
-        uint64_t pid = 0, words = 0;
-    };
-    std::unordered_map<uint64_t, Tally> tally_;
-    uint64_t chosen_ns_ = 0;
+    std::mutex move_mu_;  // the watchpoints' moves, by either thread
 
-    std::atomic<uint64_t> flips_{0}, sampled_{0}, missed_{0}, late_{0}, stack_{0}, switches_{0};
+    std::atomic<uint64_t> flips_{0}, sampled_{0}, missed_{0}, late_{0}, stack_{0};
 };
 
 }  // namespace bb

@@ -123,8 +123,6 @@ struct Sampler::Impl {
         try {
             if (self->inject_every && rec->where != BB_WHERE_CODE_EVENT && ++self->delivered % self->inject_every == 0)
                 throw std::runtime_error("injected fault (BB_INJECT_HANDLER_ERROR)");
-            // The rotation of -e alloc's watchpoints is weighed by the GC entries' words.
-            if (self->watch && (rec->flags & BB_F_ALLOC_TOTAL)) self->watch->note_gc(rec->c_p, rec->erl_pid, rec->alloc_words);
             (*self->handler)(*rec);
             self->handled++;
         } catch (const std::exception& e) {
@@ -252,7 +250,6 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     if (cfg.alloc && cfg.alloc_interval) {
         AllocWatch::Config wc;
         wc.interval_words = cfg.alloc_interval;
-        if (cfg.only_pid) wc.only_pid = cfg.only_pid->pid & cfg.only_pid->mask, wc.pid_mask = cfg.only_pid->mask;
         impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->bss->armer_of_cpu,
                                                     std::array{s->maps.watch_ticks_0, s->maps.watch_ticks_1},
                                                     s->maps.watch_counters,
