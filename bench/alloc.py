@@ -20,7 +20,8 @@ Right answers (bb_alloc_mix, tests/workloads/bb_alloc_mix.erl, truth by construc
 
 Run as root after scripts/setup.sh (and scripts/build-test-vms.sh for the OTP 27 part):
 
-    bench/alloc.py [--rounds 5] [--work 20000] [--seconds 2] [--build DIR] [--json FILE]
+    bench/alloc.py [--rounds 5] [--work 20000] [--seconds 2] [--parts cost,bif,sweep,interval]
+                   [--build DIR] [--json FILE]
 """
 import collections
 import json
@@ -104,76 +105,100 @@ def mix(bench, vm, spawn, ms, event, period=None):
             "watch": stats.get("alloc_watch", {})}
 
 
+def cost(bench, vm, name, a):
+    configs = ["none", "alloc", "alloc-gc"]
+    log(f"{name}: cost on a GC-heavy loop")
+    gc = overhead(bench, vm, a.rounds, a.work, configs + (["tprof"] if name == "otp27" else []), "time")
+    log(f"{name}: cost on ordinary work")
+    od = overhead(bench, vm, a.rounds, a.work // 200, configs, "time_mixed")
+    pct = lambda x: f"{100 * (x['median_ratio'] - 1):+.1f}%"  # noqa: E731
+    print(f"{name}: ordinary work: -e alloc {pct(od['alloc'])}, -e alloc-gc {pct(od['alloc-gc'])}; "
+          f"GC-heavy loop: -e alloc {pct(gc['alloc'])}, -e alloc-gc {pct(gc['alloc-gc'])}"
+          + (f", tprof call_memory {pct(gc['tprof'])}" if "tprof" in gc else ""), flush=True)
+    return {"overhead_gc_heavy": gc, "overhead_ordinary": od}
+
+
+def bif_bias(bench, vm, name):
+    log(f"{name}: BIF allocations, 200 words in cells vs 200 in one make_tuple/2 (50/50)")
+    result = {}
+    for event in ("alloc", "alloc-gc"):
+        # --period 256: a sample in nearly every epoch, ~3,500 in all (the default gives ~30 in
+        # this burst of a few hundred milliseconds).
+        period = ["--period", "256"] if event == "alloc" else []
+        tool = Sampler(bench, vm.pid, event, ["--process", vm.ready_line.split()[1], *period])
+        vm.send("bias 20000")
+        vm.expect("bias_done", 120)
+        folded, stats = tool.stop()
+        result[event] = self_shares(folded, ["bb_alloc:alloc_small/2", "bb_alloc:alloc_big/1"])
+        result[event]["samples"] = stats.get("alloc_samples", stats.get("records", 0))
+    print(f"{name}: BIF 50/50: " + ", ".join(
+        f"{e} {v['bb_alloc:alloc_small/2']:.1f}/{v['bb_alloc:alloc_big/1']:.1f} ({v['samples']} samples)"
+        for e, v in result.items()), flush=True)
+    return {"bif_bias": result}
+
+
+def sweep(bench, vm, name, ms):
+    rows = []
+    for t, g, d in SWEEP:
+        row = {"take_cells": t, "give_cells": g, "depth": d, "truth": 100.0 * t / (t + g)}
+        for event in ("alloc", "alloc-gc"):
+            row[event] = mix(bench, vm, f"mix {t} {g} {d}", ms, event, 256 if event == "alloc" else None)
+        log(f"{name}: take({t})/give({g}) {d} deep: take {row['alloc']['take']:.1f}% "
+            f"({row['alloc']['samples']} samples) by -e alloc, {row['alloc-gc']['take']:.1f}% "
+            f"by -e alloc-gc; truth {row['truth']:.1f}%")
+        rows.append(row)
+    worst = max(abs(row["alloc"]["take"] - row["truth"]) for row in rows)
+    worst_gc = max(abs(row["alloc-gc"]["take"] - row["truth"]) for row in rows)
+    print(f"{name}: sweep of {len(SWEEP)} pairs: take's share at most {worst:.1f} points off by -e alloc, "
+          f"{worst_gc:.1f} by -e alloc-gc", flush=True)
+    return {"sweep": rows}
+
+
+def interval(bench, vm, name, ms):
+    rows = []
+    for t, g in ((300, 100), (3000, 1000)):
+        for period in INTERVALS:
+            m = mix(bench, vm, f"mix {t} {g} 0", ms * 2, "alloc", period)
+            log(f"{name}: take({t})/give({g}) --period {period}: take {m['take']:.1f}% from {m['samples']} "
+                f"samples, LATE {m['watch'].get('late', 0)} of {m['watch'].get('flips', 0)} flips")
+            rows.append({"take_cells": t, "give_cells": g, "period": period, **m})
+    return {"interval": rows}
+
+
 def main():
     ap = arg_parser(__doc__, "bench-alloc.json")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=int, default=20000, help="GC-heavy rounds per timing")
     ap.add_argument("--seconds", type=float, default=2.0, help="per sweep pair")
+    ap.add_argument("--parts", default="cost,bif,sweep,interval", help="which parts to run, comma-separated")
     a = ap.parse_args()
     require_root("alloc.py")
     bench = Bench(a.build)
-    result = {}
+    parts = set(a.parts.split(","))
+    ms = int(a.seconds * 1000)
     releases = [("otp25", "erl", "erlc")]
     if os.path.exists(os.path.join(OTP27, "erl")):
         releases.append(("otp27", os.path.join(OTP27, "erl"), os.path.join(OTP27, "erlc")))
-    ms = int(a.seconds * 1000)
+    result = {}
     try:
         for name, erl, erlc in releases:
+            r = result[name] = {}
             with tempfile.TemporaryDirectory() as beams:
                 compile_workloads(beams, ["bb_alloc", "bb_alloc_mix"], erlc)
-                r = {}
-                with Vm(beams, "bb_alloc:main()", erl=erl) as vm:
-                    configs = ["none", "alloc", "alloc-gc"]
-                    log(f"{name}: cost on a GC-heavy loop")
-                    r["overhead_gc_heavy"] = overhead(bench, vm, a.rounds, a.work,
-                                                      configs + (["tprof"] if name == "otp27" else []), "time")
-                    log(f"{name}: cost on ordinary work")
-                    r["overhead_ordinary"] = overhead(bench, vm, a.rounds, a.work // 200, configs, "time_mixed")
-                    log(f"{name}: BIF allocations, 200 words in cells vs 200 in one make_tuple/2 (50/50)")
-                    r["bif_bias"] = {}
-                    for event in ("alloc", "alloc-gc"):
-                        # --period 256: a sample in nearly every epoch, ~3,500 in all (the default
-                        # gives ~30 in this 100 ms burst).
-                        period = ["--period", "256"] if event == "alloc" else []
-                        tool = Sampler(bench, vm.pid, event, ["--process", vm.ready_line.split()[1], *period])
-                        vm.send("bias 20000")
-                        vm.expect("bias_done", 120)
-                        folded, stats = tool.stop()
-                        r["bif_bias"][event] = self_shares(folded, ["bb_alloc:alloc_small/2", "bb_alloc:alloc_big/1"])
-                        r["bif_bias"][event]["samples"] = stats.get("alloc_samples", stats.get("records", 0))
-                    vm.quit()
-                with Vm(beams, "bb_alloc_mix:main()", erl=erl) as vm:
-                    r["sweep"] = []
-                    for t, g, d in SWEEP:
-                        row = {"take_cells": t, "give_cells": g, "depth": d, "truth": 100.0 * t / (t + g)}
-                        for event in ("alloc", "alloc-gc"):
-                            row[event] = mix(bench, vm, f"mix {t} {g} {d}", ms, event,
-                                             256 if event == "alloc" else None)
-                        log(f"{name}: take({t})/give({g}) {d} deep: take {row['alloc']['take']:.1f}% "
-                            f"({row['alloc']['samples']} samples) by -e alloc, {row['alloc-gc']['take']:.1f}% "
-                            f"by -e alloc-gc; truth {row['truth']:.1f}%")
-                        r["sweep"].append(row)
-                    r["interval"] = []
-                    for t, g in ((300, 100), (3000, 1000)):
-                        for period in INTERVALS:
-                            m = mix(bench, vm, f"mix {t} {g} 0", ms * 2, "alloc", period)
-                            log(f"{name}: take({t})/give({g}) --period {period}: take {m['take']:.1f}% from "
-                                f"{m['samples']} samples, LATE {m['watch'].get('late', 0)} of "
-                                f"{m['watch'].get('flips', 0)} flips")
-                            r["interval"].append({"take_cells": t, "give_cells": g, "period": period, **m})
-                    vm.quit()
-            result[name] = r
-            gc, od = r["overhead_gc_heavy"], r["overhead_ordinary"]
-            pct = lambda x: f"{100 * (x['median_ratio'] - 1):+.1f}%"  # noqa: E731
-            print(f"{name}: ordinary work: -e alloc {pct(od['alloc'])}, -e alloc-gc {pct(od['alloc-gc'])}; "
-                  f"GC-heavy loop: -e alloc {pct(gc['alloc'])}, -e alloc-gc {pct(gc['alloc-gc'])}"
-                  + (f", tprof call_memory {pct(gc['tprof'])}" if "tprof" in gc else ""), flush=True)
-            worst = max(abs(row["alloc"]["take"] - row["truth"]) for row in r["sweep"])
-            worst_gc = max(abs(row["alloc-gc"]["take"] - row["truth"]) for row in r["sweep"])
-            print(f"{name}: sweep of {len(SWEEP)} pairs: take's share at most {worst:.1f} points off by -e alloc, "
-                  f"{worst_gc:.1f} by -e alloc-gc; BIF 50/50: " +
-                  ", ".join(f"{e} {v['bb_alloc:alloc_small/2']:.1f}/{v['bb_alloc:alloc_big/1']:.1f}"
-                            for e, v in r["bif_bias"].items()), flush=True)
+                if parts & {"cost", "bif"}:
+                    with Vm(beams, "bb_alloc:main()", erl=erl) as vm:
+                        if "cost" in parts:
+                            r.update(cost(bench, vm, name, a))
+                        if "bif" in parts:
+                            r.update(bif_bias(bench, vm, name))
+                        vm.quit()
+                if parts & {"sweep", "interval"}:
+                    with Vm(beams, "bb_alloc_mix:main()", erl=erl) as vm:
+                        if "sweep" in parts:
+                            r.update(sweep(bench, vm, name, ms))
+                        if "interval" in parts:
+                            r.update(interval(bench, vm, name, ms))
+                        vm.quit()
     finally:
         end_started()
     if len(releases) == 1:
