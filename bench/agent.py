@@ -65,7 +65,10 @@ def main():
     ap.add_argument("--frequency", type=int, default=99)
     ap.add_argument("--workload", default="busy2", help="bb_work's busy2, or idle (for many VMs on few cores)")
     ap.add_argument("--json", default="bench-agent.json")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory of the tools")
     a = ap.parse_args()
+    global AGENT
+    AGENT = os.path.join(a.build, "beam-bpf-agent")
     if os.geteuid() != 0:
         raise SystemExit("agent.py: run as root")
     counts = [int(n) for n in a.vms.split(",")]

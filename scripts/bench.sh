@@ -14,21 +14,24 @@
 #      events against --per-cpu (bench/neighbour.py; not with --quick).
 #   7. beam-bpf-procs on a VM with 200,000 processes: snapshot wall time and the tool's peak RSS,
 #      next to the VM's own process_info/2 of every process (bench/procs.py).
-#   8. beam-bpf-sample -e alloc: its cost on a GC-heavy loop and on ordinary work, next to OTP 27's
-#      tprof call_memory, and its bias on BIF allocations (bench/alloc.py).
+#   8. beam-bpf-sample -e alloc: its cost on a GC-heavy loop and on ordinary work, next to -e
+#      alloc-gc and OTP 27's tprof call_memory; take/give shares over a sweep of sizes, against
+#      the sampling interval, and on BIF allocations (bench/alloc.py).
 #   9. Native frames: BPF time per native frame unwound, per sample with and without them, the
 #      unwind tables' size and start-up (bench/native.py).
+#  10. beam-bpf-agent with 1, 5 and 20 VMs: its CPU, RSS and the kernel memory of its BPF objects,
+#      per added VM (bench/agent.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module once a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares.
 # This script runs bench/main.py: the options, the wait for a quiet machine, sections 1 to 5
 # (bench/overhead.py, depth.py, lost.py, userspace.py, startup.py), which print a table and
 # write FILE (bench-results.json) and bench-results-overhead-runs.tsv (the raw overhead runs),
-# then sections 6 to 9 (bench/neighbour.py, procs.py, alloc.py, native.py), which write
+# then sections 6 to 10 (bench/neighbour.py, procs.py, alloc.py, native.py, agent.py), which write
 # bench-results-neighbour.json and so on.
 # Run as root after scripts/setup.sh (which builds ./build).
 #
-#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,9] [--soak [S]]
+#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,10] [--soak [S]]
 #                    [--build DIR] [--max-load L] [--max-others PCT] [--load-wait S]
 # It waits for a quiet machine first (load average <= L, others' CPU use <= PCT%, at most S
 # seconds), and runs an overhead round again when other processes used more than PCT% of the
