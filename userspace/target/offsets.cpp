@@ -125,7 +125,9 @@ bool open_dwarf(const std::string& path, DwarfFile& f, std::string* err) {
         return false;
     }
     f.fd_owner.reset(&f.fd);
-    f.elf.reset(elf_begin(f.fd, ELF_C_READ_MMAP, nullptr));
+    // Read, not mapped: the file may be the target's, and a target that truncates its own
+    // executable while we read would turn a mapped read into SIGBUS (issue 20).
+    f.elf.reset(elf_begin(f.fd, ELF_C_READ, nullptr));
     if (!f.elf || elf_kind(f.elf.get()) != ELF_K_ELF) {
         *err = path + ": not an ELF file";
         return false;
