@@ -399,19 +399,27 @@ std::vector<Mapping> Vm::mapped_files() const {
 
 std::vector<bb_range> Vm::jit_code_ranges() const {
     // The JIT maps its code twice from a memfd (writable and executable views), except with
-    // perf support or where that fails: then it uses anonymous rwx memory. Nothing else in a
-    // BEAM maps anonymous executable memory.
-    std::vector<bb_range> r;
+    // perf support or where that fails: then it uses anonymous rwx memory. A NIF may map
+    // anonymous executable memory too (a regex or Lua JIT; or 10,000 pages, in
+    // tests/integration/hostile_mem_test.cpp): taken in address order, those left the JIT's own
+    // range past the BB_MAX_CODE_RANGES kept, and no Erlang frame was found. So the memfd's
+    // views come first, then anonymous rwx memory, then anonymous executable memory.
+    std::vector<bb_range> rank[3];
     for (const auto& m : read_maps(pid_)) {
-        bool exec = m.executable();
-        bool jit = m.path.rfind("/memfd:vmem", 0) == 0 || m.path.empty();
-        if (!exec || !jit) continue;
-        if (!r.empty() && r.back().end == m.start)
-            r.back().end = m.end;  // adjacent chunks: one range
-        else if (r.size() < BB_MAX_CODE_RANGES)
-            r.push_back({m.start, m.end});
+        if (!m.executable()) continue;
+        int r = m.path.rfind("/memfd:vmem", 0) == 0 ? 0 : !m.path.empty() ? -1 : m.perms[1] == 'w' ? 1 : 2;
+        if (r < 0) continue;
+        auto& v = rank[r];
+        if (!v.empty() && v.back().end == m.start)
+            v.back().end = m.end;  // adjacent chunks: one range
+        else if (v.size() < BB_MAX_CODE_RANGES)
+            v.push_back({m.start, m.end});
     }
-    return r;
+    std::vector<bb_range> out;
+    for (const auto& v : rank)
+        for (const auto& range : v)
+            if (out.size() < BB_MAX_CODE_RANGES) out.push_back(range);
+    return out;
 }
 
 std::string sched_name(uint8_t type, uint16_t no) {
