@@ -56,6 +56,8 @@ public:
         if (lo >= hi) return true;
         if (lo & 7 || hi - lo > left_)
             throw UserError(fmt::format("the process has more than the {} MiB --inspect copies", max_mib()));
+        // Its ends first: an area the Process places where nothing is mapped costs no buffer.
+        if (!vm_.mem().read<uint64_t>(lo) || !vm_.mem().read<uint64_t>((hi - 1) & ~7ull)) return false;
         left_ -= hi - lo;
         HeapSnapshot::Area a{lo, std::vector<std::byte>(hi - lo)};
         if (!vm_.mem().read(lo, a.bytes)) return false;
@@ -195,6 +197,7 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
     // A Process read while its process runs may not verify (its heap pointers move one at a
     // time): that is busy, not gone. Gone is another pid in its place, or never one reading.
     bool seen = false;
+    int unread = 0;  // copies that failed while the process did not change: its memory does not read
     for (int attempt = 1; attempt <= kAttempts; attempt++) {
         if (attempt > 1) std::this_thread::sleep_for(std::chrono::milliseconds(5 * attempt));
         auto before = read_entry(vm, c_p);
@@ -212,7 +215,11 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
                   copy.queue(before->sig_first) && copy.queue(before->sig_cont) && copy.dictionary(before->dictionary);
         auto after = read_entry(vm, c_p);
         if (after && after->pid != pid) throw UserError("the process exited");
-        if (!ok || !after || !after->unchanged_since(*before)) continue;
+        if (!after || !after->unchanged_since(*before)) continue;
+        if (!ok) {
+            unread++;
+            continue;
+        }
         std::sort(s.areas.begin(), s.areas.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
         for (size_t i = 1; i < s.areas.size(); i++)
             if (s.areas[i].addr < s.areas[i - 1].addr + s.areas[i - 1].bytes.size())
@@ -223,6 +230,10 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
         return s;
     }
     if (!seen) throw UserError("the process exited, or its Process does not read right on this build");
+    if (unread == kAttempts)
+        throw UserError(fmt::format("the memory its Process points at does not read (heap, stack, heap fragments, "
+                                    "queue or dictionary outside the VM's mappings) in each of {} copies",
+                                    kAttempts));
     throw UserError(fmt::format("busy, try again: the process ran during each of {} copies of its heap", kAttempts));
 }
 

@@ -212,8 +212,13 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
                 e->reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;
             }
             if (e && !add_outside_memory(mem, o, *e)) t.partial++;
-            if (e) t.processes.push_back(*e);
-            else t.unreadable++;
+            if (e) {
+                t.processes.push_back(*e);
+            } else {
+                t.unreadable++;
+                if (!(p & 7) && torn(proc, o) && t.unreadable_pids.size() < 1024)
+                    t.unreadable_pids.push_back(field<uint64_t>(proc, o.proc_id));
+            }
         }
     }
     return t;

@@ -66,6 +66,9 @@ struct ProcessEntry {
 struct ProcessTable {
     std::vector<ProcessEntry> processes;  // in process-table order
     size_t unreadable = 0;  // slots whose Process did not verify, or vanished during the read
+    // The pid terms of those that hold a live pid: processes whose Process does not read (its
+    // heap pointers out of order or past any heap: a torn read, or a lie). At most 1,024.
+    std::vector<uint64_t> unreadable_pids;
     size_t partial = 0;     // processes whose queues or dictionary changed while they were read
     // "" when the sizes read right: heap_sz equals hend - heap in most processes (it does but
     // while a GC has abandoned a heap), which a wrong offset for it would not give.

@@ -243,11 +243,18 @@ int run_watch(Context& c, const Options& o) {
 ProcessEntry inspected_process(Context& c, const std::string& text) {
     const uint64_t want = find_process(c.vm, c.names, text, "--inspect");
     const uint64_t mask = c.vm.release().pids.mask();
+    bool unreadable = false;  // in the table, but its Process did not read at the last try
     for (int attempt = 0; attempt < 10; attempt++) {
         if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        for (const ProcessEntry& e : read_table(c.vm).processes)
+        const ProcessTable table = read_table(c.vm);
+        for (const ProcessEntry& e : table.processes)
             if ((e.pid & mask) == want) return e;
+        unreadable = std::ranges::any_of(table.unreadable_pids, [&](uint64_t pid) { return (pid & mask) == want; });
     }
+    if (unreadable)
+        throw UserError(fmt::format("--inspect {}: its Process does not read right (heap pointers out of order or "
+                                    "implausible in each of 10 readings): not inspected",
+                                    text));
     throw UserError(fmt::format("--inspect {}: no such process", text));
 }
 
