@@ -1,0 +1,172 @@
+// A VM that corrupts its own memory (issue 20), on every test VM: its NIF
+// (tests/fixtures/hostile_mem_nif.c, workload tests/workloads/bb_hostile_mem.erl) writes lies
+// where the profiler reads: a list whose first cell is its own tail, a tuple whose header claims
+// 2^40 elements, Process structs whose heap pointers are out of order or point at no mapping,
+// a registered name (of a process being sampled) that is an atom past the atom table, and
+// 10,000 executable mappings that are not JIT code. The victims wait in a receive no message
+// ends, so the VM itself never reads what was corrupted. The test finds their Process structs
+// by reading the process table (as the tools do); only the VM writes its memory.
+// Every tool must end in its time, by itself, with exit code 0 or one clear error line, print no
+// control byte, and say that what is corrupted is unreadable rather than print a wrong value.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "control_bytes.hpp"
+#include "harness.hpp"
+#include "target/vm.hpp"
+
+#ifndef BB_HOSTILE_MEM_NIF
+#error "BB_HOSTILE_MEM_NIF must name the built tests/fixtures/hostile_mem_nif.c"
+#endif
+
+namespace {
+
+using namespace bbt;
+namespace fs = std::filesystem;
+
+// The Process of the process whose pid term is `pid` (masked as PidLayout::mask() says), by a
+// scan of the process table.
+uint64_t process_address(const bb::Vm& vm, uint64_t pid) {
+    const uint64_t mask = vm.release().pids.mask();
+    const bb::VmOffsets& o = vm.offsets();
+    uint64_t ptab = vm.symbol_address("erts_proc");
+    uint64_t tab = vm.mem().read<uint64_t>(ptab + o.ptab_tab).value_or(0);
+    uint32_t max = vm.mem().read<uint32_t>(ptab + o.ptab_max).value_or(0);
+    for (uint32_t ix = 0; tab && ix < max; ix++) {
+        uint64_t p = vm.mem().read<uint64_t>(tab + 8ull * ix).value_or(0);
+        auto id = p && !(p & 7) ? vm.mem().read<uint64_t>(p + o.proc_id) : std::nullopt;
+        if (id && (*id & 0xf) == 0x3 && (*id & mask) == (pid & mask)) return p;
+    }
+    return 0;
+}
+
+class HostileMemTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, HostileMemTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+
+TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
+    const std::string dir = ::testing::TempDir() + "bb-hostile-mem-" + std::to_string(getpid());
+    fs::create_directories(dir);
+    fs::copy_file(BB_HOSTILE_MEM_NIF, dir + "/hostile_mem_nif.so", fs::copy_options::overwrite_existing);
+    ErlVm erl(vm(), "bb_hostile_mem:main(\"" + dir + "/hostile_mem_nif\")");
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, os_pid, spinner, self_cons, huge_tuple, heap_order, nowhere, bad_name;
+    ready >> word >> os_pid >> spinner >> self_cons >> huge_tuple >> heap_order >> nowhere >> bad_name;
+    ASSERT_FALSE(bad_name.empty()) << erl.output();
+    const std::string pid = std::to_string(erl.os_pid());
+
+    // The corruptions, written by the VM's NIF at the addresses read here.
+    {
+        bb::Vm target = bb::Vm::attach(erl.os_pid());
+        const bb::VmOffsets& o = target.offsets();
+        auto poke = [&](uint64_t addr, uint64_t value) {
+            erl.send_line("poke " + std::to_string(addr) + " " + std::to_string(value));
+            erl.wait_line("poked");
+        };
+        auto proc = [&](const std::string& text) {
+            auto term = target.parse_pid(text);
+            uint64_t p = term ? process_address(target, *term) : 0;
+            EXPECT_NE(p, 0u) << "no Process for " << text;
+            return p;
+        };
+        auto field = [&](uint64_t p, uint32_t off) { return target.mem().read<uint64_t>(p + off).value_or(0); };
+        // heap > hend: the order no process has.
+        uint64_t p = proc(heap_order);
+        uint64_t heap = field(p, o.proc_heap), hend = field(p, o.proc_hend);
+        ASSERT_TRUE(p && heap && hend);
+        poke(p + o.proc_heap, hend);
+        poke(p + o.proc_hend, heap);
+        // In order, but at an address nothing is mapped at (16 TiB, below any mmap base).
+        p = proc(nowhere);
+        ASSERT_NE(p, 0u);
+        constexpr uint64_t kNowhere = 1ull << 44;
+        poke(p + o.proc_heap, kNowhere);
+        poke(p + o.proc_htop, kNowhere + 64);
+        poke(p + o.proc_stop, kNowhere + 4096);
+        poke(p + o.proc_hend, kNowhere + 8192);
+        // Registered as atom index 2^26 - 1 (make_atom: index << 6 | 0xB), far past the table:
+        // a RegProc of the NIF's whose every word is that atom.
+        constexpr uint64_t kAtomPastTable = ((1ull << 26) - 1) << 6 | 0xb;
+        erl.send_line("filled " + std::to_string(kAtomPastTable));
+        const uint64_t regproc = std::stoull(erl.wait_line("filled").substr(7));
+        for (const std::string& victim : {bad_name, spinner}) poke(proc(victim) + o.proc_reg, regproc);
+    }
+    erl.send_line("exec_ranges 10000");
+    EXPECT_EQ(erl.wait_line("exec_ranges"), "exec_ranges 10000");
+
+    auto clean = [](const ToolResult& r, const std::string& what) {
+        std::cout << "[          ] " << what << ": exit " << r.exit_code << " in " << r.seconds << " s\n";
+        EXPECT_NE(r.exit_code, -1) << what << " was killed (a signal or its time ran out): " << describe(r);
+        EXPECT_EQ(control_bytes_in(r.out), "") << what << " stdout";
+        EXPECT_EQ(control_bytes_in(r.err), "") << what << " stderr";
+    };
+    auto ok = [&](const ToolResult& r, const std::string& what) {
+        clean(r, what);
+        EXPECT_EQ(r.exit_code, 0) << what << ": " << describe(r);
+    };
+
+    // Sampling: the spinner is sampled in its Erlang code (the JIT's ranges are found among the
+    // 10,000 others), named by its initial call as an unregistered process is (its registered
+    // name does not read).
+    ToolResult sample = run_tool("beam-bpf-sample", {"-d", "2", "--by-process", "--folded", pid}, 60s);
+    ok(sample, "sample --by-process");
+    long spin = 0;
+    for (const auto& [stack, n] : parse_folded(sample.out)) {
+        if (stack.find("bb_hostile_mem:spin/1") == std::string::npos) continue;
+        spin += n;
+        EXPECT_EQ(split_frames(stack).front(), "erlang:apply/2 " + spinner) << stack;
+    }
+    EXPECT_GT(spin, 0) << sample.out;
+    EXPECT_GT(stat(sample, "records").value_or(0), 0);
+    ok(run_tool("beam-bpf-sample", {"--pstack", "-d", "1", pid}, 30s), "sample --pstack");
+    ok(run_tool("beam-bpf-blame", {"-d", "1", "erts_garbage_collect", pid}, 30s), "blame");
+
+    // The table: the process whose heap pointers are out of order is unreadable, not listed.
+    ToolResult table = run_tool("beam-bpf-procs", {"--all", "--json", pid}, 30s);
+    ok(table, "procs --json");
+    auto listed = nlohmann::json::parse(table.out);
+    EXPECT_GE(listed["unreadable"], 1);
+    for (const auto& e : listed["processes"]) {
+        EXPECT_NE(e["pid"], heap_order) << e.dump();
+        if (e["pid"] == bad_name || e["pid"] == spinner) {
+            EXPECT_EQ(e["name"], "erlang:apply/2") << e.dump();
+        }
+    }
+    ok(run_tool("beam-bpf-procs", {"--all", pid}, 30s), "procs");
+
+    // --inspect: the terms that loop or lie are shown without a size, the rest as they are.
+    ToolResult inspect = run_tool("beam-bpf-procs", {"--inspect", self_cons, "--json", pid}, 30s);
+    ok(inspect, "procs --inspect (self-tailed list)");
+    auto roots = nlohmann::json::parse(inspect.out)["roots"];
+    ASSERT_EQ(roots.size(), 1u) << inspect.out;
+    EXPECT_TRUE(roots[0]["words"].is_null()) << inspect.out;
+    inspect = run_tool("beam-bpf-procs", {"--inspect", huge_tuple, "--json", pid}, 30s);
+    ok(inspect, "procs --inspect (tuple of 2^40 elements)");
+    roots = nlohmann::json::parse(inspect.out)["roots"];
+    ASSERT_EQ(roots.size(), 1u) << inspect.out;
+    EXPECT_TRUE(roots[0]["words"].is_null()) << inspect.out;
+    EXPECT_FALSE(roots[0]["decoded"].get<bool>()) << inspect.out;
+    ok(run_tool("beam-bpf-procs", {"--inspect", bad_name, pid}, 30s), "procs --inspect (registered name past the atom table)");
+    // A Process that does not read is said to be so: neither "no such process" nor "busy".
+    for (const auto& [victim, what] : {std::pair{heap_order, "heap pointers out of order"}, {nowhere, "heap at no mapping"}}) {
+        ToolResult r = run_tool("beam-bpf-procs", {"--inspect", victim, pid}, 30s);
+        clean(r, std::string("procs --inspect (") + what + ")");
+        std::string line = expect_one_line_error(r, "beam-bpf-procs");
+        EXPECT_NE(line.find("does not read"), std::string::npos) << what << ": " << line;
+    }
+    erl.send_line("exec_ranges 0");  // the VM survived its own corruption
+    EXPECT_EQ(erl.wait_line("exec_ranges"), "exec_ranges 0");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
+
+}  // namespace
+
