@@ -96,6 +96,36 @@ TEST(AgentSinks, DirectoryKeepsTheNewestFiles) {
     std::filesystem::remove_all(dir);
 }
 
+// The agent writes a profile to a temporary made with O_EXCL and renames it over its name
+// (write_file_atomically): symlinks planted at that name and at the "NAME.tmp" the agent used
+// to write through are not followed; the files they point at are untouched.
+TEST(AgentSinks, PlantedSymlinksAreNotFollowed) {
+    char tmpl[] = "/tmp/bb-agent-unit-XXXXXX";
+    ASSERT_TRUE(mkdtemp(tmpl));
+    const std::filesystem::path dir = tmpl, vm_dir = dir / "svc-1", secret = dir / "host-file";
+    std::filesystem::create_directories(vm_dir);
+    std::ofstream(secret) << "host secret";
+    FinishedProfile p;
+    p.dir_name = "svc-1";
+    p.start_unix_ns = 1'700'000'000ull * 1'000'000'000ull;
+    p.pprof_gz = "the profile";
+    const std::filesystem::path name = vm_dir / "cpu-20231114T221320.000Z.pb.gz";
+    std::filesystem::create_symlink(secret, name);
+    std::filesystem::create_symlink(secret, name.string() + ".tmp");
+    ProfileDir d(dir.string(), 0);
+    EXPECT_EQ(d.write(p), name.string());
+    EXPECT_FALSE(std::filesystem::is_symlink(name));
+    EXPECT_TRUE(std::filesystem::is_regular_file(name));
+    auto slurp = [](const std::filesystem::path& f) {
+        std::ifstream in(f);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    };
+    EXPECT_EQ(slurp(name), "the profile");
+    EXPECT_EQ(slurp(secret), "host secret");
+    EXPECT_TRUE(std::filesystem::is_symlink(name.string() + ".tmp"));  // left alone, not written through
+    std::filesystem::remove_all(dir);
+}
+
 TEST(AgentSinks, PushQueueDropsTheOldestAndCountsFailures) {
     // A port nobody listens on: every push fails at once (connection refused).
     int s = socket(AF_INET, SOCK_STREAM, 0);
