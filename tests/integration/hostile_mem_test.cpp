@@ -2,8 +2,10 @@
 // (tests/fixtures/hostile_mem_nif.c, workload tests/workloads/bb_hostile_mem.erl) writes lies
 // where the profiler reads: a list whose first cell is its own tail, a tuple whose header claims
 // 2^40 elements, Process structs whose heap pointers are out of order or point at no mapping,
-// a registered name (of a process being sampled) that is an atom past the atom table, and
-// 10,000 executable mappings that are not JIT code. The victims wait in a receive no message
+// whose dictionary is at no mapping, whose message queue is a message that is its own next,
+// whose current function is at no mapping, a registered name (also of the process being
+// sampled) that is an atom past the atom table, and 10,000 executable mappings that are not
+// JIT code. The victims wait in a receive no message
 // ends, so the VM itself never reads what was corrupted. The test finds their Process structs
 // by reading the process table (as the tools do); only the VM writes its memory.
 // Every tool must end in its time, by itself, with exit code 0 or one clear error line, print no
@@ -58,9 +60,10 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     fs::copy_file(BB_HOSTILE_MEM_NIF, dir + "/hostile_mem_nif.so", fs::copy_options::overwrite_existing);
     ErlVm erl(vm(), "bb_hostile_mem:main(\"" + dir + "/hostile_mem_nif\")");
     std::istringstream ready(erl.wait_line("ready"));
-    std::string word, os_pid, spinner, self_cons, huge_tuple, heap_order, nowhere, bad_name;
-    ready >> word >> os_pid >> spinner >> self_cons >> huge_tuple >> heap_order >> nowhere >> bad_name;
-    ASSERT_FALSE(bad_name.empty()) << erl.output();
+    std::string word, os_pid, spinner, self_cons, huge_tuple, heap_order, nowhere, bad_name, bad_dict, looped_queue;
+    ready >> word >> os_pid >> spinner >> self_cons >> huge_tuple >> heap_order >> nowhere >> bad_name >> bad_dict >>
+        looped_queue;
+    ASSERT_FALSE(looped_queue.empty()) << erl.output();
     const std::string pid = std::to_string(erl.os_pid());
 
     // The corruptions, written by the VM's NIF at the addresses read here.
@@ -98,6 +101,15 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
         erl.send_line("filled " + std::to_string(kAtomPastTable));
         const uint64_t regproc = std::stoull(erl.wait_line("filled").substr(7));
         for (const std::string& victim : {bad_name, spinner}) poke(proc(victim) + o.proc_reg, regproc);
+        // The same one's current function (an ErtsCodeMFA pointer) and instruction pointer.
+        poke(proc(bad_name) + o.proc_current, kNowhere);
+        poke(proc(bad_name) + o.proc_i, kNowhere);
+        // A dictionary where nothing is mapped.
+        poke(proc(bad_dict) + o.proc_dictionary, kNowhere + 16384);
+        // A queue of one message whose next is itself (as are its data and its fragment's next).
+        erl.send_line("self_block");
+        const uint64_t block = std::stoull(erl.wait_line("self_block").substr(11));
+        poke(proc(looped_queue) + o.proc_sig_first, block);
     }
     erl.send_line("exec_ranges 10000");
     EXPECT_EQ(erl.wait_line("exec_ranges"), "exec_ranges 10000");
@@ -134,12 +146,17 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     ok(table, "procs --json");
     auto listed = nlohmann::json::parse(table.out);
     EXPECT_GE(listed["unreadable"], 1);
+    // Those whose dictionary or queue does not read are listed, counted partial.
+    EXPECT_GE(listed["partial"], 2);
+    int listed_partial = 0;
     for (const auto& e : listed["processes"]) {
         EXPECT_NE(e["pid"], heap_order) << e.dump();
+        listed_partial += e["pid"] == bad_dict || e["pid"] == looped_queue;
         if (e["pid"] == bad_name || e["pid"] == spinner) {
             EXPECT_EQ(e["name"], "erlang:apply/2") << e.dump();
         }
     }
+    EXPECT_EQ(listed_partial, 2);
     ok(run_tool("beam-bpf-procs", {"--all", pid}, 30s), "procs");
 
     // --inspect: the terms that loop or lie are shown without a size, the rest as they are.
@@ -156,7 +173,8 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     EXPECT_FALSE(roots[0]["decoded"].get<bool>()) << inspect.out;
     ok(run_tool("beam-bpf-procs", {"--inspect", bad_name, pid}, 30s), "procs --inspect (registered name past the atom table)");
     // A Process that does not read is said to be so: neither "no such process" nor "busy".
-    for (const auto& [victim, what] : {std::pair{heap_order, "heap pointers out of order"}, {nowhere, "heap at no mapping"}}) {
+    for (const auto& [victim, what] : {std::pair{heap_order, "heap pointers out of order"}, {nowhere, "heap at no mapping"},
+                                       {bad_dict, "dictionary at no mapping"}, {looped_queue, "a queue that loops"}}) {
         ToolResult r = run_tool("beam-bpf-procs", {"--inspect", victim, pid}, 30s);
         clean(r, std::string("procs --inspect (") + what + ")");
         std::string line = expect_one_line_error(r, "beam-bpf-procs");

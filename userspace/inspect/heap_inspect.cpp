@@ -231,8 +231,9 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
     }
     if (!seen) throw UserError("the process exited, or its Process does not read right on this build");
     if (unread == kAttempts)
-        throw UserError(fmt::format("the memory its Process points at does not read (heap, stack, heap fragments, "
-                                    "queue or dictionary outside the VM's mappings) in each of {} copies",
+        throw UserError(fmt::format("the memory its Process points at does not read as a process's (a heap, stack, "
+                                    "queue or dictionary where nothing is mapped, or a chain that loops) in each "
+                                    "of {} copies",
                                     kAttempts));
     throw UserError(fmt::format("busy, try again: the process ran during each of {} copies of its heap", kAttempts));
 }
