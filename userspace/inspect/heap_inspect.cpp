@@ -27,25 +27,6 @@ constexpr uint64_t kCombinedHfrag = 1;
 // million messages copies in about 3 s here).
 constexpr uint64_t kMaxCopyNs = 20'000'000'000;
 
-// Brent's cycle detection over a linked chain: true once `p` is a node met before (a chain that
-// loops, as only memory that is not what we think it is can), in at most about twice the
-// chain's length, with no memory.
-class ChainGuard {
-public:
-    bool loops(uint64_t p) {
-        if (p == tortoise_) return true;
-        if (++steps_ == power_) {
-            tortoise_ = p;
-            power_ *= 2;
-            steps_ = 0;
-        }
-        return false;
-    }
-
-private:
-    uint64_t tortoise_ = 0, power_ = 1, steps_ = 0;
-};
-
 class Copier {
 public:
     Copier(const Vm& vm, HeapSnapshot& s, uint64_t max_bytes)

@@ -113,8 +113,9 @@ constexpr int kMaxFragments = 4096;  // heap fragments of one message (a chain b
 // The words of the heap fragment chain at `frag` (erts_used_frag_sz()); nullopt when a read fails.
 std::optional<uint64_t> fragment_words(const RemoteMemory& mem, const VmOffsets& o, uint64_t frag) {
     uint64_t words = 0;
+    ChainGuard guard;
     for (int n = 0; frag; n++) {
-        if (n == kMaxFragments || (frag & 7)) return std::nullopt;
+        if (n == kMaxFragments || (frag & 7) || guard.loops(frag)) return std::nullopt;
         auto next = mem.read<uint64_t>(frag + o.hfrag_next), used = mem.read<uint64_t>(frag + o.hfrag_used_size);
         if (!next || !used || *used > kMaxWords) return std::nullopt;
         words += *used;
@@ -129,8 +130,11 @@ bool add_queue(const RemoteMemory& mem, const VmOffsets& o, uint64_t first, uint
     // next, data (a heap fragment, or kCombinedHfrag) and m[0] (the message, or a signal's tag)
     const uint32_t head = std::max({o.msg_next, o.msg_data, o.msg_m}) + 8;
     std::vector<std::byte> buf(head);
+    // A queue whose signal is its own next looped here until the budget was spent: 10 million
+    // reads, over 30 s (tests/integration/hostile_mem_test.cpp).
+    ChainGuard guard;
     for (uint64_t m = first; m; budget--) {
-        if (budget == 0 || (m & 7) || !mem.read(m, buf)) return false;
+        if (budget == 0 || (m & 7) || guard.loops(m) || !mem.read(m, buf)) return false;
         auto word = [&](uint32_t off) { return field<uint64_t>(buf, off); };
         uint64_t data = word(o.msg_data);
         if ((word(o.msg_m) & kSignalTagMask) != kSignalTag) {

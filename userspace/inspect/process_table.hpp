@@ -79,10 +79,29 @@ struct ProcessTable {
 // hend, sizes that fit the heap's; nullopt when it is not a live process's.
 std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint64_t c_p, const VmOffsets& o);
 
+// Brent's cycle detection over a linked chain (a message queue, heap fragments): true once `p`
+// is a node met before (a chain that loops, as only memory that is not what we think it is
+// can), in at most about twice the chain's length, with no memory.
+class ChainGuard {
+public:
+    bool loops(uint64_t p) {
+        if (p == tortoise_) return true;
+        if (++steps_ == power_) {
+            tortoise_ = p;
+            power_ *= 2;
+            steps_ = 0;
+        }
+        return false;
+    }
+
+private:
+    uint64_t tortoise_ = 0, power_ = 1, steps_ = 0;
+};
+
 // Reads what process_info(P, memory) counts outside the Process and its heaps (the queues, the
 // dictionary, the ErtsPSD) into `e`, bounded: at most `max_messages` messages are walked. false
-// when a read failed or a queue did not end within the bound (the figures then count what was
-// read: a process changing under the reader).
+// when a read failed, a queue looped or did not end within the bound (the figures then count
+// what was read: a process changing under the reader, or lying).
 bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e,
                         uint64_t max_messages = 10'000'000);
 
