@@ -106,8 +106,10 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
         poke(proc(bad_name) + o.proc_i, kNowhere);
         // A dictionary where nothing is mapped.
         poke(proc(bad_dict) + o.proc_dictionary, kNowhere + 16384);
-        // A queue of one message whose next is itself (as are its data and its fragment's next).
-        erl.send_line("self_block");
+        // A queue of one signal whose next is itself: every word of it is its address, which
+        // ends in 0x30, a signal's tag (ERTS_PROC_SIG_MAKE_TAG). The table walked it 10
+        // million times (over 30 s) when the address happened to end so.
+        erl.send_line("self_block 48");
         const uint64_t block = std::stoull(erl.wait_line("self_block").substr(11));
         poke(proc(looped_queue) + o.proc_sig_first, block);
     }

@@ -4,7 +4,8 @@
 %%                  "ready OSPID SPINNER SELF_CONS HUGE_TUPLE IDLE1 ... IDLE5", then reads commands:
 %%     poke ADDR WORD     one word of this VM's memory (the test names a victim's Process field)
 %%     filled WORD        prints "filled ADDR": 4 KiB holding WORD in every word
-%%     self_block         prints "self_block ADDR": 4 KiB holding ADDR in every word
+%%     self_block LOW     prints "self_block ADDR": 4 KiB at ADDR (LOW modulo 64) holding ADDR in
+%%                        every word
 %%     exec_ranges N      N separate executable mappings; prints "exec_ranges MADE"
 %%     churn WIDTH LIFE MS  threads started and ended for MS ms, WIDTH at a time, each
 %%                        living LIFE ms; prints "churning", then "churned STARTED" when done
@@ -15,7 +16,7 @@
 %%   SPINNER     runs arithmetic forever (it is sampled); the test points its registered name at
 %%               an atom past the atom table
 -module(bb_hostile_mem).
--export([main/1, self_tail/1, huge_arity/2, filled/1, self_block/0, peek/1, poke/2, exec_ranges/1, churn/3]).
+-export([main/1, self_tail/1, huge_arity/2, filled/1, self_block/1, peek/1, poke/2, exec_ranges/1, churn/3]).
 
 main(Lib) ->
     ok = erlang:load_nif(Lib, 0),
@@ -49,7 +50,7 @@ commands() ->
             case string:lexemes(string:trim(Line), " ") of
                 ["poke", A, W] -> ok = poke(list_to_integer(A), list_to_integer(W)), io:format("poked~n");
                 ["filled", W] -> io:format("filled ~p~n", [filled(list_to_integer(W))]);
-                ["self_block"] -> io:format("self_block ~p~n", [self_block()]);
+                ["self_block", Low] -> io:format("self_block ~p~n", [self_block(list_to_integer(Low))]);
                 ["exec_ranges", N] -> io:format("exec_ranges ~p~n", [exec_ranges(list_to_integer(N))]);
                 ["churn", W, Life, Ms] ->
                     Self = self(),
@@ -65,7 +66,7 @@ commands() ->
 self_tail(_L) -> erlang:nif_error(not_loaded).
 huge_arity(_T, _A) -> erlang:nif_error(not_loaded).
 filled(_W) -> erlang:nif_error(not_loaded).
-self_block() -> erlang:nif_error(not_loaded).
+self_block(_Low) -> erlang:nif_error(not_loaded).
 peek(_A) -> erlang:nif_error(not_loaded).
 poke(_A, _W) -> erlang:nif_error(not_loaded).
 exec_ranges(_N) -> erlang:nif_error(not_loaded).
