@@ -206,7 +206,8 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
             // A slot being filled or emptied holds a marker, not a pointer; a process that
             // exits between the two reads is gone.
             std::optional<ProcessEntry> e;
-            for (int n = 0; !e && !(p & 7) && mem.read(p, proc); n++) {
+            bool read = false;  // `proc` holds this slot's Process (not the last slot's)
+            for (int n = 0; !e && !(p & 7) && (read = mem.read(p, proc)); n++) {
                 e = parse_process(proc, p, o);
                 if (e || n == kRereads || reread_budget-- <= 0 || !torn(proc, o)) break;
                 std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -220,7 +221,7 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
                 t.processes.push_back(*e);
             } else {
                 t.unreadable++;
-                if (!(p & 7) && torn(proc, o) && t.unreadable_pids.size() < 1024)
+                if (read && torn(proc, o) && t.unreadable_pids.size() < 1024)
                     t.unreadable_pids.push_back(field<uint64_t>(proc, o.proc_id));
             }
         }
