@@ -46,6 +46,18 @@ public:
         return true;
     }
 
+    // The heap a collection that could not run left behind (delay_garbage_collection(), erl_gc.c:
+    // in a receive, with GC disabled, or waiting for a dirty scheduler to collect a large heap).
+    // The process goes on with a new young heap in a fragment, [heap, htop), and its stack copied
+    // there, but everything it had built stays in the abandoned heap, where its stack and new
+    // heap point, until the next collection. It is heap_sz words (heap_sz is not changed while a
+    // heap is abandoned); the words past what was used there are filler or the old stack, copied
+    // too rather than trusting the used count the VM keeps in its last word.
+    bool abandoned_heap(const ProcessEntry& p) {
+        if (!p.abandoned_heap) return true;
+        return area(p.abandoned_heap, p.abandoned_heap + 8 * p.heap_sz);
+    }
+
     // A chain of heap fragments: each one's used words.
     bool fragments(uint64_t f) {
         ChainGuard guard;
@@ -78,13 +90,11 @@ public:
                 if (*msg == 0) s_.undecoded_messages++;
             } else {
                 if (queued) s_.messages.push_back(*msg);
-                if (*data == kCombinedHfrag) {
-                    auto used = vm_.mem().read<uint64_t>(m + o_.msg_hfrag + o_.hfrag_used_size);
-                    uint64_t mem = m + o_.msg_hfrag + o_.hfrag_mem;
-                    if (!used || !area(mem, mem + 8 * *used)) return false;
-                } else if (*data && !fragments(*data)) {
-                    return false;
-                }
+                // The fragment inside the message heads a chain like any other: the VM links more
+                // fragments to its `next` (erts_factory_close(), save_heap_frag_eterm() of
+                // erl_proc_sig_queue.c), and erts_save_message_in_proc() keeps them all.
+                uint64_t chain = *data == kCombinedHfrag ? m + o_.msg_hfrag : *data;
+                if (chain && !fragments(chain)) return false;
             }
             m = *next;
         }
@@ -192,7 +202,8 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
         s.attempts = attempt;
         Copier copy(vm, s, max_bytes);
         bool ok = copy.area(before->heap, before->htop) && copy.area(before->stop, before->hend) &&
-                  copy.area(before->old_heap, before->old_htop) && copy.fragments(before->mbuf) && copy.queue(before->msg_frag, /*queued=*/false) &&
+                  copy.area(before->old_heap, before->old_htop) && copy.abandoned_heap(*before) &&
+                  copy.fragments(before->mbuf) && copy.queue(before->msg_frag, /*queued=*/false) &&
                   copy.queue(before->sig_first) && copy.queue(before->sig_cont) && copy.dictionary(before->dictionary);
         auto after = read_entry(vm, c_p);
         if (after && after->pid != pid) throw UserError("the process exited");

@@ -47,8 +47,8 @@ bool ProcessEntry::busy() const {
 
 bool ProcessEntry::unchanged_since(const ProcessEntry& o) const {
     auto key = [](const ProcessEntry& e) {
-        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.mbuf, e.msg_frag, e.mbuf_sz,
-                        e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
+        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.abandoned_heap, e.heap_sz,
+                        e.mbuf, e.msg_frag, e.mbuf_sz, e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
     };
     return key(*this) == key(o) && !busy();
 }
