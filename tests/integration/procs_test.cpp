@@ -2,6 +2,7 @@
 // known contents (a 10,000-message queue, a 1 MiB heap, a large refc binary, an Elixir name),
 // all waiting, asked by the VM just before and just after the tool reads them from outside.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -274,6 +275,44 @@ TEST_P(ProcsVmTest, InspectOfARunningProcess) {
         }
     }
     std::cout << "[          ] running process: " << copied << " copies, " << busy << " busy\n";
+}
+
+// A process waiting for a dirty collection of its large heap, with that heap abandoned (the
+// collection found it full and could not run there: delay_garbage_collection(), erl_gc.c). Its
+// stack, new heap and messages point into the abandoned heap, which --inspect copies too: every
+// root decodes. Issue 22: RabbitMQ's busiest queue process, caught like this, had '<bad term>'
+// roots. The one dirty CPU scheduler (+SDcpu 1:1) is held 100 ms at a time by another process,
+// so the process spends most of its time waiting like that.
+TEST_P(ProcsVmTest, InspectOfAnAbandonedHeap) {
+    ErlVm erl(vm(), "bb_work:main(busy_queue)", {"+SDcpu", "1:1"});
+    std::istringstream ready(erl.wait_line("ready"));
+    std::string word, queue;
+    ready >> word >> queue;
+    ASSERT_TRUE(queue.starts_with("<")) << erl.output();
+    int copies = 0, abandoned = 0, busy = 0, tries = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 14s;
+    for (; abandoned < 3 && tries < 40 && std::chrono::steady_clock::now() < deadline; tries++) {
+        ToolResult r = run_tool(kTool, {"--inspect", "bb_busy_queue", "--all", "--json", "--depth", "0", "--width", "0",
+                                        std::to_string(erl.os_pid())}, 30s);
+        if (r.exit_code != 0) {
+            std::string line = expect_one_line_error(r, kTool);
+            EXPECT_NE(line.find("busy, try again"), std::string::npos) << line;
+            busy++;
+            continue;
+        }
+        copies++;
+        auto j = nlohmann::json::parse(r.out);
+        EXPECT_EQ(j["pid"], queue);
+        if (j["abandoned_heap_size"].get<long>() > 0) abandoned++;
+        int undecoded = 0;
+        for (const auto& root : j["roots"])
+            if (!root["decoded"].get<bool>() && undecoded++ < 3) ADD_FAILURE() << root.dump();
+        EXPECT_EQ(undecoded, 0) << "of " << j["roots"].size() << " roots; abandoned heap "
+                                << j["abandoned_heap_size"] << " words";
+    }
+    std::cout << "[          ] " << tries << " tries: " << copies << " copies (" << abandoned
+              << " with an abandoned heap), " << busy << " busy\n";
+    EXPECT_GE(abandoned, 1) << "no copy caught the process with its heap abandoned: the test tested nothing";
 }
 
 // --watch: a process whose queue grows by a message every 5 ms ranks first by queue growth, and

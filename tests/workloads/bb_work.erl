@@ -10,6 +10,7 @@
 -export([main/1, main/2, serve/1]).  % serve/1: for the other workload modules
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
 -export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0,
+         busy_queue/0, busy_queue_sender/3, dirty_hog/0,
          named_root/3, procs_hold/2]).
 
 %% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
@@ -188,10 +189,75 @@ start(procs, _) ->
     wait_registered([bb_queue, bb_big_heap, bb_refc, 'Elixir.BbProcs.Worker']),
     Procs;
 
+%% --- busy_queue -------------------------------------------------------------------------
+%% A process that waits, not running, with its heap abandoned (run with +SDcpu 1:1).
+%% bb_busy_queue keeps a list of 2,000 messages (off the heap until received) and, for each one
+%% it receives from four senders, builds 2,000 tuples in Erlang code. Its young heap
+%% (min_heap_size 300,000 words) is over the size whose collections the VM hands to a dirty CPU
+%% scheduler, so the heap test that finds it full (a collection that needs words) cannot collect
+%% there and then: the VM abandons the heap for a new one in a heap fragment, with the stack
+%% copied there, and queues the process for the dirty scheduler (delay_garbage_collection(),
+%% erl_gc.c). dirty_hog holds that scheduler 100 ms at a time, so the process mostly waits
+%% there, its stack and new heap pointing into the abandoned heap. Prints
+%% `ready <bb_busy_queue pid>`.
+start(busy_queue, _) ->
+    Q = spawn_opt(?MODULE, busy_queue, [], [{min_heap_size, 300000}, {message_queue_data, off_heap}]),
+    [spawn(?MODULE, busy_queue_sender, [Q, K, 0]) || K <- lists:seq(1, 4)],
+    spawn(?MODULE, dirty_hog, []),
+    wait_registered([bb_busy_queue]),
+    [Q];
+
 %% --- idle -------------------------------------------------------------------------------
 %% Nothing runs: a VM to attach to (errors, privileges) without load.
 start(idle, _) ->
     [].
+
+%% busy_queue -------------------------------------------------------------------------------
+busy_queue() ->
+    register(bb_busy_queue, self()),
+    busy_queue_loop(busy_queue_build(2000, []), 0).
+
+%% The state is a Y register across the call to busy_queue_work/2.
+busy_queue_loop(State, N) ->
+    receive
+        {msg, _From, Payload} ->
+            State1 = busy_queue_work(State, Payload),
+            busy_queue_next(State1, N + 1)
+    end.
+
+busy_queue_next(State, N) -> busy_queue_loop(State, N).
+
+%% Allocation by Erlang code (a BIF such as ++ would take a heap fragment instead).
+busy_queue_work(State, Payload) ->
+    Garbage = busy_queue_build(2000, []),
+    [Payload | busy_queue_take(1999, State, length(Garbage))].
+
+busy_queue_build(0, Acc) -> Acc;
+busy_queue_build(N, Acc) -> busy_queue_build(N - 1, [{N, N} | Acc]).
+
+busy_queue_take(0, _, _) -> [];
+busy_queue_take(N, [H | T], G) -> [H | busy_queue_take(N - 1, T, G)].
+
+%% About 10 messages a millisecond each: bb_busy_queue is idle part of the time (else it is
+%% nearly always running, and --inspect busy), and fills its heap every few milliseconds. Never
+%% over 2,000 queued (process_info/2 only now and then: it takes the queue's locks).
+busy_queue_sender(Q, K, N) when N rem 10 =:= 0 ->
+    timer:sleep(1),
+    case N rem 100 =:= 0 andalso erlang:process_info(Q, message_queue_len) of
+        {message_queue_len, L} when L > 2000 -> busy_queue_sender(Q, K, N);
+        _ -> busy_queue_send(Q, K, N)
+    end;
+busy_queue_sender(Q, K, N) -> busy_queue_send(Q, K, N).
+
+%% Holds the dirty CPU scheduler 100 ms at a time (erts_debug:dirty_cpu/2, the VM's own test
+%% BIF for dirty schedulers, in every build).
+dirty_hog() ->
+    erts_debug:dirty_cpu(wait, 100),
+    dirty_hog().
+
+busy_queue_send(Q, K, N) ->
+    Q ! {msg, self(), {K, N, lists:seq(1, 20), list_to_binary(lists:duplicate(40, K))}},
+    busy_queue_sender(Q, K, N + 1).
 
 %% procs ------------------------------------------------------------------------------------
 procs_hold(Name, Term) ->

@@ -323,6 +323,8 @@ int run_inspect(Context& c, const Options& o) {
         j["undecoded_messages"] = snap.undecoded_messages;
         j["attempts"] = snap.attempts;
         j["bytes_copied"] = snap.bytes_copied();
+        // Words of the heap a pending collection left behind (copied too); 0 when there is none.
+        j["abandoned_heap_size"] = p.abandoned_heap ? p.heap_sz : 0;
         if (!sizes.partial.empty()) j["partial"] = sizes.partial;
         j["roots"] = nlohmann::json::array();
         for (size_t i = 0; i < shown_rows; i++) {
@@ -348,9 +350,9 @@ int run_inspect(Context& c, const Options& o) {
     }
     fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
                row.current.empty() ? "?" : row.current);
-    fmt::print("  heap {} words, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
-               p.heap_sz, p.old_heap_sz, p.mbuf_sz, p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()),
-               snap.attempts);
+    fmt::print("  heap {} words{}, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
+               p.heap_sz, p.abandoned_heap ? " (abandoned until a pending collection)" : "", p.old_heap_sz, p.mbuf_sz,
+               p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()), snap.attempts);
     fmt::print("{:>10} {:>9}  {:<44} {}\n", "WORDS", "OFF-HEAP", "ROOT", "TERM");
     for (size_t i = 0; i < shown_rows; i++) {
         const Root& r = rows[i];
