@@ -27,6 +27,47 @@ constexpr uint64_t kCombinedHfrag = 1;
 // million messages copies in about 3 s here).
 constexpr uint64_t kMaxCopyNs = 20'000'000'000;
 
+// The cells a walk over the copy has visited: a bit per word of the copied areas (1/64 of the
+// copy), and a set, capped, for cells elsewhere (the literal area). Past the cap a cell outside
+// the copy counts as new each time: sized again, never wrong, bounded by the read budget.
+class Visited {
+public:
+    explicit Visited(const HeapSnapshot& s) : s_(s) {
+        for (const auto& a : s.areas) bits_.emplace_back((a.bytes.size() / 8 + 63) / 64);
+    }
+    bool first_visit(uint64_t cell) {
+        uint64_t addr = cell & ~uint64_t{7};
+        const auto& areas = s_.areas;
+        auto it = std::upper_bound(areas.begin(), areas.end(), addr,
+                                   [](uint64_t a, const HeapSnapshot::Area& x) { return a < x.addr; });
+        if (it != areas.begin()) {
+            size_t i = static_cast<size_t>(it - areas.begin()) - 1;
+            uint64_t word = (addr - areas[i].addr) / 8;
+            if (word < areas[i].bytes.size() / 8) {
+                uint64_t& w = bits_[i][word / 64];
+                uint64_t bit = uint64_t{1} << (word % 64);
+                bool first = !(w & bit);
+                w |= bit;
+                return first;
+            }
+        }
+        if (elsewhere_.size() >= kMaxElsewhere) return !elsewhere_.count(cell);
+        return elsewhere_.insert(cell).second;
+    }
+
+private:
+    static constexpr size_t kMaxElsewhere = 1'000'000;
+    const HeapSnapshot& s_;
+    std::vector<std::vector<uint64_t>> bits_;
+    std::unordered_set<uint64_t> elsewhere_;
+};
+
+bool overlap(const std::vector<HeapSnapshot::Area>& sorted) {
+    for (size_t i = 1; i < sorted.size(); i++)
+        if (sorted[i].addr < sorted[i - 1].addr + sorted[i - 1].bytes.size()) return true;
+    return false;
+}
+
 class Copier {
 public:
     Copier(const Vm& vm, HeapSnapshot& s, uint64_t max_bytes)
@@ -116,6 +157,44 @@ public:
     }
     const std::vector<uint64_t>& dict_slots() const { return dict_slots_; }
 
+    // The bytes of the off-heap (refc) binaries the roots reach, as much of each as the printer
+    // reads (`prefix`), into s.binaries; the areas must be copied and sorted. They are read now,
+    // while the process holds still, not when printed: by then it may have dropped them and the
+    // VM freed (and unmapped) them: a RabbitMQ queue's messages, sized right but printed as
+    // '<bad term>' (issue 22), or 1 MiB binaries dropped 300 ms after they came, 6 to 8 of 18
+    // messages per copy. Walks the roots as the sizing will, every cell once.
+    bool binaries(const term::TermSource& base, uint64_t prefix) {
+        term::TermSource src = snapshot_terms(vm_, s_, base);
+        Visited visited(s_);
+        term::SizeMemo memo;
+        memo.first_visit = [&](uint64_t cell) { return visited.first_visit(cell); };
+        std::vector<std::pair<uint64_t, uint64_t>> ranges;
+        memo.off_heap_data = [&](uint64_t data, uint64_t bytes) {
+            bytes = std::min(bytes, prefix);
+            if (bytes && data + bytes > data) ranges.emplace_back(data, data + bytes);
+        };
+        auto walk = [&](uint64_t t) {
+            if (term::is_list(t) || term::is_boxed(t)) (void)term::distinct_words(src, t, memo);
+        };
+        std::vector<uint64_t> stack((s_.hend - s_.stop) / 8);
+        if (!s_.read(s_.stop, std::as_writable_bytes(std::span(stack)))) return false;
+        for (uint64_t w : stack) walk(w);  // continuation pointers and catches are no list or box
+        for (uint64_t slot : dict_slots_) walk(slot);
+        for (uint64_t m : s_.messages) walk(m);
+        std::sort(ranges.begin(), ranges.end());
+        for (size_t i = 0; i < ranges.size();) {  // sub-binaries of one binary overlap: one read
+            uint64_t lo = ranges[i].first, hi = ranges[i].second;
+            for (i++; i < ranges.size() && ranges[i].first <= hi; i++) hi = std::max(hi, ranges[i].second);
+            if (hi - lo > left_)
+                throw UserError(fmt::format("the process has more than the {} MiB --inspect copies", max_mib()));
+            left_ -= hi - lo;
+            HeapSnapshot::Area a{lo, std::vector<std::byte>(hi - lo)};
+            if (!vm_.mem().read(lo, a.bytes)) return false;
+            s_.binaries.push_back(std::move(a));
+        }
+        return true;
+    }
+
 private:
     uint64_t max_mib() const { return (left_ + s_.bytes_copied()) >> 20; }
     // Checked every 4,096 links of a chain: past the deadline, the copy is given up.
@@ -170,21 +249,31 @@ void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots) {
 
 uint64_t HeapSnapshot::bytes_copied() const {
     uint64_t n = 0;
-    for (const Area& a : areas) n += a.bytes.size();
+    for (const auto* v : {&areas, &binaries})
+        for (const Area& a : *v) n += a.bytes.size();
     return n;
 }
 
-bool HeapSnapshot::read(uint64_t addr, std::span<std::byte> dst) const {
-    auto it = std::upper_bound(areas.begin(), areas.end(), addr, [](uint64_t a, const Area& x) { return a < x.addr; });
+namespace {
+
+bool read_areas(const std::vector<HeapSnapshot::Area>& areas, uint64_t addr, std::span<std::byte> dst) {
+    auto it = std::upper_bound(areas.begin(), areas.end(), addr,
+                               [](uint64_t a, const HeapSnapshot::Area& x) { return a < x.addr; });
     if (it == areas.begin()) return false;
-    const Area& a = *--it;
+    const HeapSnapshot::Area& a = *--it;
     uint64_t off = addr - a.addr;
     if (off > a.bytes.size() || dst.size() > a.bytes.size() - off) return false;
     std::copy_n(a.bytes.begin() + off, dst.size(), dst.begin());
     return true;
 }
 
-HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes) {
+}  // namespace
+
+bool HeapSnapshot::read(uint64_t addr, std::span<std::byte> dst) const { return read_areas(areas, addr, dst); }
+bool HeapSnapshot::read_binary(uint64_t addr, std::span<std::byte> dst) const { return read_areas(binaries, addr, dst); }
+
+HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes,
+                              const term::TermSource& terms, uint64_t binary_prefix) {
     // A Process read while its process runs may not verify (its heap pointers move one at a
     // time): that is busy, not gone. Gone is another pid in its place, or never one reading.
     bool seen = false;
@@ -205,17 +294,17 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
                   copy.area(before->old_heap, before->old_htop) && copy.abandoned_heap(*before) &&
                   copy.fragments(before->mbuf) && copy.queue(before->msg_frag, /*queued=*/false) &&
                   copy.queue(before->sig_first) && copy.queue(before->sig_cont) && copy.dictionary(before->dictionary);
+        std::sort(s.areas.begin(), s.areas.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
+        ok = ok && !overlap(s.areas) && copy.binaries(terms, binary_prefix);
         auto after = read_entry(vm, c_p);
         if (after && after->pid != pid) throw UserError("the process exited");
         if (!after || !after->unchanged_since(*before)) continue;
+        if (overlap(s.areas))
+            throw UserError("the process's heap areas overlap: its Process does not read right on this build");
         if (!ok) {
             unread++;
             continue;
         }
-        std::sort(s.areas.begin(), s.areas.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
-        for (size_t i = 1; i < s.areas.size(); i++)
-            if (s.areas[i].addr < s.areas[i - 1].addr + s.areas[i - 1].bytes.size())
-                throw UserError("the process's heap areas overlap: its Process does not read right on this build");
         s.stack.resize((s.hend - s.stop) / 8);
         s.read(s.stop, std::as_writable_bytes(std::span(s.stack)));
         dictionary_pairs(s, copy.dict_slots());
@@ -241,7 +330,7 @@ term::TermSource snapshot_terms(const Vm& vm, const HeapSnapshot& s, term::TermS
         bool literal = addr >= lit_lo && addr - lit_lo < lit_size && dst.size() <= lit_size - (addr - lit_lo);
         return literal && mem.read(addr, dst);
     };
-    src.read_off_heap = [&mem](uint64_t addr, std::span<std::byte> dst) { return mem.read(addr, dst); };
+    src.read_off_heap = [&s](uint64_t addr, std::span<std::byte> dst) { return s.read_binary(addr, dst); };
     return src;
 }
 
@@ -278,45 +367,6 @@ std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_fun
         roots.push_back({Root::Kind::Message, fmt::format("#{}", i + 1), "", s.messages[i], 0, {}, {}});
     return roots;
 }
-
-namespace {
-
-// The cells a walk over the copy has visited: a bit per word of the copied areas (1/64 of the
-// copy), and a set, capped, for cells elsewhere (the literal area). Past the cap a cell outside
-// the copy counts as new each time: sized again, never wrong, bounded by the read budget.
-class Visited {
-public:
-    explicit Visited(const HeapSnapshot& s) : s_(s) {
-        for (const auto& a : s.areas) bits_.emplace_back((a.bytes.size() / 8 + 63) / 64);
-    }
-    bool first_visit(uint64_t cell) {
-        uint64_t addr = cell & ~uint64_t{7};
-        const auto& areas = s_.areas;
-        auto it = std::upper_bound(areas.begin(), areas.end(), addr,
-                                   [](uint64_t a, const HeapSnapshot::Area& x) { return a < x.addr; });
-        if (it != areas.begin()) {
-            size_t i = static_cast<size_t>(it - areas.begin()) - 1;
-            uint64_t word = (addr - areas[i].addr) / 8;
-            if (word < areas[i].bytes.size() / 8) {
-                uint64_t& w = bits_[i][word / 64];
-                uint64_t bit = uint64_t{1} << (word % 64);
-                bool first = !(w & bit);
-                w |= bit;
-                return first;
-            }
-        }
-        if (elsewhere_.size() >= kMaxElsewhere) return !elsewhere_.count(cell);
-        return elsewhere_.insert(cell).second;
-    }
-
-private:
-    static constexpr size_t kMaxElsewhere = 1'000'000;
-    const HeapSnapshot& s_;
-    std::vector<std::vector<uint64_t>> bits_;
-    std::unordered_set<uint64_t> elsewhere_;
-};
-
-}  // namespace
 
 RootSizes size_roots(const HeapSnapshot& s, const term::TermSource& terms, std::vector<Root>& roots,
                      const InspectBudget& budget) {

@@ -34,21 +34,29 @@ struct HeapSnapshot {
         std::vector<std::byte> bytes;
     };
     std::vector<Area> areas;  // heaps, fragments, stack; sorted by address, disjoint
+    // The bytes of the off-heap binaries the roots reach (as much of each as is printed), read
+    // with the heap; sorted by address, disjoint.
+    std::vector<Area> binaries;
     uint64_t bytes_copied() const;
 
     // Reads [addr, addr + dst.size()) from one area; false when no area holds all of it.
     bool read(uint64_t addr, std::span<std::byte> dst) const;
+    // The same from the binaries' bytes.
+    bool read_binary(uint64_t addr, std::span<std::byte> dst) const;
 };
 
-// Copies the process at `c_p` (which must still be `pid`). UserError when it is gone, or it kept
-// running through every attempt ("busy, try again"), or its heap is larger than `max_bytes`.
-HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes);
+// Copies the process at `c_p` (which must still be `pid`), with the first `binary_prefix` bytes
+// of each off-heap binary its roots reach (walked with `terms`, a TermSource for this VM).
+// UserError when it is gone, or it kept running through every attempt ("busy, try again"), or
+// the copy would be larger than `max_bytes`.
+HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes,
+                              const term::TermSource& terms, uint64_t binary_prefix);
 
 // The dictionary's {Key, Value} pairs from its hash table's slots (each a {Key, Value} tuple or
 // a list of them), into s.dictionary. A bucket whose tail leads back into it ends there.
 void dictionary_pairs(HeapSnapshot& s, const std::vector<uint64_t>& slots);
 
-// A TermSource over the snapshot: the copy, then the literal area and off-heap binaries live.
+// A TermSource over the snapshot: the copy (binaries' bytes too), then the literal area live.
 term::TermSource snapshot_terms(const Vm& vm, const HeapSnapshot& s, term::TermSource base);
 
 // One term of the root set and what it holds.

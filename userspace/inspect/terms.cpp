@@ -574,6 +574,11 @@ private:
                 if ((*ohdr & 0x3c) == st.refc_bin) {
                     size_.words += 8;
                     size_.off_heap_bytes += (*end - *start) / 8;
+                    if (memo_ && memo_->off_heap_data) {
+                        auto base = r_.word(p + 8);
+                        if (!base) return false;
+                        memo_->off_heap_data((*base & ~uint64_t{3}) + *start / 8, (*end - *start + 7) / 8);
+                    }
                 } else {
                     size_.words += 2 + (*end - *start + 63) / 64;
                 }
@@ -588,6 +593,7 @@ private:
             if (b->off_heap) {
                 size_.words += 6;  // PROC_BIN_SIZE
                 size_.off_heap_bytes += b->bytes;
+                if (memo_ && memo_->off_heap_data) memo_->off_heap_data(b->data, b->bytes + (partial ? 1 : 0));
             } else {
                 size_.words += 2 + (b->bytes + extra + 7) / 8;
             }
@@ -597,6 +603,11 @@ private:
             auto bytes = r_.word(p + 8);
             if (!bytes) return false;
             size_.off_heap_bytes += *bytes;
+            if (memo_ && memo_->off_heap_data) {
+                auto data = r_.word(p + 32);  // ProcBin: thing, size, next, val, bytes
+                if (!data) return false;
+                memo_->off_heap_data(*data, *bytes);
+            }
         }
         if (arity > kMaxThing) return false;
         size_.words += arity + 1;  // bignums, floats, refs, heap binaries, external things

@@ -86,6 +86,8 @@ struct SizeMemo {
     std::unordered_set<uint64_t> shared;
     std::unordered_map<uint64_t, Size> sizes;  // of shared cells, once known
     std::unordered_set<uint64_t> open;         // shared cells being sized
+    // Told the bytes [data, data + bytes) of each off-heap binary a walk meets (unset: nothing).
+    std::function<void(uint64_t data, uint64_t bytes)> off_heap_data;
 };
 std::optional<uint64_t> distinct_words(const TermSource& src, uint64_t term, SizeMemo& memo);
 std::optional<Size> flat_size(const TermSource& src, uint64_t term, SizeMemo& memo);

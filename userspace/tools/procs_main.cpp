@@ -260,12 +260,14 @@ ProcessEntry inspected_process(Context& c, const std::string& text) {
 
 int run_inspect(Context& c, const Options& o) {
     ProcessEntry e = inspected_process(c, o.inspect);
-    HeapSnapshot snap = snapshot_process(c.vm, e.c_p, e.pid, o.max_heap_mib << 20);
-    term::TermSource terms = snapshot_terms(c.vm, snap, c.names.term_source());
     const term::Limits limits{.max_chars = o.width ? o.width : SIZE_MAX / 4,
                               .depth = o.depth ? o.depth : -1,
                               .max_reads = 50'000'000};
     const term::Limits key_limits{.max_chars = 40, .depth = 4, .max_reads = 4096};
+    // A binary prints at most max_chars of its bytes: only those are copied.
+    HeapSnapshot snap = snapshot_process(c.vm, e.c_p, e.pid, o.max_heap_mib << 20, c.names.term_source(),
+                                         std::max(limits.max_chars, key_limits.max_chars));
+    term::TermSource terms = snapshot_terms(c.vm, snap, c.names.term_source());
     const ProcessEntry& p = snap.proc;
     // Named as in the table: the copy's own RegProc is not followed, the table's reading is.
     ProcessEntry named = p;
