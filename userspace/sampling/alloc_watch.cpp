@@ -22,9 +22,12 @@
 namespace bb {
 namespace {
 
-uint64_t load_state(const bb_watch* w) { return __atomic_load_n(&w->state, __ATOMIC_ACQUIRE); }
-void store_state(bb_watch* w, uint64_t s) { __atomic_store_n(&w->state, s, __ATOMIC_RELEASE); }
-bool cas_state(bb_watch* w, uint64_t from, uint64_t to) {
+// The state is the kernel's __u64 (unsigned long long), not uint64_t (unsigned long): clang
+// refuses the pointer conversion the atomics would need.
+using State = decltype(bb_watch::state);
+State load_state(const bb_watch* w) { return __atomic_load_n(&w->state, __ATOMIC_ACQUIRE); }
+void store_state(bb_watch* w, State s) { __atomic_store_n(&w->state, s, __ATOMIC_RELEASE); }
+bool cas_state(bb_watch* w, State from, State to) {
     return __atomic_compare_exchange_n(&w->state, &from, to, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 

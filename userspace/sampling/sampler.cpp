@@ -491,7 +491,7 @@ const std::string& Sampler::events_note() const { return impl_->events_note; }
 SamplerCounters Sampler::counters() const {
     auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
     SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
-                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}, {}};
+                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}, {}, {}};
     if (impl_->on_sample) {
         bpf_prog_info info{};
         uint32_t len = sizeof(info);
