@@ -37,19 +37,25 @@ struct {
 	__uint(max_entries, 64 << 10);
 } watch_ticks_0 SEC(".maps"), watch_ticks_1 SEC(".maps");
 
+/* Whether the watch was free when each thread's collection began (tid -> 1 or 0): a collection
+ * is a candidate only if the watch was free from its entry to its return. Without this, a
+ * process whose own watch ends at its GC entry (its epoch did not reach the word) was flipped
+ * again at that very collection's return, ahead of every other process: a process with long
+ * epochs (bb_alloc's trace receiver) held the watch 98% of the time, and the worker beside it
+ * had 94 samples instead of about 3,500. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BB_WC_NR);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
 	__type(key, __u32);
-	__type(value, __u64);
-} watch_counters SEC(".maps");
+	__type(value, __u8);
+} watch_free_at_entry SEC(".maps");
 
-static __always_inline void watch_count(__u32 which, __u64 n)
+static __always_inline void watch_note_gc_entry(void)
 {
-	__u64 *c = bpf_map_lookup_elem(&watch_counters, &which);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u8 free = watch.state == BB_WATCH_IDLE;
 
-	if (c)
-		*c += n;
+	bpf_map_update_elem(&watch_free_at_entry, &tid, &free, BPF_ANY);
 }
 
 /* The arming thread of the other CPUs sleeps on its ring: each tick wakes it at once. */
@@ -110,9 +116,15 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 	__u64 cur = 0, t0, words, interval = watch.interval, htop, hend, id;
 	__u32 flags = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct watch_wait w = {};
+	__u8 *free_at_entry;
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || watch.state != BB_WATCH_IDLE)
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
+	free_at_entry = bpf_map_lookup_elem(&watch_free_at_entry, &tid);
+	if (watch.state != BB_WATCH_IDLE || !free_at_entry || !*free_at_entry) {
+		count(BB_C_WATCH_BUSY);
+		return 0;
+	}
 	if (in_jit_code(PT_REGS_IP(ctx))) {
 		cur = ctx->r13;
 	} else {
@@ -140,7 +152,7 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 	t0 = bpf_ktime_get_ns();
 	w.deadline = t0 + watch_late_ns;
 	bpf_loop(1 << 23, watch_wait_step, &w, 0);
-	watch_count(BB_WC_WAIT_NS, bpf_ktime_get_ns() - t0);
+	count_n(BB_C_WATCH_WAIT_NS, bpf_ktime_get_ns() - t0);
 	if (!w.armed || __sync_val_compare_and_swap(&watch.state, BB_WATCH_ARMED, BB_WATCH_LIVE) != BB_WATCH_ARMED) {
 		if (!watch_end(BB_WATCH_ARMED, BB_WATCH_LATE))
 			watch_end(BB_WATCH_ARMING, BB_WATCH_LATE);
@@ -168,9 +180,9 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !s)
 		return 0;
-	watch_count(BB_WC_HITS, 1);
+	count(BB_C_WATCH_HITS);
 	if (watch.state != BB_WATCH_LIVE || addr != watch.addr || !c_p) {
-		watch_count(BB_WC_IGNORED, 1);
+		count(BB_C_WATCH_IGNORED);
 		return 0;
 	}
 	jit = in_jit_code(ctx->regs.ip);
@@ -185,7 +197,7 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 	read_process(s, c_p, jit && writer == c_p, ctx->regs.sp, &p, &flags);
 	hw = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	if ((flags & BB_F_READ_FAULT) || (p.state & BB_PSFLG_GC) || addr < hw || addr < p.heap || addr >= p.hend) {
-		watch_count(BB_WC_IGNORED, 1);
+		count(BB_C_WATCH_IGNORED);
 		return 0;
 	}
 	/* The process's own stack grows down towards the heap top: a push there is no allocation,

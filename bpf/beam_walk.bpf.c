@@ -242,6 +242,8 @@ static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 {
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
+	if (watch_mode)  /* before sample() ends the process's own watch, if it has it */
+		watch_note_gc_entry();
 	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
 }
 

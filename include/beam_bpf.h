@@ -217,6 +217,11 @@ enum bb_counter {
 	/* ... and of the last three, those attributed all the same (BB_F_IN_GC, BB_F_EXITING): */
 	BB_C_IN_GC,
 	BB_C_EXITING,
+	/* -e alloc's watchpoints (bpf/alloc_watch.bpf.h): */
+	BB_C_WATCH_HITS,    /* traps in the target */
+	BB_C_WATCH_IGNORED, /* ... of no live watch, or not an allocation (the collector, old terms) */
+	BB_C_WATCH_WAIT_NS, /* time the flipping scheduler waited for the arm */
+	BB_C_WATCH_BUSY,    /* GC returns of the target that found a watch on (or on at their entry): not candidates */
 	BB_C_NR,
 };
 

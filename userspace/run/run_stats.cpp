@@ -114,8 +114,9 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
     if (c.alloc_watch) {
         const AllocWatchCounters& w = *c.alloc_watch;
         j["alloc_watch"] = {{"flips", w.flips},        {"sampled", w.sampled},         {"missed", w.missed},
-                            {"late", w.late},          {"stack", w.stack},             {"traps", w.hits},
-                            {"traps_ignored", w.ignored}, {"wait_ns", w.wait_ns}};
+                            {"late", w.late},          {"stack", w.stack},             {"expired", w.expired},
+                            {"traps", w.hits},
+                            {"traps_ignored", w.ignored}, {"wait_ns", w.wait_ns}, {"busy", w.busy}};
     }
     // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
     // not UTF-8. Written whole or not at all, never through a planted link.

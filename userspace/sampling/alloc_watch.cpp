@@ -69,9 +69,9 @@ std::vector<int> online_cpus() {
 // and senders on any thread write messages into its heap, so per-thread events would need a
 // slot on every VM thread and a move would cost one ioctl per thread (14 here) instead of one
 // per CPU. Another process writing the same virtual address traps too, and is dropped in BPF.
-AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_map* counters,
+AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks,
                        bpf_program* on_watch, const Config& cfg)
-    : w_(shared), cfg_(cfg), counters_fd_(bpf_map__fd(counters)) {
+    : w_(shared), cfg_(cfg) {
     w_->interval = cfg.interval_words;
     store_state(w_, BB_WATCH_IDLE);
     const std::vector<int> cpus = online_cpus();
@@ -142,7 +142,20 @@ void AllocWatch::run(Armer& a) {
     sched_param sp{};
     sp.sched_priority = 1;
     pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-    while (!stopping_) ring_buffer__poll(a.ring.get(), 50);
+    while (!stopping_) {
+        ring_buffer__poll(a.ring.get(), 20);
+        expire_if_old();
+    }
+}
+
+// Only arm() makes a watch LIVE (through ARMED), under the lock: a LIVE state seen under it is
+// the watch armed at armed_ns_.
+void AllocWatch::expire_if_old() {
+    std::lock_guard<std::mutex> g(move_mu_);
+    if (load_state(w_) != BB_WATCH_LIVE || monotonic_ns() - armed_ns_ < BB_WATCH_EXPIRY_NS) return;
+    if (!cas_state(w_, BB_WATCH_LIVE, BB_WATCH_IDLE)) return;  // the BPF side ended it first
+    expired_++;
+    move_to(kParkedAddr, true);
 }
 
 void AllocWatch::on_tick(Armer& a, const bb_watch_tick& t) {
@@ -169,6 +182,7 @@ void AllocWatch::arm(Armer& a) {
     uint64_t addr = lo + 8 * std::uniform_int_distribution<uint64_t>(0, words - 1)(a.rng);
     __atomic_store_n(&w_->addr, addr, __ATOMIC_RELEASE);
     std::lock_guard<std::mutex> g(move_mu_);
+    armed_ns_ = monotonic_ns();
     if (move_to(addr, false)) cas_state(w_, BB_WATCH_ARMING, BB_WATCH_ARMED);  // fails if the BPF side gave up
 }
 
@@ -194,15 +208,7 @@ AllocWatchCounters AllocWatch::counters() const {
     c.missed = missed_;
     c.late = late_;
     c.stack = stack_;
-
-    int ncpu = libbpf_num_possible_cpus();
-    std::vector<uint64_t> v(ncpu > 0 ? ncpu : 1);
-    for (uint32_t k : {uint32_t(BB_WC_HITS), uint32_t(BB_WC_IGNORED), uint32_t(BB_WC_WAIT_NS)}) {
-        uint64_t sum = 0;
-        if (bpf_map_lookup_elem(counters_fd_, &k, v.data()) == 0)
-            for (auto x : v) sum += x;
-        (k == BB_WC_HITS ? c.hits : k == BB_WC_IGNORED ? c.ignored : c.wait_ns) = sum;
-    }
+    c.expired = expired_;
     return c;
 }
 

@@ -22,9 +22,11 @@ namespace bb {
 
 struct AllocWatchCounters {
     uint64_t flips = 0;    // epochs chosen to sample
-    uint64_t sampled = 0, missed = 0, late = 0, stack = 0;  // how their watches ended
+    uint64_t sampled = 0, missed = 0, late = 0, stack = 0, expired = 0;  // how their watches ended
+    // From the walker's counters (Sampler::counters()):
     uint64_t hits = 0, ignored = 0;  // watchpoint traps in the VM, and those that were no sample
     uint64_t wait_ns = 0;            // what the flips' collections waited for the arm, in all
+    uint64_t busy = 0;               // collections that returned while a watch was on
 };
 
 class AllocWatch {
@@ -36,7 +38,7 @@ public:
     // BB_WATCH_MAX_CPUS bytes, `ticks` its two rings; the events are opened here and carry
     // `on_watch`. Throws UserError (one CPU only, no breakpoint slot free, no privileges, no
     // breakpoints).
-    AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_map* counters,
+    AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks,
                bpf_program* on_watch, const Config& cfg);
     ~AllocWatch();
     AllocWatch(const AllocWatch&) = delete;
@@ -65,19 +67,20 @@ private:
     void on_tick(Armer& a, const bb_watch_tick& t);
     void arm(Armer& a);
     void finish(uint32_t outcome);
+    void expire_if_old();
     bool move_to(uint64_t addr, bool park);
 
     bb_watch* w_;
     Config cfg_;
     std::vector<UniqueFd> events_;  // one breakpoint per online CPU
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
-    int counters_fd_;
     std::array<Armer, 2> armers_;
     std::atomic<bool> stopping_{false};
 
     std::mutex move_mu_;  // the watchpoints' moves, by either thread
+    uint64_t armed_ns_ = 0;  // when the last watch was armed (under move_mu_)
 
-    std::atomic<uint64_t> flips_{0}, sampled_{0}, missed_{0}, late_{0}, stack_{0};
+    std::atomic<uint64_t> flips_{0}, sampled_{0}, missed_{0}, late_{0}, stack_{0}, expired_{0};
 };
 
 }  // namespace bb

@@ -197,6 +197,7 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     // Only -e alloc uses it: preallocated at 64 Ki entries it is 7 MiB of kernel memory per
     // loaded walker (measured with beam-bpf-agent, one walker per VM).
     if (!cfg.alloc) bpf_map__set_max_entries(s->maps.alloc_seen, 64);
+    if (!cfg.alloc_interval) bpf_map__set_max_entries(s->maps.watch_free_at_entry, 64);
     return beam_walk__load(s);
 }
 
@@ -252,7 +253,6 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         wc.interval_words = cfg.alloc_interval;
         impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->bss->armer_of_cpu,
                                                     std::array{s->maps.watch_ticks_0, s->maps.watch_ticks_1},
-                                                    s->maps.watch_counters,
                                                     fast ? s->progs.on_watch_fast : s->progs.on_watch, wc);
     }
     impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
@@ -504,7 +504,13 @@ SamplerCounters Sampler::counters() const {
     out.code_events_off = impl_->code_events_off;
     out.unreadable = {c[BB_C_BAD_READ], c[BB_C_BAD_STATE], c[BB_C_BAD_PID], c[BB_C_BAD_HEAP], c[BB_C_BAD_STACK],
                       c[BB_C_IN_GC],   c[BB_C_EXITING]};
-    if (impl_->watch) out.alloc_watch = impl_->watch->counters();
+    if (impl_->watch) {
+        out.alloc_watch = impl_->watch->counters();
+        out.alloc_watch->hits = c[BB_C_WATCH_HITS];
+        out.alloc_watch->ignored = c[BB_C_WATCH_IGNORED];
+        out.alloc_watch->wait_ns = c[BB_C_WATCH_WAIT_NS];
+        out.alloc_watch->busy = c[BB_C_WATCH_BUSY];
+    }
     return out;
 }
 
