@@ -44,8 +44,8 @@ struct Trace {
     std::vector<std::string> frames;
 };
 
-std::vector<Trace> decode(const fs::path& file) {
-    ToolResult r = run_command({"go", "tool", "pprof", "-traces", "-sample_index=samples", file.string()}, 60s);
+std::vector<Trace> decode(const fs::path& file, const std::string& sample_index = "samples") {
+    ToolResult r = run_command({"go", "tool", "pprof", "-traces", "-sample_index=" + sample_index, file.string()}, 60s);
     if (r.exit_code != 0) throw std::runtime_error("go tool pprof -traces " + file.string() + ": " + describe(r));
     std::vector<Trace> out;
     std::optional<Trace> t;
@@ -135,6 +135,8 @@ std::unique_ptr<ChildProcess> start_receiver(const std::string& script, std::vec
 }
 
 class AgentTest : public RootTest {};
+
+const std::string kThree = "bb_alloc:alloc_three/2", kOne = "bb_alloc:alloc_one/2", kNone = "bb_alloc:alloc_none/2";
 
 TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAnOutage) {
     TempDir tmp;
@@ -612,6 +614,63 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     EXPECT_EQ(st["otlp_push_dropped"].get<long>(), 0) << st.dump();
     EXPECT_NE(st["otlp_push_last_error"].get<std::string>().find("scripted partial success"), std::string::npos) << st.dump();
     EXPECT_EQ(st["pushes"].get<long>(), 0) << st.dump();
+}
+
+// -e cpu,alloc: beside each VM's CPU profile, an allocation profile from the watchpoints, as
+// beam-bpf-sample -e alloc makes it (tests/integration/alloc_test.cpp): bb_alloc's worker
+// allocates 3:1:0 words in alloc_three, alloc_one and alloc_none by construction.
+TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles", stats = tmp.path / "stats.json";
+    ErlVm vm(debian_vm(), "bb_alloc:main()", {"-sname", "bbagent_alloc"});
+    std::istringstream ready(vm.wait_line("ready", 60s));
+    std::string word, worker;
+    ready >> word >> worker;
+    // --alloc-period 256: about 3,500 samples from the 1,920,000 words of 120 rounds.
+    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,alloc", "--alloc-period", "256", "--every", "2",
+                                                      "--output", out.string(), "--retention", "0", "--match",
+                                                      "bbagent_alloc", "--stats", stats.string()});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "allocation profile: ", 30s, &err)) << err;
+    vm.send_line("go 120");
+    vm.wait_line("gc_words", 120s);
+    std::this_thread::sleep_for(2500ms);  // an interval ends (--every 2), then SIGTERM's last one
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    std::map<std::string, long> words;  // leaf function of the worker's samples -> words
+    long all = 0;
+    size_t alloc_files = 0, cpu_files = 0;
+    for (const auto& d : fs::directory_iterator(out))
+        for (const auto& f : fs::directory_iterator(d.path())) {
+            const std::string name = f.path().filename().string();
+            if (name.starts_with("cpu-")) cpu_files++;
+            if (!name.starts_with("alloc-")) continue;
+            alloc_files++;
+            for (const Trace& t : decode(f.path(), "alloc_words")) {
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_alloc") << f.path();
+                EXPECT_EQ(t.labels.count("os_pid") ? t.labels.at("os_pid") : "", std::to_string(vm.os_pid())) << f.path();
+                if (t.labels.count("pid") && t.labels.at("pid") == worker) {
+                    words[t.frames.front()] += t.count;
+                    all += t.count;
+                }
+            }
+        }
+    nlohmann::json st = nlohmann::json::parse(slurp(stats));
+    ASSERT_EQ(st["vms"].size(), 0u) << st.dump();  // detached at SIGTERM
+    std::cerr << "agent test: -e cpu,alloc: " << alloc_files << " allocation and " << cpu_files << " CPU profiles; "
+              << all << " words of the worker: " << kThree << " " << 100.0 * words[kThree] / all << "%, " << kOne << " "
+              << 100.0 * words[kOne] / all << "%, " << kNone << " " << 100.0 * words[kNone] / all << "%\n";
+    EXPECT_GE(alloc_files, 2u);
+    // Samples enough that 3 points is 3 standard deviations of a 75% share.
+    EXPECT_GE(st["alloc_samples"].get<long>(), 1876) << st.dump();
+    EXPECT_EQ(alloc_files, cpu_files);
+    // 120 rounds of 16,000 words, sampled every 256 on average.
+    ASSERT_GT(all, 1'000'000) << r.err;
+    EXPECT_NEAR(100.0 * words[kThree] / all, 75.0, 3.0);
+    EXPECT_NEAR(100.0 * words[kOne] / all, 25.0, 3.0);
+    EXPECT_LT(100.0 * words[kNone] / all, 0.5);
 }
 
 }  // namespace

@@ -81,6 +81,16 @@ struct Agent::Followed {
     RunStats st;
     uint64_t interval_start_ns = 0, interval_start_unix_ns = 0, last_check_ns = 0, profiles = 0;
     std::vector<uint32_t> frames;
+    // -e cpu,alloc: a second session on the VM, with beam-bpf-sample -e alloc's GC entry probes
+    // and watchpoints, aggregated apart (its frames are its own symbolizer's).
+    struct AllocPart {
+        CommonOptions o;
+        std::unique_ptr<Session> s;
+        Aggregator agg;
+        uint64_t samples = 0;
+        std::vector<uint32_t> frames;
+    };
+    std::unique_ptr<AllocPart> alloc;
 
     void handle(const bb_record& r) {
         if (r.where == BB_WHERE_CODE_EVENT) return s->sym.code_event(r);
@@ -90,8 +100,26 @@ struct Agent::Followed {
         if (who.erl_pid) names->name(r);  // read now, while the process is likely alive
         agg.add(frames, 1, who);
     }
-    void drain(std::chrono::milliseconds timeout) {
-        s->sampler->poll(timeout, [&](const bb_record& r) { handle(r); });
+    void handle_alloc(const bb_record& r) {
+        AllocPart& a = *alloc;
+        if (r.where == BB_WHERE_CODE_EVENT) return a.s->sym.code_event(r);
+        // As beam-bpf-sample's report (run/reporter.cpp): each sample weighs the words it stands
+        // for; a GC entry's exact total is not a sample of where they were allocated.
+        if (r.alloc_words == 0 || (r.flags & BB_F_ALLOC_TOTAL)) return;
+        a.s->sym.frames(r, a.frames);
+        Who who = who_of(r);
+        if (who.erl_pid) names->name(r);
+        a.agg.add(a.frames, r.alloc_words, who);
+        a.samples++;
+    }
+    // Drains the rings, the code loaded or purged since first: it must be known before the
+    // samples taken after it are symbolized (records still in a ring were all taken before now).
+    void drain(uint64_t now_ns) {
+        s->sym.refresh(now_ns);
+        s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle(r); });
+        if (!alloc) return;
+        alloc->s->sym.refresh(now_ns);
+        alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
     }
 };
 
@@ -191,6 +219,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         return;
     }
     first_failure_ns_.erase(k);
+    if (cfg_.alloc) attach_alloc(*f);
     f->names.emplace(f->s->vm, false);
     f->dir_name = dir_safe(service_of(l)) + "-" + std::to_string(p.pid);
     f->interval_start_ns = f->s->start_ns;
@@ -200,38 +229,71 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     vms_.emplace(p.pid, std::move(f));
 }
 
+// A VM's allocation profile is an extra: one that cannot be had (no debug register free, one
+// CPU, a build without the GC entry points) is said once, and its CPU profile goes on.
+void Agent::attach_alloc(Followed& f) {
+    auto a = std::make_unique<Followed::AllocPart>();
+    a->o = f.o;
+    a->o.event = Event::alloc;
+    a->o.period = cfg_.alloc_period;
+    a->o.only_erlang = true;  // the native leaf of a GC entry record is the probed entry point
+    try {
+        a->s = std::make_unique<Session>(a->o);
+        SamplerConfig sc = sampler_config(a->o);
+        const std::string missing = add_alloc_probes(a->s->vm, sc);
+        a->s->start(sc, fmt::format("allocation profile: {} GC entry probes, {}{}", sc.entry_probes.size(),
+                                    describe_event(a->o),
+                                    missing.empty() ? "" : "; collections entered at " + missing + " are not counted"));
+    } catch (const std::exception& e) {
+        log(fmt::format("pid {}: no allocation profile: {}", f.proc.pid, clean(e.what(), 1024)));
+        return;
+    }
+    f.alloc = std::move(a);
+}
+
 void Agent::step(Followed& f, uint64_t now_ns) {
-    Sampler& sampler = *f.s->sampler;
     if (now_ns - f.last_check_ns >= kSecond) {
         f.last_check_ns = now_ns;
-        sampler.refresh_vm_state();
-        // A lost code event leaves the index behind: back to walking the list.
-        if (sampler.counters().code_events_lost) f.s->sym.follow_code_events(false, now_ns);
+        for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr}) {
+            if (!s) continue;
+            s->sampler->refresh_vm_state();
+            // A lost code event leaves the index behind: back to walking the list.
+            if (s->sampler->counters().code_events_lost) s->sym.follow_code_events(false, now_ns);
+        }
     }
-    // Code loaded or purged since the last drain must be known before its samples are
-    // symbolized; records still in the ring were all taken before `now_ns`.
-    f.s->sym.refresh(now_ns);
-    f.drain(std::chrono::milliseconds(0));
+    f.drain(now_ns);
     if (now_ns - f.interval_start_ns >= static_cast<uint64_t>(cfg_.every * 1e9)) finish_interval(f, now_ns);
 }
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
-    Session& s = *f.s;
+    ship(f, "cpu", *f.s, f.agg, now_ns);
+    if (f.alloc) ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
+    f.agg.clear();
+    if (f.alloc) f.alloc->agg.clear();
+    f.names.emplace(f.s->vm, false);
+    f.interval_start_unix_ns += now_ns - f.interval_start_ns;
+    f.interval_start_ns = now_ns;
+    f.profiles++;
+}
+
+void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggregator& agg, uint64_t now_ns) {
     const VmLabels& l = f.labels;
     const std::string service = service_of(l);
     ProfileMeta m;
-    m.title = fmt::format("{} {} (OTP {}){}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
-                          l.node.empty() ? "" : " node " + l.node);
-    m.unit = "samples";
-    m.period_ns = f.o.ns_per_sample;
+    m.title = fmt::format("{} {} (OTP {}){}{}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
+                          l.node.empty() ? "" : " node " + l.node, kind == "alloc" ? ", words allocated" : "");
+    // As beam-bpf-sample's reports: a CPU sample stands for 1/F s; an allocation one weighs words.
+    m.unit = kind == "alloc" ? "words" : "samples";
+    m.period_ns = kind == "alloc" ? 0 : f.o.ns_per_sample;
     m.start_unix_ns = f.interval_start_unix_ns;
     m.duration_ns = now_ns - f.interval_start_ns;
     m.pid_text = [&](uint64_t pid) { return s.vm.format_pid(pid); };
     m.process_text = [&](uint64_t pid) { return f.names->known(pid); };
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
-    Profile prof = f.agg.profile(s.sym.frames(), m);
+    Profile prof = agg.profile(s.sym.frames(), m);
 
     FinishedProfile fp;
+    fp.kind = kind;
     fp.dir_name = f.dir_name;
     fp.service = service;
     fp.labels = {{"service_name", service},
@@ -256,12 +318,6 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     fp.pprof_gz = std::move(os).str();
     // Gzipped (OTLP/HTTP's Content-Encoding: gzip), in the queue too: 40% of the bytes of small profiles.
     if (otlp_) fp.otlp = gzip(otlp_request(prof, otlp_resource(fp.labels)));
-
-    f.agg.clear();
-    f.names.emplace(s.vm, false);
-    f.interval_start_ns = now_ns;
-    f.interval_start_unix_ns = fp.end_unix_ns;
-    f.profiles++;
     c_.profiles++;
     if (dir_) {
         try {
@@ -283,15 +339,16 @@ void Agent::detach(pid_t pid, const std::string& why) {
     try {
         // The last interval, partial: what the walker emitted before the VM went.
         f.s->sampler->stop_events();
-        f.s->sym.refresh(monotonic_ns());
-        f.drain(std::chrono::milliseconds(0));
-        if (f.agg.total() > 0) finish_interval(f, monotonic_ns());
+        if (f.alloc) f.alloc->s->sampler->stop_events();
+        f.drain(monotonic_ns());
+        if (f.agg.total() > 0 || (f.alloc && f.alloc->agg.total() > 0)) finish_interval(f, monotonic_ns());
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
     }
     SamplerCounters sc = f.s->sampler->counters();
     c_.ring_dropped += sc.dropped;
     c_.samples += f.st.records;
+    c_.alloc_samples += f.alloc ? f.alloc->samples : 0;
     c_.detached++;
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped,
@@ -333,6 +390,7 @@ void Agent::write_stats() const {
     for (const auto& [pid, f] : vms_) {
         SamplerCounters sc = f->s->sampler->counters();
         c.samples += f->st.records;
+        c.alloc_samples += f->alloc ? f->alloc->samples : 0;
         c.ring_dropped += sc.dropped;
         vms.push_back({{"os_pid", pid},
                        {"node", f->labels.node},
@@ -340,7 +398,8 @@ void Agent::write_stats() const {
                        {"samples", f->st.records},
                        {"dropped", sc.dropped},
                        {"profiles", f->profiles},
-                       {"events", sc.events}});
+                       {"events", sc.events},
+                       {"alloc_samples", f->alloc ? f->alloc->samples : 0}});
     }
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -350,6 +409,7 @@ void Agent::write_stats() const {
         {"vms_detached", c.detached},
         {"vms_refused", c.refused},
         {"samples", c.samples},
+        {"alloc_samples", c.alloc_samples},
         {"ring_dropped", c.ring_dropped},
         {"profiles", c.profiles},
         {"write_errors", c.write_errors},
@@ -383,6 +443,7 @@ void Agent::write_stats() const {
         metric("vms_detached_total", "counter", "VMs detached since the start", j["vms_detached"]);
         metric("vms_refused_total", "counter", "VMs that could not be attached", j["vms_refused"]);
         metric("samples_total", "counter", "samples aggregated", j["samples"]);
+        metric("alloc_samples_total", "counter", "allocation samples aggregated (-e cpu,alloc)", j["alloc_samples"]);
         metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
         metric("profiles_total", "counter", "profiles finished", j["profiles"]);
         metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);

@@ -22,13 +22,19 @@
 #include "agent/metrics.hpp"
 #include "agent/sinks.hpp"
 
+namespace bb {
+class Aggregator;
+class Session;
+}  // namespace bb
+
 namespace bb::agent {
 
 struct AgentCounters {
     uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
     uint64_t samples = 0;         // records aggregated, all VMs
+    uint64_t alloc_samples = 0;   // -e cpu,alloc: allocation samples aggregated, all VMs
     uint64_t ring_dropped = 0;    // samples the BPF side could not hand over (ring full), all VMs
-    uint64_t profiles = 0;        // intervals finished (written and/or queued)
+    uint64_t profiles = 0;        // profiles finished (written and/or queued): CPU, and allocation
     uint64_t write_errors = 0;    // profiles the directory sink could not write
 };
 
@@ -50,7 +56,11 @@ private:
     void attach(const BeamProcess& p, uint64_t now_ns);
     // Drains one VM's ring; false when the VM is gone or failed (then it is detached).
     void step(Followed& f, uint64_t now_ns);
+    void attach_alloc(Followed& f);
+    // Ends the VM's interval: its CPU profile, and its allocation profile with -e cpu,alloc.
     void finish_interval(Followed& f, uint64_t now_ns);
+    // One profile of the interval, named and labelled, to the directory and the stores.
+    void ship(Followed& f, const std::string& kind, Session& s, const Aggregator& agg, uint64_t now_ns);
     void detach(pid_t pid, const std::string& why);
     void apply(AgentConfig cfg);
     void write_stats() const;

@@ -32,6 +32,11 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     if (key == "every") c.every = number<double>(key, v);
     else if (key == "frequency") c.frequency = number<uint64_t>(key, v);
     else if (key == "native-depth") c.native_depth = number<uint32_t>(key, v);
+    else if (key == "events") {
+        if (v != "cpu" && v != "cpu,alloc" && v != "alloc,cpu")
+            throw UserError(fmt::format("events={}: cpu, or cpu,alloc (CPU profiles are always made)", v));
+        c.alloc = v != "cpu";
+    } else if (key == "alloc-period") c.alloc_period = number<uint64_t>(key, v);
     else if (key == "output") c.output = v;
     else if (key == "retention") c.retention = number<size_t>(key, v);
     else if (key == "push") c.push.url = v;
@@ -76,6 +81,8 @@ void check(const AgentConfig& c) {
     if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
     if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
+    if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
+        throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));
     if (c.output == "none" && c.push.url.empty() && c.otlp.url.empty())
         throw UserError("--output none without --push or --otlp: the profiles would go nowhere");
     for (const std::string& m : c.match) {

@@ -18,6 +18,10 @@ struct AgentConfig {
     // 99 Hz per VM thread while it runs (see README, Agent: why).
     uint64_t frequency = 99;
     uint32_t native_depth = 64;     // native frames below the Erlang ones (0: the native leaf only)
+    // -e cpu,alloc: an allocation profile per VM and interval too (beam-bpf-sample -e alloc's
+    // watchpoints: a debug register of each CPU per VM, so at most a few VMs at once).
+    bool alloc = false;
+    uint64_t alloc_period = 0;      // words per allocation sample on average (0: -e alloc's default)
     std::string output = kDefaultOutput;  // "none": no files
     size_t retention = 60;          // files kept per VM directory (0: all)
     PushConfig push;                // Pyroscope; push.url empty: no push

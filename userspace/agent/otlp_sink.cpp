@@ -15,7 +15,7 @@ namespace {
 class Otlp : public PushProtocol {
 public:
     const char* option() const override { return "--otlp"; }
-    PushItem item(const FinishedProfile& p) const override { return {"", p.otlp}; }
+    PushItem item(const FinishedProfile& p) const override { return {"", p.otlp, p.kind}; }
     // The OTLP/HTTP default path when the URL has none; else the URL as configured.
     std::string url(const std::string& configured, const PushItem&) const override {
         size_t scheme = configured.find("://");

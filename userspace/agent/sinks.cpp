@@ -41,14 +41,14 @@ std::string ProfileDir::write(const FinishedProfile& p) {
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
     // Milliseconds too: the last, partial interval of a VM can start in the second its previous
     // one did.
-    const std::string name = fmt::format("cpu-{}.{:03d}Z.pb.gz", stamp, (p.start_unix_ns / 1'000'000) % 1000);
+    const std::string name = fmt::format("{}-{}.{:03d}Z.pb.gz", p.kind, stamp, (p.start_unix_ns / 1'000'000) % 1000);
     const std::string path = vm_dir + "/" + name;
     write_file_atomically(path, p.pprof_gz);  // never through a link planted in the directory
     // Retention: the names sort by time.
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(vm_dir, ec)) {
         std::string f = e.path().filename().string();
-        if (f.starts_with("cpu-") && f.ends_with(".pb.gz")) files.push_back(e.path().string());
+        if (f.starts_with(p.kind + "-") && f.ends_with(".pb.gz")) files.push_back(e.path().string());
     }
     std::sort(files.begin(), files.end());
     for (size_t i = 0; retention_ && i + retention_ < files.size(); i++) fs::remove(files[i], ec);
@@ -85,9 +85,12 @@ std::string url_escape(CURL* curl, const std::string& s) {
     return out;
 }
 
-// What Pyroscope should make of the profile's sample types: the CPU time, summed, sampled.
-constexpr const char* kSampleTypeConfig =
+// What Pyroscope should make of the profile's sample types (report/pprof.cpp): the CPU time, or
+// the bytes allocated (alloc_space, as Go's heap profiles), summed, sampled.
+constexpr const char* kCpuSampleTypeConfig =
     R"({"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}})";
+constexpr const char* kAllocSampleTypeConfig =
+    R"({"alloc_space":{"units":"bytes","aggregation":"sum","display-name":"alloc_space","sampled":true}})";
 
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -110,7 +113,7 @@ public:
         return {fmt::format("name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=beam-bpf",
                             url_escape(nullptr, pyroscope_name(p.service, p.labels)), p.start_unix_ns / 1'000'000'000ull,
                             (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull, p.frequency_hz),
-                p.pprof_gz};
+                p.pprof_gz, p.kind};
     }
     std::string url(const std::string& configured, const PushItem& it) const override {
         std::string base = configured;
@@ -127,7 +130,7 @@ public:
         part = curl_mime_addpart(mime);
         curl_mime_name(part, "sample_type_config");
         curl_mime_filename(part, "sample_type_config.json");
-        curl_mime_data(part, kSampleTypeConfig, CURL_ZERO_TERMINATED);
+        curl_mime_data(part, it.kind == "alloc" ? kAllocSampleTypeConfig : kCpuSampleTypeConfig, CURL_ZERO_TERMINATED);
         curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
         return mime;
     }

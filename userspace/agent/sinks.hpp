@@ -19,6 +19,7 @@ namespace bb::agent {
 
 // One finished interval of one VM, as both sinks take it.
 struct FinishedProfile {
+    std::string kind = "cpu";  // or "alloc" (-e cpu,alloc): its file names and Pyroscope's sample types
     std::string dir_name;    // the VM's subdirectory: "<service>-<os pid>", cleaned
     std::string service;     // Pyroscope's application name
     std::vector<std::pair<std::string, std::string>> labels;  // host, os_pid, node, ...
@@ -28,9 +29,9 @@ struct FinishedProfile {
     std::string otlp;        // the OTLP export request (report/otlp.hpp), gzipped, when --otlp is on
 };
 
-// DIR/<dir_name>/cpu-<start, UTC>.pb.gz, written to a temporary name in the same directory and
-// renamed, so a reader never sees half a file; then only the newest `retention` files of that
-// directory are kept.
+// DIR/<dir_name>/<kind>-<start, UTC>.pb.gz (cpu-..., alloc-...), written to a temporary name in
+// the same directory and renamed, so a reader never sees half a file; then only the newest
+// `retention` files of that kind in that directory are kept.
 class ProfileDir {
 public:
     ProfileDir(std::string dir, size_t retention);
@@ -70,6 +71,7 @@ struct PushCounters {
 struct PushItem {
     std::string query;
     std::string body;
+    std::string kind;  // FinishedProfile::kind
 };
 
 // How one kind of store takes a profile (agent/push_protocol.hpp): Pyroscope's, OTLP's.

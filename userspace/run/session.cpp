@@ -74,4 +74,28 @@ SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {
     return {m.opened, m.opened->fd_path(), m.sym.file_offset};
 }
 
+std::string add_alloc_probes(const Vm& vm, SamplerConfig& cfg) {
+    std::string missing;
+    const auto entries = vm.release().gc_entry_points;
+    for (std::string_view f : entries) {
+        try {
+            for (const NativeMatch& m : resolve_functions(vm, std::string(f), /*exact=*/true)) {
+                cfg.entry_probes.push_back(entry_probe(vm, m));
+                if (cfg.alloc_interval) {  // where a collection returns: the watchpoints' coin flip
+                    cfg.entry_probes.push_back(cfg.entry_probes.back());
+                    cfg.entry_probes.back().gc_return = true;
+                }
+            }
+        } catch (const UserError&) {
+            if (f == entries.front()) throw;
+            missing += (missing.empty() ? "" : ", ") + std::string(f);
+        }
+    }
+    for (const NativeMatch& m : resolve_functions(vm, "erts_heap_alloc", /*exact=*/true)) {
+        cfg.entry_probes.push_back(entry_probe(vm, m));
+        cfg.entry_probes.back().heap_alloc = true;
+    }
+    return missing;
+}
+
 }  // namespace bb

@@ -38,5 +38,10 @@ public:
 
 // An entry probe on a native function, for SamplerConfig::entry_probes.
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);
+// -e alloc's probes: an entry probe on each of the release's GC entry points (and, with
+// watchpoints, a return probe for the coin flip), and one on erts_heap_alloc. UserError if the
+// build lacks the first entry point; returns the others it lacks ("" if none): a release that
+// renamed one loses the collections entered there, which the caller says.
+std::string add_alloc_probes(const Vm& vm, SamplerConfig& cfg);
 
 }  // namespace bb

@@ -42,6 +42,10 @@ int run(int argc, char** argv) {
                    "label.KEY=VALUE); the command line wins; SIGHUP re-reads it");
     opt("--every", "every", "seconds per profile (default 60)");
     opt("-F,--frequency", "frequency", "samples per second of each VM thread while it runs (default 99)");
+    opt("-e,--events", "events",
+        "cpu (default), or cpu,alloc: an allocation profile per VM too, the stacks that allocate words on process "
+        "heaps (as beam-bpf-sample -e alloc; each such VM takes a debug register of every CPU, 4 at most)");
+    opt("--alloc-period", "alloc-period", "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)");
     opt("--native-depth", "native-depth", "native frames below the Erlang ones (default 64; 0: the native leaf only)");
     opt("-o,--output", "output",
         fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)", agent::kDefaultOutput));
@@ -87,7 +91,7 @@ int run(int argc, char** argv) {
     };
     agent::AgentConfig cfg = load();
     const std::string summary = fmt::format(
-        "every {} s, {} Hz, {}{}{}{}", cfg.every, cfg.frequency, cfg.output == "none" ? "no files" : "files in " + cfg.output,
+        "every {} s, {} Hz{}, {}{}{}{}", cfg.every, cfg.frequency, cfg.alloc ? " and allocation" : "", cfg.output == "none" ? "no files" : "files in " + cfg.output,
         cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url, cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
         cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
     if (check_only) {

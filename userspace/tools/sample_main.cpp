@@ -53,27 +53,7 @@ int run(int argc, char** argv) {
     if (alloc) {
         // A build without one of the other entry points (a release that renamed it) loses the
         // collections that go through it: said, not silent.
-        std::string missing;
-        const auto entries = s.vm.release().gc_entry_points;
-        for (std::string_view f : entries) {
-            try {
-                for (const NativeMatch& m : resolve_functions(s.vm, std::string(f), /*exact=*/true)) {
-                    cfg.entry_probes.push_back(entry_probe(s.vm, m));
-                    if (cfg.alloc_interval) {  // where a collection returns: the watchpoints' coin flip
-                        cfg.entry_probes.push_back(cfg.entry_probes.back());
-                        cfg.entry_probes.back().gc_return = true;
-                    }
-                }
-            } catch (const UserError&) {
-                if (f == entries.front()) throw;
-                missing += (missing.empty() ? "" : ", ") + std::string(f);
-            }
-        }
-        for (const NativeMatch& m : resolve_functions(s.vm, "erts_heap_alloc", /*exact=*/true)) {
-            cfg.entry_probes.push_back(entry_probe(s.vm, m));
-            cfg.entry_probes.back().heap_alloc = true;
-        }
-        if (!missing.empty())
+        if (std::string missing = add_alloc_probes(s.vm, cfg); !missing.empty())
             fmt::print(stderr, "{}: warning: {} has no {}: collections entered there are not counted\n",
                        tool_name(), s.vm.exe(), missing);
     }
