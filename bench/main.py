@@ -31,7 +31,7 @@ SCRIPTS = (  # number, script, title; neighbour is not run with --quick
     ("7", "procs", "beam-bpf-procs on 200,000 processes"),
     ("8", "alloc", "beam-bpf-sample -e alloc: cost and bias"),
     ("9", "native", "native frames: time per frame, tables, start-up"),
-    ("10", "agent", "beam-bpf-agent: its CPU, RSS and kernel memory with 1, 5 and 20 VMs"))
+    ("10", "agent", "beam-bpf-agent: its CPU, RSS and kernel memory with 1, 5 and 20 VMs; VM overhead at 99 and 999 Hz"))
 
 
 def header():
@@ -56,6 +56,7 @@ def options(sections):
     ap.add_argument("--load-wait", type=int, default=900,
                     help="... for at most this many seconds, then run anyway and say so")
     ap.add_argument("--soak", type=int, nargs="?", const=3600, metavar="SECONDS")
+    ap.add_argument("--agent-soak", type=int, nargs="?", const=3600, metavar="SECONDS")
     a = ap.parse_args()
     # Work per overhead run: 6 M units of bench_work:unit/1 take about 3.5 s on the 2 vCPU
     # machine this was written on (a workload size, not a result).
@@ -192,6 +193,9 @@ def main(sections="1,2,3,4,5,6,7,8,9,10"):
     os.chdir(ROOT)  # relative --json and --build are the repository's, wherever it was started
     a = options(sections)
     stem = a.json.removesuffix(".json")
+    if a.agent_soak is not None:
+        os.execvp("python3", ["python3", os.path.join(ROOT, "bench", "agent_soak.py"), "--build", a.build,
+                              "--seconds", str(a.agent_soak), "--json", f"{stem}-agent-soak.json"])
     if a.soak is not None:
         os.execvp("python3", ["python3", os.path.join(ROOT, "bench", "soak.py"), "--build", a.build,
                               "--seconds", str(a.soak), "--json", f"{stem}-soak.json"])

@@ -20,10 +20,14 @@
 #   9. Native frames: BPF time per native frame unwound, per sample with and without them, the
 #      unwind tables' size and start-up (bench/native.py).
 #  10. beam-bpf-agent with 1, 5 and 20 VMs: its CPU, RSS and the kernel memory of its BPF objects,
-#      per added VM (bench/agent.py).
+#      per added VM; and the throughput cost to a VM it follows at its default 99 Hz and at 999 Hz,
+#      same-VM ratios over rotated rounds (bench/agent.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module once a second, at 999 Hz, checked for flat RSS (5%),
-#   zero drops and stable top-function shares.
+#   zero drops and stable top-function shares. --agent-soak [SECONDS] (default 3600) runs
+#   bench/agent_soak.py and nothing else: beam-bpf-agent while VMs of two builds start every 4 s
+#   and end (halted or killed), 3 at a time, checked for flat RSS and BPF memory (10%) and no
+#   descriptor, BPF object or perf event left behind.
 # This script runs bench/main.py: the options, the wait for a quiet machine, sections 1 to 5
 # (bench/overhead.py, depth.py, lost.py, userspace.py, startup.py), which print a table and
 # write FILE (bench-results.json) and bench-results-overhead-runs.tsv (the raw overhead runs),
@@ -31,7 +35,7 @@
 # bench-results-neighbour.json and so on.
 # Run as root after scripts/setup.sh (which builds ./build).
 #
-#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,10] [--soak [S]]
+#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,10] [--soak [S]] [--agent-soak [S]]
 #                    [--build DIR] [--max-load L] [--max-others PCT] [--load-wait S]
 # It waits for a quiet machine first (load average <= L, others' CPU use <= PCT%, at most S
 # seconds), and runs an overhead round again when other processes used more than PCT% of the
