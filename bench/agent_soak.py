@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from lib import ROOT, arg_parser, compile_workloads, rss_kib, spawn, end_started
+from lib import arg_parser, compile_workloads, end_started, require_root, rss_kib, spawn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import bpf_kib  # noqa: E402  (the same reading as the agent bench)
@@ -69,8 +69,7 @@ def main():
     ap.add_argument("--live", type=int, default=3, help="VMs up at once")
     ap.add_argument("--erl", action="append", help="an erl to start VMs with (repeat; default: erl, and OTP 27's)")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("agent_soak.py: run as root")
+    require_root("agent_soak.py")
     erls = a.erl or ["erl"] + ([OTP27] if os.access(OTP27, os.X_OK) else [])
     agent_bin = os.path.join(os.path.abspath(a.build), "beam-bpf-agent")
     with tempfile.TemporaryDirectory() as tmp:

@@ -112,8 +112,9 @@ struct Agent::Followed {
         a.agg.add(a.frames, r.alloc_words, who);
         a.samples++;
     }
-    // Drains the rings, the code loaded or purged since first: it must be known before the
-    // samples taken after it are symbolized (records still in a ring were all taken before now).
+    // Drains the rings. First the code loaded or purged since the last drain: it must be known
+    // before the samples taken after it are symbolized (records still in a ring were all taken
+    // before now).
     void drain(uint64_t now_ns) {
         s->sym.refresh(now_ns);
         s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle(r); });
@@ -363,12 +364,15 @@ void Agent::apply(AgentConfig cfg) {
     if (cfg.every != cfg_.every) kept.push_back("every");
     if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
     if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
+    if (cfg.alloc != cfg_.alloc || cfg.alloc_period != cfg_.alloc_period) kept.push_back("events, alloc-period");
     if (cfg.output != cfg_.output) kept.push_back("output");
     if (cfg.metrics_port != cfg_.metrics_port) kept.push_back("metrics");
     cfg.metrics_port = cfg_.metrics_port;
     cfg.every = cfg_.every;
     cfg.frequency = cfg_.frequency;
     cfg.native_depth = cfg_.native_depth;
+    cfg.alloc = cfg_.alloc;
+    cfg.alloc_period = cfg_.alloc_period;
     cfg.output = cfg_.output;
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
