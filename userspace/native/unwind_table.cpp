@@ -1,4 +1,5 @@
 #include "native/unwind_table.hpp"
+#include "native/unwind_store.hpp"
 #include "base/test_hooks.hpp"
 #include "base/unique_fd.hpp"
 #include "target/proc_maps.hpp"
@@ -307,11 +308,13 @@ std::optional<uint64_t> bias_of(const UnwindTable& t, uint64_t start, uint64_t f
 
 }  // namespace
 
-NativeUnwind::NativeUnwind(pid_t pid) : pid_(pid), max_rows_(kMaxRowsTotal) {
+NativeUnwind::NativeUnwind(pid_t pid, std::shared_ptr<UnwindStore> store) : pid_(pid), store_(std::move(store)) {
     elf_version(EV_CURRENT);
     refresh();
-    max_rows_ = std::min(kMaxRowsTotal, std::max<size_t>(1u << 20, 2 * rows_.size()));
 }
+
+// The regions go before the store they point into (store_ is declared first).
+NativeUnwind::~NativeUnwind() = default;
 
 void NativeUnwind::budget_spent(const std::string& why) {
     if (budget_spent_) return;
@@ -333,21 +336,28 @@ size_t NativeUnwind::refresh() {
             continue;
         }
         // One table per file, however many mappings and names it has: by device and inode.
-        auto& table = tables_[{makedev(m.dev_major, m.dev_minor), m.inode}];
+        const std::pair<dev_t, ino_t> file_key{makedev(m.dev_major, m.dev_minor), m.inode};
+        auto& table = tables_[file_key];
         if (!table) {
             if (tables_.size() > kMaxFiles || rows_compiled_ >= kMaxRowsCompiled) {
                 budget_spent(fmt::format("{} and any other file past {} files or {} rows compiled: the unwind "
                                          "budget of a run",
                                          name, kMaxFiles, kMaxRowsCompiled));
-                tables_.erase({makedev(m.dev_major, m.dev_minor), m.inode});
+                tables_.erase(file_key);
                 continue;
             }
-            // The inode the mapping maps, never what its path names now (target/target_file.hpp).
+            // The inode the mapping maps, never what its path names now (target/target_file.hpp);
+            // compiled once for every VM that maps that same inode, unchanged (unwind_store.hpp).
             auto file = open_mapped_file(pid_, m);
-            auto t = file ? compile_unwind_table(file->fd.get()) : UnwindTable{};
-            if (!file) t.error = file.error();
-            rows_compiled_ += t.rows.size();
-            table = std::make_shared<const UnwindTable>(std::move(t));
+            auto id = file ? file_id(file->fd.get()) : std::nullopt;
+            if (file && id) {
+                table = store_->table(*id, [&] { return compile_unwind_table(file->fd.get()); });
+            } else {
+                UnwindTable t;
+                t.error = file ? "cannot stat it" : file.error();
+                table = std::make_shared<const UnwindTable>(std::move(t));
+            }
+            rows_compiled_ += table->rows.size();
             if (!table->error.empty()) skipped_.push_back(fmt::format("{}: {}", name, table->error));
             if (!table->budget.empty()) skipped_.push_back(fmt::format("part of {}: {}", name, table->budget));
         }
@@ -355,7 +365,8 @@ size_t NativeUnwind::refresh() {
         if (table->rows.empty() || !bias) continue;
         // BB_INJECT_UNWIND_GARBAGE=1 (tests only): rows whose rules match nothing in the code, so
         // the walker follows garbage CFAs and reads garbage return addresses. It must flag
-        // and stop, never crash or loop (tests/integration/native_test.cpp).
+        // and stop, never crash or loop (tests/integration/native_test.cpp). The garbage is this
+        // VM's own: placed by its content, it shares no region with the true rows.
         if (test_hooks::unwind_garbage()) {
             auto g = std::make_shared<UnwindTable>(*table);
             std::mt19937 rng(static_cast<uint32_t>(g->rows.size()));
@@ -366,25 +377,21 @@ size_t NativeUnwind::refresh() {
             }
             table = g;
         }
-        if (rows_.size() + table->rows.size() > max_rows_ || buckets_.size() + table->buckets.size() > max_rows_) {
-            skipped_.push_back(fmt::format("{}: no room for its {} unwind rows (room for {} in all)", name,
-                                           table->rows.size(), max_rows_));
+        auto region = store_->place(table);
+        if (!region) {
+            skipped_.push_back(fmt::format("{}: {}", name, region.error()));
             continue;
         }
-        bb_unwind_module mod{m.start,
-                             m.end,
-                             *bias,
-                             static_cast<uint32_t>(rows_.size()),
-                             static_cast<uint32_t>(table->rows.size()),
-                             static_cast<uint32_t>(buckets_.size()),
-                             static_cast<uint32_t>(table->buckets.size()),
-                             table->rows.front().pc,
-                             0};
-        rows_.insert(rows_.end(), table->rows.begin(), table->rows.end());
-        buckets_.insert(buckets_.end(), table->buckets.begin(), table->buckets.end());
-        modules_.push_back(mod);
+        const UnwindRegion& r = **region;
+        modules_.push_back(bb_unwind_module{m.start, m.end, *bias, r.first_row, r.nrows, r.first_bucket, r.nbuckets,
+                                            table->rows.front().pc, 0});
+        if (placed_.insert(region->get()).second) {
+            rows_ += r.nrows;
+            buckets_ += r.nbuckets;
+        }
         paths_.push_back(path);
         module_tables_.push_back(table);
+        module_regions_.push_back(std::move(*region));
         added++;
     }
     return added;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,32 +44,37 @@ UnwindTable compile_unwind_table(int fd);
 // open_mapped_file() (target/target_file.hpp) only.
 UnwindTable compile_unwind_table(const std::string& path);
 
-// The unwind rows of every executable file a process maps, as the walker's maps hold them:
-// modules and rows only ever appended, so the walker can read them while more are added.
+class UnwindStore;
+struct UnwindRegion;
+
+// The unwind tables of every executable file a process maps, placed in the store the walkers
+// read (native/unwind_store.hpp): modules only ever appended, each one's rows in the store
+// before it is listed, so the walker can read them while more are added.
 class NativeUnwind {
 public:
-    // Compiles the tables of what `pid` maps now. The walker's row map gets room for twice
-    // that (at least 1M rows, at most kMaxRowsTotal): NIF libraries loaded later must fit.
+    // Compiles (or finds compiled in `store`) the tables of what `pid` maps now.
     // Each file is read once however it is mapped (by device and inode), at most kMaxFiles of
     // them and kMaxRowsCompiled rows in all: the target decides how many files it maps.
-    static constexpr size_t kMaxRowsTotal = 4u << 20;  // 32 MiB of rows in the kernel
+    static constexpr size_t kMaxRowsTotal = 4u << 20;
     static constexpr size_t kMaxFiles = 2 * BB_MAX_UNWIND_MODULES;
     static constexpr size_t kMaxRowsCompiled = 2 * kMaxRowsTotal;
-    explicit NativeUnwind(pid_t pid);
+    NativeUnwind(pid_t pid, std::shared_ptr<UnwindStore> store);
+    ~NativeUnwind();
+    NativeUnwind(const NativeUnwind&) = delete;
+    NativeUnwind& operator=(const NativeUnwind&) = delete;
     // Re-reads the process's mappings; compiles the files mapped since (NIF and driver
     // libraries). Returns how many modules were added.
     size_t refresh();
-    size_t max_rows() const { return max_rows_; }
     const std::vector<bb_unwind_module>& modules() const { return modules_; }
-    const std::vector<bb_unwind_row>& rows() const { return rows_; }
-    const std::vector<uint32_t>& buckets() const { return buckets_; }
+    // Rows and buckets of this VM's files (each placed table counted once), and the bytes of
+    // those and of its module entries.
+    size_t rows() const { return rows_; }
+    uint64_t table_bytes() const {
+        return rows_ * sizeof(bb_unwind_row) + buckets_ * sizeof(uint32_t) + modules_.size() * sizeof(bb_unwind_module);
+    }
     // Files skipped, each with why ("libfoo.so: no .eh_frame_hdr", "too many rows"); one line
     // for a budget of the run spent.
     const std::vector<std::string>& skipped() const { return skipped_; }
-    uint64_t table_bytes() const {
-        return rows_.size() * sizeof(bb_unwind_row) + buckets_.size() * sizeof(uint32_t) +
-               modules_.size() * sizeof(bb_unwind_module);
-    }
 
     // The native function at runtime address `addr` by its FDE: the mapped file's path and the
     // function's link-time start. For naming what has no symbol.
@@ -81,18 +87,21 @@ public:
 
 private:
     pid_t pid_;
-    size_t max_rows_;
+    std::shared_ptr<UnwindStore> store_;
     std::vector<bb_unwind_module> modules_;
-    std::vector<bb_unwind_row> rows_;
-    std::vector<uint32_t> buckets_;
+    size_t rows_ = 0, buckets_ = 0;
     std::vector<std::string> skipped_;
-    // Per module (same index): its file and table. Tables are shared by a file's mappings.
+    // Per module (same index): its file, table and the region of the store it points at.
     std::vector<std::string> paths_;
+    std::vector<std::shared_ptr<const UnwindTable>> module_tables_;
+    std::vector<std::shared_ptr<const UnwindRegion>> module_regions_;
+    // This VM's files by device and inode (as its mappings name them): a table, or none when the
+    // file could not be used.
     std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const UnwindTable>> tables_;
+    std::set<const UnwindRegion*> placed_;  // regions this VM points at, each counted once in rows_
     size_t rows_compiled_ = 0;
     bool budget_spent_ = false;
     void budget_spent(const std::string& why);
-    std::vector<std::shared_ptr<const UnwindTable>> module_tables_;
 };
 
 }  // namespace bb

@@ -93,7 +93,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"native_bad_rule", s.native_bad},
         {"native_truncated", s.native_truncated},
         {"blame_by_scan", s.blame_scan},
-        {"unwind_rows", sym.unwind() ? sym.unwind()->rows().size() : 0},
+        {"unwind_rows", sym.unwind() ? sym.unwind()->rows() : 0},
         {"unwind_files", sym.unwind() ? sym.unwind()->modules().size() : 0},
         {"unwind_table_bytes", sym.unwind() ? sym.unwind()->table_bytes() : 0},
         {"unwind_skipped", printable_all(sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{})},

@@ -29,16 +29,18 @@ Session::Session(CommonOptions& o)
         fmt::print(stderr, "{}: --process {} is {}\n", tool_name(), o.process, vm.format_pid(*only_pid));
 }
 
-void Session::start(SamplerConfig cfg, const std::string& what) {
+void Session::start(SamplerConfig cfg, const std::string& what, const SharedUnwind* shared) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     if (only_pid) cfg.only_pid = {*only_pid, vm.release().pids.mask()};
     std::string native = "Erlang frames only";
     if (cfg.max_native_frames || !cfg.blame_ranges.empty()) {
         uint64_t t0 = monotonic_ns();
-        unwind.emplace(vm.pid());
+        unwind_store = shared ? *shared : SharedUnwind::create(kOwnUnwindRows);
+        unwind.emplace(vm.pid(), unwind_store.store);
         cfg.unwind = &*unwind;
+        cfg.unwind_maps = unwind_store.maps.get();
         sym.set_unwind(&*unwind);
-        native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows().size(),
+        native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows(),
                              unwind->modules().size(), human_bytes(unwind->table_bytes()),
                              (monotonic_ns() - t0) / 1e6);
     }

@@ -23,14 +23,19 @@ public:
     explicit Session(CommonOptions& o);  // resolves o
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
-    // `what` ends the attach line (how it samples).
-    void start(SamplerConfig cfg, const std::string& what);
+    // `what` ends the attach line (how it samples). Native unwind rows go to `shared` (the
+    // agent's, shared by all its VMs), else to a store of this session's own.
+    void start(SamplerConfig cfg, const std::string& what, const SharedUnwind* shared = nullptr);
+    // A store of one VM's own: room for 1M rows (8 MiB in the kernel, and 1 MiB of buckets),
+    // seven times what Debian's OTP 25 VM maps: NIF libraries loaded later fit.
+    static constexpr uint32_t kOwnUnwindRows = 1u << 20;
 
     Output out;
     Vm vm;
     Symbolizer sym;
     ProcessNames names;
     std::optional<uint64_t> only_pid;    // --process, as a masked pid term (filtered in BPF)
+    SharedUnwind unwind_store;           // where `unwind` places its rows (before it: outlives it)
     std::optional<NativeUnwind> unwind;  // native unwind tables, when native frames are walked
     std::optional<Sampler> sampler;
     uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started

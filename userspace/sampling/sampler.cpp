@@ -192,8 +192,14 @@ int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
     }
     s->rodata->blame_scan_only = getenv("BB_BLAME_SCAN_ONLY") != nullptr;
     bpf_map__set_max_entries(s->maps.records, ring_bytes);
-    bpf_map__set_max_entries(s->maps.unwind_rows, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
-    bpf_map__set_max_entries(s->maps.unwind_buckets, cfg.unwind ? static_cast<uint32_t>(cfg.unwind->max_rows()) : 1);
+    // The rows are the store's (sampling/unwind_maps.hpp), shared with every other walker of
+    // this process; without native frames the arrays stay at one entry.
+    if (cfg.unwind) {
+        if (!cfg.unwind_maps) throw UserError("native frames without the maps of their unwind rows");
+        if (bpf_map__reuse_fd(s->maps.unwind_rows, cfg.unwind_maps->rows_fd()) ||
+            bpf_map__reuse_fd(s->maps.unwind_buckets, cfg.unwind_maps->buckets_fd()))
+            throw UserError(fmt::format("cannot share the native unwind tables' maps: {}", errno_text(errno)));
+    }
     // Only -e alloc uses it: preallocated at 64 Ki entries it is 7 MiB of kernel memory per
     // loaded walker (measured with beam-bpf-agent, one walker per VM).
     if (!cfg.alloc) bpf_map__set_max_entries(s->maps.alloc_seen, 64);
@@ -389,25 +395,14 @@ void Sampler::Impl::follow_code_events() {
     code_link.reset(l);
 }
 
-// The unwind rows of files mapped since the last call (NIF libraries), appended: a module's rows
-// are in the map before the walker can see the module.
+// The modules of files mapped since the last call (NIF libraries): refresh() placed their rows
+// in the store's maps, so each module's rows are there before the walker can see the module.
 void Sampler::Impl::load_unwind_rows() {
     NativeUnwind* u = cfg.unwind;
     if (!u) return;
     u->refresh();
     const auto& mods = u->modules();
     if (mods.size() == unwind_modules_loaded) return;
-    // The new modules' rows and buckets: everything past what the first new module starts at.
-    auto append = [&](bpf_map* map, const auto& all, uint32_t first) {
-        uint32_t count = static_cast<uint32_t>(all.size() - first);
-        std::vector<uint32_t> keys(count);
-        for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
-        LIBBPF_OPTS(bpf_map_batch_opts, opts);
-        if (count && bpf_map_update_batch(bpf_map__fd(map), keys.data(), all.data() + first, &count, &opts))
-            throw UserError(fmt::format("cannot load the native unwind tables into the kernel: {}", errno_text(errno)));
-    };
-    append(skel->maps.unwind_rows, u->rows(), mods[unwind_modules_loaded].first_row);
-    append(skel->maps.unwind_buckets, u->buckets(), mods[unwind_modules_loaded].first_bucket);
     for (size_t i = unwind_modules_loaded; i < mods.size(); i++) skel->bss->unwind_modules[i] = mods[i];
     __atomic_store_n(&skel->bss->nr_unwind_modules, static_cast<uint32_t>(mods.size()), __ATOMIC_RELEASE);
     unwind_modules_loaded = mods.size();

@@ -13,6 +13,7 @@
 #include "target/target_file.hpp"
 #include "sampling/alloc_watch.hpp"
 #include "native/unwind_table.hpp"
+#include "sampling/unwind_maps.hpp"
 #include "target/vm.hpp"
 
 namespace bb {
@@ -29,6 +30,7 @@ struct SamplerConfig {
     // Native frames below the Erlang ones, unwound with these rows (kept current by
     // refresh_vm_state()); null or 0 frames: none. beam-bpf-blame needs the rows to decide.
     NativeUnwind* unwind = nullptr;
+    const UnwindMaps* unwind_maps = nullptr;  // where `unwind` places its rows: reused by the walker
     uint32_t max_native_frames = 0;  // unwound below the native leaf (0: the leaf only)
     // --process: only samples whose process's pid term, masked, is this one (dropped in BPF).
     struct OnlyPid {
