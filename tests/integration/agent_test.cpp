@@ -346,6 +346,82 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
 }
 
 
+// Two VMs of one build under one agent: the second compiles no table and adds no row to the
+// kernel (its module entries point at the first's rows, native/unwind_store.hpp), and both get
+// their native frames right: zlib's C code under the Erlang loop that called it.
+TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles", stats = tmp.path / "stats.json";
+    ErlVm a(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_a"});
+    a.wait_line("ready", 60s);
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),
+                                                      "--retention", "0", "--match", "bbshare_[ab]", "--stats",
+                                                      stats.string()});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(a.os_pid()) + ",", 30s, &err)) << err;
+    // The stats file is rewritten every second: one written after `since`.
+    auto stats_after = [&](std::chrono::steady_clock::time_point since) {
+        std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(
+            since + 1500ms - std::chrono::steady_clock::now()));
+        return nlohmann::json::parse(slurp(stats));
+    };
+    const nlohmann::json one = stats_after(std::chrono::steady_clock::now());
+    const nlohmann::json& store1 = one["unwind_store"];
+    ASSERT_GT(store1["rows_used"].get<long>(), 0) << one.dump();
+
+    ErlVm b(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_b"});
+    b.wait_line("ready", 60s);
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(b.os_pid()) + ",", 30s, &err)) << err;
+    const nlohmann::json two = stats_after(std::chrono::steady_clock::now());
+    const nlohmann::json& store2 = two["unwind_store"];
+    std::map<std::string, long> rows_of;  // by os_pid
+    for (const auto& v : two["vms"]) rows_of[std::to_string(v["os_pid"].get<long>())] = v["unwind_rows"].get<long>();
+    const long rows_a = rows_of[std::to_string(a.os_pid())], rows_b = rows_of[std::to_string(b.os_pid())];
+    std::cerr << "agent test: one VM " << store1.dump() << "\nagent test: two VMs " << store2.dump() << "; rows of A "
+              << rows_a << ", of B " << rows_b << "\n";
+    EXPECT_GT(rows_b, 0) << two.dump();
+    EXPECT_EQ(rows_a, rows_b) << "the same build maps the same files";
+    EXPECT_EQ(store2["rows_used"], store1["rows_used"]) << "B added rows";
+    EXPECT_EQ(store2["buckets_used"], store1["buckets_used"]);
+    EXPECT_EQ(store2["tables_compiled"], store1["tables_compiled"]) << "B compiled a table";
+    EXPECT_GT(store2["tables_reused"].get<long>(), store1["tables_reused"].get<long>());
+    EXPECT_EQ(store2["kernel_bytes"], store1["kernel_bytes"]);
+    EXPECT_EQ(store2["refused"].get<long>(), 0);
+
+    std::this_thread::sleep_for(4s);  // two intervals of both
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_EQ(r.err.find("no room for its"), std::string::npos) << r.err;
+
+    // Each VM's samples in libz (a leaf libz names, or its FDE's start), and of those the ones
+    // whose stack goes on through beam.smp to the Erlang loop that called zlib.
+    struct Native {
+        long in_libz = 0, chained = 0;
+    };
+    std::map<std::string, Native> by_pid;
+    for (const auto& e : fs::recursive_directory_iterator(out)) {
+        if (!e.path().string().ends_with(".pb.gz")) continue;
+        for (const Trace& t : decode(e.path())) {
+            const std::string& leaf = t.frames.front();
+            if (leaf.find("libz.so") == std::string::npos && !leaf.starts_with("deflate") &&
+                !leaf.starts_with("adler32") && !leaf.starts_with("crc32") && !leaf.starts_with("inflate") &&
+                !leaf.starts_with("_tr_") && !leaf.starts_with("compress"))
+                continue;
+            Native& n = by_pid[t.labels.count("os_pid") ? t.labels.at("os_pid") : "?"];
+            n.in_libz += t.count;
+            if (has_frame(t, "bb_native:zip_loop/3")) n.chained += t.count;
+        }
+    }
+    for (const pid_t pid : {a.os_pid(), b.os_pid()}) {
+        const Native& n = by_pid[std::to_string(pid)];
+        std::cerr << "agent test: pid " << pid << ": " << n.chained << " of " << n.in_libz
+                  << " libz samples under bb_native:zip_loop/3\n";
+        EXPECT_GT(n.in_libz, 100) << "pid " << pid;
+        EXPECT_GE(n.chained, n.in_libz * 95 / 100) << "pid " << pid;
+    }
+}
+
 // protoc --decode's text format as a tree: each message's fields in order, scalars as text
 // (strings unquoted), submessages as trees.
 struct TextMsg {

@@ -205,11 +205,15 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     const VmLabels& l = f->labels;
     try {
         f->s = std::make_unique<Session>(f->o);
+        // Created at the first attach that needs it, for every VM after: each file's rows are
+        // held once (native/unwind_store.hpp).
+        if (cfg_.native_depth && !unwind_) unwind_ = SharedUnwind::create(cfg_.unwind_rows);
         f->s->start(sampler_config(f->o),
                     fmt::format("node {}, service {}, cgroup {}{}; {}", l.node.empty() ? "-" : l.node, service_of(l),
                                 l.cgroup.empty() ? "-" : l.cgroup,
                                 l.container_id.empty() ? "" : ", container " + l.container_id.substr(0, 12),
-                                describe_event(f->o)));
+                                describe_event(f->o)),
+                    unwind_ ? &*unwind_ : nullptr);
     } catch (const std::exception& e) {
         auto [it, first] = first_failure_ns_.try_emplace(k, now_ns);
         if (now_ns - it->second < kAttachRetryNs && p.pid != getpid()) return;  // young: next scan
@@ -365,6 +369,7 @@ void Agent::apply(AgentConfig cfg) {
     if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
     if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
     if (cfg.alloc != cfg_.alloc || cfg.alloc_period != cfg_.alloc_period) kept.push_back("events, alloc-period");
+    if (cfg.unwind_rows != cfg_.unwind_rows) kept.push_back("unwind-rows");
     if (cfg.output != cfg_.output) kept.push_back("output");
     if (cfg.metrics_port != cfg_.metrics_port) kept.push_back("metrics");
     cfg.metrics_port = cfg_.metrics_port;
@@ -373,6 +378,7 @@ void Agent::apply(AgentConfig cfg) {
     cfg.native_depth = cfg_.native_depth;
     cfg.alloc = cfg_.alloc;
     cfg.alloc_period = cfg_.alloc_period;
+    cfg.unwind_rows = cfg_.unwind_rows;
     cfg.output = cfg_.output;
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
@@ -403,7 +409,8 @@ void Agent::write_stats() const {
                        {"dropped", sc.dropped},
                        {"profiles", f->profiles},
                        {"events", sc.events},
-                       {"alloc_samples", f->alloc ? f->alloc->samples : 0}});
+                       {"alloc_samples", f->alloc ? f->alloc->samples : 0},
+                       {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0}});
     }
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -423,6 +430,14 @@ void Agent::write_stats() const {
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
         {"vms", vms},
     };
+    // The unwind rows every VM shares (native/unwind_store.hpp); none before the first attach.
+    UnwindStore::Stats us = unwind_ ? unwind_->store->stats() : UnwindStore::Stats{};
+    j["unwind_store"] = {{"kernel_bytes", us.kernel_bytes()},     {"row_capacity", us.row_capacity},
+                         {"rows_used", us.rows_used},             {"bucket_capacity", us.bucket_capacity},
+                         {"buckets_used", us.buckets_used},       {"regions", us.regions},
+                         {"module_entries", us.shares},           {"tables", us.tables},
+                         {"tables_compiled", us.compiled},        {"tables_reused", us.table_reuses},
+                         {"regions_reused", us.region_reuses},    {"refused", us.refused}};
     // Each store's counters: Pyroscope's unprefixed (as they were before OTLP), OTLP's "otlp_".
     const std::pair<std::string, const Pusher*> stores[] = {{"", pusher_.get()}, {"otlp_", otlp_.get()}};
     for (const auto& [prefix, pusher] : stores) {
@@ -460,6 +475,8 @@ void Agent::write_stats() const {
             metric(p + "queue_bytes", "gauge", "bytes of profiles waiting for " + store, j[p + "queue_bytes"]);
             metric(p + "queue_profiles", "gauge", "profiles waiting for " + store, j[p + "queue_profiles"]);
         }
+        metric("unwind_rows_used", "gauge", "native unwind rows held for all VMs, each file's once",
+               j["unwind_store"]["rows_used"]);
         metric("rss_bytes", "gauge", "the agent's resident memory", nlohmann::json(j["rss_kib"].get<uint64_t>() * 1024));
         metrics_->set(std::move(text));
     }

@@ -2,8 +2,9 @@
 // sampled until it exits, one pprof profile per VM per interval, to a directory, Pyroscope
 // and/or an OTLP/HTTP receiver of profiles.
 //
-// First step, said plainly: each followed VM has its own Session (Vm, Symbolizer, names, native
-// unwind tables and its own loaded BPF walker), not one walker for all VMs; see README, Agent.
+// Said plainly: each followed VM has its own Session (Vm, Symbolizer, names and its own loaded
+// BPF walker), not one walker for all VMs; their native unwind tables and rows are shared
+// (native/unwind_store.hpp); see README, Agent.
 #pragma once
 #include <sys/types.h>
 
@@ -21,6 +22,7 @@
 #include "agent/discovery.hpp"
 #include "agent/metrics.hpp"
 #include "agent/sinks.hpp"
+#include "sampling/unwind_maps.hpp"
 
 namespace bb {
 class Aggregator;
@@ -71,6 +73,8 @@ private:
     std::optional<ProfileDir> dir_;
     std::unique_ptr<Pusher> pusher_, otlp_;  // Pyroscope, OTLP
     std::unique_ptr<MetricsEndpoint> metrics_;
+    // Native unwind tables and rows, shared by every followed VM (each holds its share).
+    std::optional<SharedUnwind> unwind_;
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     std::set<Key> refused_, ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while

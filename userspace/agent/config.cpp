@@ -37,6 +37,7 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
             throw UserError(fmt::format("events={}: cpu, or cpu,alloc (CPU profiles are always made)", v));
         c.alloc = v != "cpu";
     } else if (key == "alloc-period") c.alloc_period = number<uint64_t>(key, v);
+    else if (key == "unwind-rows") c.unwind_rows = number<uint32_t>(key, v);
     else if (key == "output") c.output = v;
     else if (key == "retention") c.retention = number<size_t>(key, v);
     else if (key == "push") c.push.url = v;
@@ -80,6 +81,9 @@ void load_config_file(const std::string& path, AgentConfig& c) {
 void check(const AgentConfig& c) {
     if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
     if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
+    if (c.unwind_rows < (64u << 10) || c.unwind_rows > (64u << 20))
+        throw UserError(fmt::format("unwind-rows {}: 65536 to 67108864 (8 bytes each, and a quarter as many buckets of 4)",
+                                    c.unwind_rows));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
         throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));
