@@ -82,8 +82,7 @@ void check(const AgentConfig& c) {
     if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
     if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.unwind_rows < (64u << 10) || c.unwind_rows > (64u << 20))
-        throw UserError(fmt::format("unwind-rows {}: 65536 to 67108864 (8 bytes each, and a quarter as many buckets of 4)",
-                                    c.unwind_rows));
+        throw UserError(fmt::format("--unwind-rows {}: 65536 to 67108864 (10 bytes of kernel memory each)", c.unwind_rows));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
         throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));

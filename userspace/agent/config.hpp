@@ -23,7 +23,7 @@ struct AgentConfig {
     bool alloc = false;
     uint64_t alloc_period = 0;      // words per allocation sample on average (0: -e alloc's default)
     // Unwind rows the agent's shared store holds, all VMs together (native/unwind_store.hpp):
-    // 2M rows (16 MiB, and 2 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25
+    // 2M rows (16 MiB, and 4 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25
     // VM maps 136,202 rows, so about 15 builds whose files all differ (a VM of a build already
     // held adds none). A file that finds no room has no native frames, said in a line.
     uint32_t unwind_rows = 2u << 20;

@@ -103,9 +103,8 @@ public:
         uint64_t table_reuses = 0;  // a file's table found compiled
         uint64_t region_reuses = 0; // a placement that found its rows placed
         uint64_t refused = 0;       // placements refused: no room
-        uint64_t kernel_bytes() const {
-            return uint64_t(row_capacity) * sizeof(bb_unwind_row) + uint64_t(bucket_capacity) * sizeof(uint32_t);
-        }
+        // The arrays' memory: the kernel stores an array's values 8 bytes apart, 4-byte buckets too.
+        uint64_t kernel_bytes() const { return (uint64_t(row_capacity) + bucket_capacity) * 8; }
     };
     Stats stats() const;
 

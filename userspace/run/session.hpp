@@ -26,7 +26,7 @@ public:
     // `what` ends the attach line (how it samples). Native unwind rows go to `shared` (the
     // agent's, shared by all its VMs), else to a store of this session's own.
     void start(SamplerConfig cfg, const std::string& what, const SharedUnwind* shared = nullptr);
-    // A store of one VM's own: room for 1M rows (8 MiB in the kernel, and 1 MiB of buckets),
+    // A store of one VM's own: room for 1M rows (8 MiB in the kernel, and 2 MiB of buckets),
     // seven times what Debian's OTP 25 VM maps: NIF libraries loaded later fit.
     static constexpr uint32_t kOwnUnwindRows = 1u << 20;
 

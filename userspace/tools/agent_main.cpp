@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
     opt("--alloc-period", "alloc-period", "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)");
     opt("--native-depth", "native-depth", "native frames below the Erlang ones (default 64; 0: the native leaf only)");
     opt("--unwind-rows", "unwind-rows",
-        "native unwind rows held in the kernel for all VMs, each file's once (default 2097152: 18 MiB)");
+        "native unwind rows held in the kernel for all VMs, each file's once (default 2097152: 20 MiB)");
     opt("-o,--output", "output",
         fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)", agent::kDefaultOutput));
     opt("--retention", "retention", "files kept per VM subdirectory (default 60; 0: all)");
