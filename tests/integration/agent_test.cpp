@@ -355,7 +355,7 @@ TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
     ErlVm a(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_a"});
     a.wait_line("ready", 60s);
     RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),
-                                                      "--retention", "0", "--match", "bbshare_[ab]", "--stats",
+                                                      "--retention", "0", "--match", "bbshare_[abc]", "--stats",
                                                       stats.string()});
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(a.os_pid()) + ",", 30s, &err)) << err;
@@ -389,6 +389,27 @@ TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
     EXPECT_EQ(store2["refused"].get<long>(), 0);
 
     std::this_thread::sleep_for(4s);  // two intervals of both
+    // A goes: its entries are released, the rows stay (B points at them). B goes: nothing is
+    // held. C, of the same build, after: compiled and placed again, in as many rows as before.
+    const pid_t a_pid = a.os_pid(), b_pid = b.os_pid();
+    auto gone = [&](ErlVm& vm, pid_t pid) {
+        vm.kill_now();
+        EXPECT_TRUE(wait_stderr(agent, "detached pid " + std::to_string(pid), 10s, &err)) << err;
+        return stats_after(std::chrono::steady_clock::now())["unwind_store"];
+    };
+    const nlohmann::json without_a = gone(a, a_pid);
+    EXPECT_EQ(without_a["rows_used"], store1["rows_used"]) << without_a.dump();
+    EXPECT_EQ(without_a["module_entries"], store1["module_entries"]) << without_a.dump();
+    const nlohmann::json none = gone(b, b_pid);
+    EXPECT_EQ(none["rows_used"].get<long>(), 0) << none.dump();
+    EXPECT_EQ(none["regions"].get<long>(), 0) << none.dump();
+    ErlVm c(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_c"});
+    c.wait_line("ready", 60s);
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(c.os_pid()) + ",", 30s, &err)) << err;
+    const nlohmann::json again = stats_after(std::chrono::steady_clock::now())["unwind_store"];
+    std::cerr << "agent test: A and B gone " << none.dump() << "\nagent test: then C " << again.dump() << "\n";
+    EXPECT_EQ(again["rows_used"], store1["rows_used"]) << again.dump();
+    EXPECT_EQ(again["tables_compiled"].get<long>(), 2 * store1["tables_compiled"].get<long>()) << again.dump();
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -413,7 +434,7 @@ TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
             if (has_frame(t, "bb_native:zip_loop/3")) n.chained += t.count;
         }
     }
-    for (const pid_t pid : {a.os_pid(), b.os_pid()}) {
+    for (const pid_t pid : {a_pid, b_pid}) {
         const Native& n = by_pid[std::to_string(pid)];
         std::cerr << "agent test: pid " << pid << ": " << n.chained << " of " << n.in_libz
                   << " libz samples under bb_native:zip_loop/3\n";
