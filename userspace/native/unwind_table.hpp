@@ -55,9 +55,8 @@ public:
     // Compiles (or finds compiled in `store`) the tables of what `pid` maps now.
     // Each file is read once however it is mapped (by device and inode), at most kMaxFiles of
     // them and kMaxRowsCompiled rows in all: the target decides how many files it maps.
-    static constexpr size_t kMaxRowsTotal = 4u << 20;
     static constexpr size_t kMaxFiles = 2 * BB_MAX_UNWIND_MODULES;
-    static constexpr size_t kMaxRowsCompiled = 2 * kMaxRowsTotal;
+    static constexpr size_t kMaxRowsCompiled = 8u << 20;
     NativeUnwind(pid_t pid, std::shared_ptr<UnwindStore> store);
     ~NativeUnwind();
     NativeUnwind(const NativeUnwind&) = delete;
