@@ -250,7 +250,9 @@ void Agent::attach_alloc(Followed& f) {
                                     describe_event(a->o),
                                     missing.empty() ? "" : "; collections entered at " + missing + " are not counted"));
     } catch (const std::exception& e) {
-        log(fmt::format("pid {}: no allocation profile: {}", f.proc.pid, clean(e.what(), 1024)));
+        size_t with = 0;  // a debug register of every CPU each
+        for (const auto& [pid, g] : vms_) with += g->alloc != nullptr;
+        log(fmt::format("pid {}: no allocation profile ({} VMs have one): {}", f.proc.pid, with, clean(e.what(), 1024)));
         return;
     }
     f.alloc = std::move(a);
