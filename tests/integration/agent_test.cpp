@@ -731,7 +731,9 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     ASSERT_TRUE(wait_stderr(agent, "allocation profile: ", 30s, &err)) << err;
     vm.send_line("go 120");
     vm.wait_line("gc_words", 120s);
-    std::this_thread::sleep_for(2500ms);  // an interval ends (--every 2), then SIGTERM's last one
+    // An interval ends (--every 2) and SIGTERM ends the last one; an interval of an idle VM
+    // after the burst may have no sample and no file: one pair of files at least.
+    std::this_thread::sleep_for(2500ms);
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -759,7 +761,7 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     std::cerr << "agent test: -e cpu,alloc: " << alloc_files << " allocation and " << cpu_files << " CPU profiles; "
               << all << " words of the worker: " << kThree << " " << 100.0 * words[kThree] / all << "%, " << kOne << " "
               << 100.0 * words[kOne] / all << "%, " << kNone << " " << 100.0 * words[kNone] / all << "%\n";
-    EXPECT_GE(alloc_files, 2u);
+    EXPECT_GE(alloc_files, 1u);
     // Samples enough that 3 points is 3 standard deviations of a 75% share.
     EXPECT_GE(st["alloc_samples"].get<long>(), 1876) << st.dump();
     EXPECT_EQ(alloc_files, cpu_files);
