@@ -261,6 +261,8 @@ void Agent::attach_alloc(Followed& f) {
 void Agent::step(Followed& f, uint64_t now_ns) {
     if (now_ns - f.last_check_ns >= kSecond) {
         f.last_check_ns = now_ns;
+        // A VM attached as it started may not have registered init yet: names from when it has.
+        if (!f.names->unavailable().empty()) f.names.emplace(f.s->vm, false);
         for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr}) {
             if (!s) continue;
             s->sampler->refresh_vm_state();

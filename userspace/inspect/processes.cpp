@@ -145,6 +145,12 @@ ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(r
     reg = init ? mem.read<uint64_t>(*init + o.proc_reg) : std::nullopt;
     name = reg && *reg ? mem.read<uint64_t>(*reg + o.regproc_name) : std::nullopt;
     auto text = name ? atoms_.text(*name) : std::nullopt;
+    // A VM seen within its first moments (the agent finds VMs as they start) has init in slot
+    // 0 but not registered yet: no registration is not a wrong layout.
+    if (init && *init && reg && *reg == 0) {
+        unavailable_ = "init is not registered yet (the VM is starting)";
+        return;
+    }
     if (text != "init") {
         unavailable_ = fmt::format("the registered name of <0.0.0> does not read as init: this build's atom table or "
                                    "Process offsets are not as OTP {} has them",
