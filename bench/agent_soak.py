@@ -16,7 +16,9 @@ holds (fdinfo memlock) are read from outside, with the VMs it follows (its --sta
     last tenth of the run within 10% of the median of the second tenth (the first is start-up),
     for its RSS and for its BPF kernel memory;
   - nothing left: once the last VM is gone and the agent has detached it, its descriptors and
-    BPF objects are what they were before the first VM, and no perf event is open;
+    BPF objects are what they were before the first VM plus the shared unwind store (its two
+    arrays, kept from the first attach on: their bytes from the agent's --stats), and no perf
+    event is open;
   - every VM that lived long enough was attached (refusals are counted and printed).
 
 Prints the figures and writes JSON; exit 1 if a check fails. Run as root after scripts/setup.sh:
@@ -41,6 +43,15 @@ OTP27 = "/var/tmp/beam-bpf-otp27/prefix/bin/erl"
 
 def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_anon_kib(pid):
+    """Its anonymous memory alone: the RSS less the pages of mapped files (the VMs' executables
+    read for symbols, which depend on which builds are followed at the moment)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    return 0
 
 
 def stats(path):
@@ -104,7 +115,8 @@ def main():
                 if t >= next_reading:
                     s = stats(stats_file)
                     kib, events = bpf_kib(agent.pid)
-                    readings.append({"t": round(t, 1), "rss_kib": rss_kib(agent.pid), "fds": fds(agent.pid),
+                    readings.append({"t": round(t, 1), "rss_kib": rss_kib(agent.pid),
+                                     "rss_anon_kib": rss_anon_kib(agent.pid), "fds": fds(agent.pid),
                                      "bpf_kib": kib, "perf_events": events,
                                      "vms_followed": s.get("vms_followed", -1), "samples": s.get("samples", 0)})
                     next_reading += 5
@@ -134,15 +146,18 @@ def main():
          "refused": final.get("vms_refused"), "samples": final.get("samples"), "dropped": final.get("ring_dropped"),
          "before": before, "after": after, "readings": readings}
     checks = []
-    for key in ("rss_kib", "bpf_kib"):
+    for key in ("rss_kib", "rss_anon_kib", "bpf_kib"):
         f = flat(readings, key, a.live, a.seconds)
         R[key + "_flat"] = f
         checks.append((f"{key} with {a.live} VMs: second tenth {f[0]:.0f}, last tenth {f[1]:.0f} ({f[2]:+.1f}%)"
                        if f else f"{key}: no readings with {a.live} VMs in both tenths", bool(f) and abs(f[2]) <= 10))
-    checks.append((f"descriptors {before['fds']} before the first VM, {after['fds']} after the last",
-                   after["fds"] == before["fds"]))
-    checks.append((f"BPF objects {before['bpf'][0]} KiB before, {after['bpf'][0]} KiB after; perf events after: "
-                   f"{after['bpf'][1]}", after["bpf"] == before["bpf"] and after["bpf"][1] == 0))
+    store_kib = final.get("unwind_store", {}).get("kernel_bytes", 0) // 1024
+    store_fds = 2 if store_kib else 0  # its rows and buckets arrays
+    checks.append((f"descriptors {before['fds']} before the first VM, {after['fds']} after the last "
+                   f"({store_fds} of them the unwind store's)", after["fds"] == before["fds"] + store_fds))
+    checks.append((f"BPF objects {before['bpf'][0]} KiB before, {after['bpf'][0]} KiB after (the unwind store: "
+                   f"{store_kib} KiB); perf events after: {after['bpf'][1]}",
+                   after["bpf"][0] == before["bpf"][0] + store_kib and after["bpf"][1] == 0))
     print(f"agent soak {a.seconds} s: {started} VMs started ({', '.join(erls)}), {R['attached']} attached, "
           f"{R['detached']} detached, {R['refused']} refused; {R['samples']} samples, {R['dropped']} dropped")
     for what, ok in checks:
