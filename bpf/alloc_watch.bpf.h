@@ -116,28 +116,29 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 	__u64 cur = 0, t0, words, interval = watch.interval, htop, hend, id;
 	__u32 flags = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct watch_wait w = {};
+	const struct bb_vm *v = this_vm();
 	__u8 *free_at_entry;
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	if (!v)
 		return 0;
 	free_at_entry = bpf_map_lookup_elem(&watch_free_at_entry, &tid);
 	if (watch.state != BB_WATCH_IDLE || !free_at_entry || !*free_at_entry) {
 		count(BB_C_WATCH_BUSY);
 		return 0;
 	}
-	if (in_jit_code(PT_REGS_IP(ctx))) {
+	if (in_jit_code(v, PT_REGS_IP(ctx))) {
 		cur = ctx->r13;
 	} else {
 		struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
 
 		if (sch)
-			cur = read_word(sch->esdp + vm.esd_current_process, &flags);
+			cur = read_word(sch->esdp + v->layout.esd_current_process, &flags);
 	}
 	if (!cur || (cur & 7) || flags)
 		return 0;
-	if (bpf_probe_read_user(&htop, 8, (void *)(cur + vm.proc_htop)) ||
-	    bpf_probe_read_user(&hend, 8, (void *)(cur + vm.proc_hend)) ||
-	    bpf_probe_read_user(&id, 8, (void *)(cur + vm.proc_id)) || hend <= htop || (htop & 7) || filtered_out(id))
+	if (bpf_probe_read_user(&htop, 8, (void *)(cur + v->layout.proc_htop)) ||
+	    bpf_probe_read_user(&hend, 8, (void *)(cur + v->layout.proc_hend)) ||
+	    bpf_probe_read_user(&id, 8, (void *)(cur + v->layout.proc_id)) || hend <= htop || (htop & 7) || filtered_out(id))
 		return 0;
 	words = (hend - htop) / 8;
 	if (!interval || interval > 0xffffffffULL || bpf_get_prandom_u32() % interval >= words)
@@ -175,27 +176,28 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw, weight, words;
 	__u32 flags = 0, zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	const struct bb_vm *v = this_vm();
 	struct proc_view p = {};
 	bool jit;
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !s)
+	if (!v || !s)
 		return 0;
 	count(BB_C_WATCH_HITS);
 	if (watch.state != BB_WATCH_LIVE || addr != watch.addr || !c_p) {
 		count(BB_C_WATCH_IGNORED);
 		return 0;
 	}
-	jit = in_jit_code(ctx->regs.ip);
+	jit = in_jit_code(v, ctx->regs.ip);
 	writer = jit ? ctx->regs.r13 : 0;
 	if (!jit) {
 		struct bb_sched *sch = bpf_map_lookup_elem(&sched_threads, &tid);
 
 		if (sch)
-			writer = read_word(sch->esdp + vm.esd_current_process, &flags);
+			writer = read_word(sch->esdp + v->layout.esd_current_process, &flags);
 	}
 	/* The watched process as it is now: E is exact when it is the writer, in JIT code. */
-	read_process(s, c_p, jit && writer == c_p, ctx->regs.sp, &p, &flags);
-	hw = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	read_process(s, v, c_p, jit && writer == c_p, ctx->regs.sp, &p, &flags);
+	hw = s->proc[(v->layout.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	if ((flags & BB_F_READ_FAULT) || (p.state & BB_PSFLG_GC) || addr < hw || addr < p.heap || addr >= p.hend) {
 		count(BB_C_WATCH_IGNORED);
 		return 0;
@@ -210,7 +212,7 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 	weight = words > watch.interval ? words : watch.interval;
 	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
 		return 0;
-	return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);
+	return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);
 }
 
 SEC("perf_event")

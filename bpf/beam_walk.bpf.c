@@ -39,8 +39,8 @@ static __always_inline bool filtered_out(__u64 erl_pid)
 	return only_pid_mask && (erl_pid & only_pid_mask) != only_pid;
 }
 
-static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
-				  __u64 arg_p, __u64 need, __u64 watch_weight);
+static __always_inline int sample(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
+				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight);
 #include "alloc_watch.bpf.h"
 
 /* A fresh record of a sample of thread `tid` (on scheduler `sch`, NULL for other threads). */
@@ -49,6 +49,7 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->time_ns = bpf_ktime_get_ns();
 	rec->ip = ip;
 	rec->tid = tid;
+	rec->tgid = bpf_get_current_pid_tgid() >> 32;
 	rec->cpu = bpf_get_smp_processor_id();
 	rec->c_p = 0;
 	rec->erl_pid = 0;
@@ -66,10 +67,10 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
  * One sample: the kernel's frames (leaf first), then the native ones, then the Erlang ones of
  * the process running here, into one record. Dropped (counted as filtered) when blame's
  * function is not running, when --process names another process, or when an allocation
- * record weighs nothing.
+ * record weighs nothing. `v` is the sampled VM (this_vm()).
  */
-static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags,
-					 bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
+static __always_inline int walk_and_emit(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
+					 __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
 {
 	__u32 base = 0;
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
@@ -90,19 +91,19 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	nw->clean = 0;
 	init_record(rec, ip, tid, sch);
 
-	jit = in_jit_code(ip);
+	jit = in_jit_code(v, ip);
 	if (jit) {
 		rec->where = BB_WHERE_JIT;
 		c_p = r13;   /* the JIT keeps c_p in r13 in Erlang code and its helpers */
 	} else if (sch) {
 		rec->where = BB_WHERE_SCHED_C;
-		c_p = read_word(sch->esdp + vm.esd_current_process, &flags);
+		c_p = read_word(sch->esdp + v->layout.esd_current_process, &flags);
 	} else {
 		rec->where = BB_WHERE_OTHER;
 	}
 	/* --process: decided before any walk, from the process's own pid. */
 	if (c_p)
-		read_process(s, c_p, jit, sp, &p, &flags);
+		read_process(s, v, c_p, jit, sp, &p, &flags);
 	if (only_pid_mask && (!c_p || filtered_out(p.id))) {
 		count(BB_C_FILTERED);
 		return 0;
@@ -117,7 +118,7 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	nw->n = base;
 	nw->sp = sp;
 	if (!jit && (max_native_frames || nr_blame_ranges)) {
-		struct native_walk_ctx nctx = { .s = s };
+		struct native_walk_ctx nctx = { .s = s, .v = v };
 		__u64 t0 = measure_walk ? bpf_ktime_get_ns() : 0;
 
 		nw->ip = ip;
@@ -131,7 +132,7 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	}
 
 	if (nr_blame_ranges) {
-		__u32 m = blame_match(s, ip, sp, jit, sch, c_p, fast, nw, base);
+		__u32 m = blame_match(s, v, ip, sp, jit, sch, c_p, fast, nw, base);
 
 		if (!m) {
 			count(BB_C_FILTERED);
@@ -163,13 +164,13 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 			flags |= BB_F_PROC | why;
 			rec->c_p = c_p;
 			rec->erl_pid = p.id;
-			name_process(s, rec);
+			name_process(s, v, rec);
 		} else if (!bad) {
 			/* erts_heap_alloc for another process's heap (a message built in it), or
 			 * during a collection (the VM's own, a gc trace message's), is not the running
 			 * code's allocation. */
 			if (alloc_mode && !watch_weight && ((need && (arg_p != c_p || (p.state & BB_PSFLG_GC))) ||
-					   !alloc_weight(s, rec, c_p, p.id, p.heap, p.htop, need))) {
+					   !alloc_weight(s, v, rec, c_p, p.id, p.heap, p.htop, need))) {
 				count(BB_C_FILTERED);
 				return 0;
 			}
@@ -177,7 +178,7 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = p.id;
-			name_process(s, rec);
+			name_process(s, v, rec);
 			/* Sampled by watchpoints, a GC entry gives the exact words only: no stack. */
 			if (watch_mode && !need && !watch_weight) {
 				watch_gc_entry(c_p);
@@ -188,7 +189,7 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 				rec->flags = flags | BB_F_ALLOC_TOTAL;
 				return emit(rec);
 			}
-			flags |= walk_erlang(s, &p, base, jit, bp, fast);
+			flags |= walk_erlang(s, v, &p, base, jit, bp, fast);
 		} else {
 			flags |= BB_F_BAD_PROC;
 		}
@@ -207,11 +208,11 @@ static __always_inline int walk_and_emit(void *ctx, __u64 ip, __u64 sp, __u64 bp
 	return emit(rec);
 }
 
-static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64 r13, __u32 flags, bool fast,
-				  __u64 arg_p, __u64 need, __u64 watch_weight)
+static __always_inline int sample(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
+				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ctx, ip, sp, bp, r13, flags, fast, arg_p, need, watch_weight);
+	int ret = walk_and_emit(ctx, v, ip, sp, bp, r13, flags, fast, arg_p, need, watch_weight);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -220,19 +221,20 @@ static __always_inline int sample(void *ctx, __u64 ip, __u64 sp, __u64 bp, __u64
 
 static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fast)
 {
+	const struct bb_vm *v = this_vm();
 	struct pt_regs *regs;
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	if (!v)
 		return 0;
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0, 0);
+		return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	return sample(ctx, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
+	return sample(ctx, v, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
 		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0, 0);
 }
 
@@ -240,21 +242,24 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
  * function. */
 static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
 {
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	const struct bb_vm *v = this_vm();
+
+	if (!v)
 		return 0;
 	if (watch_mode)  /* before sample() ends the process's own watch, if it has it */
 		watch_note_gc_entry();
-	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
+	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
 }
 
 /* -e alloc: erts_heap_alloc(Process *p, Uint need, Uint xtra), a heap fragment of `need` words. */
 static __always_inline int heap_alloc_sample(struct pt_regs *ctx, bool fast)
 {
 	__u64 need = PT_REGS_PARM2(ctx);
+	const struct bb_vm *v = need ? this_vm() : NULL;
 
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid || !need)
+	if (!v)
 		return 0;
-	return sample(NULL, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
+	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
 		      fast, PT_REGS_PARM1(ctx), need, 0);
 }
 
@@ -271,13 +276,14 @@ int on_code_event(struct pt_regs *ctx)
 	struct bb_record *rec;
 	__u64 desc[3], entry[4];
 	__u32 zero = 0;
+	const struct bb_vm *v = this_vm();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
 
-	if (!s || (bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	if (!s || !v)
 		return 0;
 	rec = &s->rec;
 	__builtin_memset(rec, 0, bb_record_size(BB_CODE_EVENT_NFRAMES));
-	if (bpf_probe_read_user(desc, sizeof(desc), (void *)jit_descriptor) ||
+	if (bpf_probe_read_user(desc, sizeof(desc), (void *)v->jit_descriptor) ||
 	    bpf_probe_read_user(entry, sizeof(entry), (void *)desc[1]) ||
 	    bpf_probe_read_user(&rec->frames[2], 24, (void *)entry[2])) {
 		count(BB_C_CODE_EVENTS_LOST);
@@ -285,6 +291,7 @@ int on_code_event(struct pt_regs *ctx)
 	}
 	rec->time_ns = bpf_ktime_get_ns();
 	rec->tid = (__u32)bpf_get_current_pid_tgid();
+	rec->tgid = v->tgid;
 	rec->where = BB_WHERE_CODE_EVENT;
 	rec->BB_CODE_EVENT_ACTION = desc[0] >> 32;
 	rec->BB_CODE_EVENT_ENTRY = desc[1];

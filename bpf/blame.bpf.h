@@ -27,11 +27,11 @@ static long blame_frame(__u32 i, struct blame_frames *b)
  * bounded scan of the native stack between rsp and the top of the scheduler's runtime stack
  * decides instead, flagged: it can see a stale return address in an uninitialized slot.
  */
-static __always_inline __u32 blame_match(struct scratch *s, __u64 ip, __u64 sp, bool jit,
+static __always_inline __u32 blame_match(struct scratch *s, const struct bb_vm *v, __u64 ip, __u64 sp, bool jit,
 					 const struct bb_sched *sch, __u64 c_p, bool fast,
 					 const struct native_walk *nw, __u32 first)
 {
-	struct scan c = { .s = s, .lo = sp, .mode = SCAN_NATIVE_FOR_BLAME };
+	struct scan c = { .s = s, .v = v, .lo = sp, .mode = SCAN_NATIVE_FOR_BLAME };
 
 	if (in_blame_func(ip))
 		return BB_F_BLAME_LEAF;

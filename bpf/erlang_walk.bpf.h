@@ -3,6 +3,7 @@
 
 struct scan {
 	struct scratch *s;
+	const struct bb_vm *v;
 	__u64 lo, hi;
 	__u32 mode;
 	__u32 limit;    /* frames to collect at most */
@@ -42,7 +43,7 @@ static long scan_word(__u32 i, struct scan *c)
 	/* On the Erlang stack, a word with tag bits 00 is a continuation pointer: terms are
 	 * tagged and headers never live on the stack. Requiring it to point into JIT code also
 	 * skips the saved frame pointers of a VM that runs with them. */
-	if ((w & 3) == 0 && in_jit_code(w)) {
+	if ((w & 3) == 0 && in_jit_code(c->v, w)) {
 		__u32 n = c->n;
 
 		if (n >= c->limit) {
@@ -76,7 +77,7 @@ static long fp_step(__u32 i, struct fp_walk *w)
 		c->flags |= BB_F_READ_FAULT;
 		return 1;
 	}
-	if ((frame[1] & 3) == 0 && in_jit_code(frame[1])) {
+	if ((frame[1] & 3) == 0 && in_jit_code(c->v, frame[1])) {
 		__u32 n = c->n;
 
 		if (n >= c->limit) {
@@ -123,7 +124,7 @@ static long scan_chunk(__u32 k, struct scan *c)
 				c->found = true;
 				return 1;
 			}
-		} else if ((w & 3) == 0 && in_jit_code(w)) {
+		} else if ((w & 3) == 0 && in_jit_code(c->v, w)) {
 			__u64 n = s->n;
 
 			if (n >= s->limit) {
@@ -161,16 +162,16 @@ static __always_inline __u32 scan_words(struct scan *c, __u32 budget, bool fast)
 /* The Erlang frames of the process `p` (walkable) into rec->frames from `base` on; the
  * walk's flags. max_frames counts Erlang frames, and in JIT code the running function is one
  * of them. */
-static __always_inline __u32 walk_erlang(struct scratch *s, const struct proc_view *p, __u32 base, bool jit,
-					 __u64 bp, bool fast)
+static __always_inline __u32 walk_erlang(struct scratch *s, const struct bb_vm *v, const struct proc_view *p,
+					 __u32 base, bool jit, __u64 bp, bool fast)
 {
-	struct scan c = { .s = s, .lo = p->E, .hi = p->hend, .mode = SCAN_ERLANG_STACK, .n = base,
+	struct scan c = { .s = s, .v = v, .lo = p->E, .hi = p->hend, .mode = SCAN_ERLANG_STACK, .n = base,
 			  .limit = base + (jit ? max_frames - 1 : max_frames) };
 	__u32 flags = 0;
 
 	if (c.limit > BB_MAX_FRAMES)
 		c.limit = BB_MAX_FRAMES;
-	if (frame_layout == 1 && p->e_from_rsp && bp >= p->E && bp < p->hend) {
+	if (v->frame_layout == 1 && p->e_from_rsp && bp >= p->E && bp < p->hend) {
 		/* Below rbp: the running function's own slots, and the return address of a call
 		 * whose frame is not set up yet. Above: the chain. */
 		struct fp_walk w = { .c = &c, .fp = bp };

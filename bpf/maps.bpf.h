@@ -1,20 +1,12 @@
-/* The walker's configuration (set by user space before load), its maps, and its counters. Included once, by beam_walk.bpf.c. */
+/* The walker's configuration (set by user space before load), the VMs it samples, its maps and counters. Included once, by beam_walk.bpf.c. */
 #pragma once
 
-/* Set by user space before load. */
-const volatile __u32 target_tgid = 0;
+/* Set by user space before load: the same for every VM the walker samples. */
 const volatile __u32 max_frames = 512;
 const volatile __u32 max_stack_words = 1 << 17;   /* 1 MiB of Erlang stack per walk */
 const volatile __u32 blame_scan_words = 2048;     /* 16 KiB of native stack */
 const volatile __u32 wakeup_bytes = 1 << 20;      /* wake the reader past this much data */
 const volatile __u32 measure_walk = 0;            /* keep the handler-time histogram */
-const volatile __u32 frame_layout = 0;            /* the JIT's: 0 return address only, 1 FP + RA */
-const volatile __u64 jit_descriptor = 0;          /* &__jit_debug_descriptor in the target */
-/* The VM build's struct offsets: the release's table, DWARF, or found in the live VM
- * (userspace/offsets.cpp), checked against the live VM before load. */
-const volatile struct bb_vm_layout vm = {};
-/* Bytes of struct process the walk needs, from its start: read in one go. */
-const volatile __u32 proc_span = 0;
 const volatile __u32 alloc_mode = 0;              /* -e alloc: weigh GC entries by words allocated */
 /* -e alloc sampled by watchpoints (alloc_watch.bpf.h): GC entries give the exact totals only. */
 const volatile __u32 watch_mode = 0;
@@ -28,15 +20,24 @@ const volatile __u32 nr_blame_ranges = 0;
 const volatile __u32 blame_scan_only = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
 
-/* Updated by user space while running: the JIT may map more executable code. A torn
- * update only costs frames of one sample, because ranges are appended, never moved. */
-__u32 nr_code_ranges = 0;
-struct bb_range code_ranges[BB_MAX_CODE_RANGES] = {};
+/*
+ * The VMs sampled, one slot each (struct bb_vm: the build's offsets, its JIT code, its unwind
+ * modules), and each one's slot by OS pid. Sized by user space: one slot for beam-bpf-sample,
+ * as many as beam-bpf-agent follows at once. A thread of no VM here is not sampled.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);           /* sized by user space */
+	__type(key, __u32);
+	__type(value, struct bb_vm);
+} vms SEC(".maps");
 
-/* The unwind rows of the target's executable files (userspace/unwind_table.cpp), appended as
- * it maps more: a module's rows are in place before nr_unwind_modules counts it. */
-__u32 nr_unwind_modules = 0;
-struct bb_unwind_module unwind_modules[BB_MAX_UNWIND_MODULES] = {};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);           /* sized by user space */
+	__type(key, __u32);               /* tgid */
+	__type(value, __u32);             /* slot in vms */
+} vm_slots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -97,6 +98,7 @@ struct scratch {
 	/* scan_chunk's loop state, kept in map memory so the verifier does not follow its
 	 * values word by word and the may_goto loop converges. */
 	__u64 j, nw, n, limit, stop;
+	__u32 slot;  /* the sampled VM's (this_vm()): which VM's counters count() adds to */
 };
 
 struct {
@@ -108,7 +110,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BB_C_NR);
+	__uint(max_entries, BB_C_NR);     /* BB_C_NR a slot: sized by user space */
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
@@ -120,10 +122,17 @@ struct {
 	__type(value, __u64);
 } walk_ns_hist SEC(".maps");
 
+/* Counts for the VM this program run samples (this_vm() chose it). */
 static __always_inline void count_n(__u32 which, __u64 n)
 {
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	__u32 zero = 0, key;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	__u64 *c;
 
+	if (!s)
+		return;
+	key = s->slot * BB_C_NR + which;
+	c = bpf_map_lookup_elem(&counters, &key);
 	if (c)
 		*c += n;
 }
@@ -145,4 +154,30 @@ static __always_inline void note_walk_time(__u64 start)
 	__u64 *h = bpf_map_lookup_elem(&walk_ns_hist, &b);
 	if (h)
 		*h += 1;
+}
+
+/*
+ * The VM the running thread belongs to, NULL if this walker does not sample it. Its slot is
+ * noted in the CPU's scratch for count(): a program run on this CPU cannot be interrupted by
+ * another (the kernel runs one tracing program at a time per CPU), except -e alloc's sleepable
+ * return probe, whose walker samples one VM.
+ */
+static __always_inline const struct bb_vm *this_vm(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0, *slot;
+	struct scratch *s;
+	struct bb_vm *v;
+
+	slot = bpf_map_lookup_elem(&vm_slots, &tgid);
+	if (!slot)
+		return NULL;
+	v = bpf_map_lookup_elem(&vms, slot);
+	/* A slot freed and given to another VM since the lookup is not this VM's. */
+	if (!v || v->tgid != tgid)
+		return NULL;
+	s = bpf_map_lookup_elem(&scratch_map, &zero);
+	if (!s)
+		return NULL;
+	s->slot = *slot;
+	return v;
 }

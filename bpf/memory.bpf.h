@@ -13,9 +13,9 @@ static __always_inline bool in_ranges(__u64 addr, const volatile struct bb_range
 	return false;
 }
 
-static __always_inline bool in_jit_code(__u64 addr)
+static __always_inline bool in_jit_code(const struct bb_vm *v, __u64 addr)
 {
-	return in_ranges(addr, code_ranges, nr_code_ranges, BB_MAX_CODE_RANGES);
+	return in_ranges(addr, v->code_ranges, v->nr_code_ranges, BB_MAX_CODE_RANGES);
 }
 
 static __always_inline bool in_blame_func(__u64 addr)

@@ -10,34 +10,41 @@
  */
 struct native_walk_ctx {
 	struct scratch *s;
+	const struct bb_vm *v;
 };
 
 /*
- * The row that covers `pc` (the last one starting at or below it), as its 8 bytes; 0 (a
- * BB_CFA_NONE row) if none. A global function: the verifier checks it once, not at each call.
+ * The row that covers `pc` (the last one starting at or below it) in the files of the VM in
+ * `slot`, as its 8 bytes; 0 (a BB_CFA_NONE row) if none. A global function: the verifier checks it once, not at each call.
  */
-__noinline __u64 find_row(__u64 pc)
+__noinline __u64 find_row(__u64 pc, __u32 slot)
 {
-	__u32 nr = nr_unwind_modules, first = 0, n = 0, lo = 0, hi = 0, key, *bk;
+	__u32 nr, first = 0, n = 0, lo = 0, hi = 0, key, *bk;
 	__u64 rel = 0, row, bucket;
+	struct bb_vm *v = bpf_map_lookup_elem(&vms, &slot);
 	bool found = false;
 
+	if (!v)
+		return 0;
+	nr = v->nr_unwind_modules;
 	for (__u32 i = 0; i < BB_MAX_UNWIND_MODULES; i++) {
+		const struct bb_unwind_module *m = &v->unwind_modules[i];
+
 		if (i >= nr)
 			break;
-		if (pc >= unwind_modules[i].start && pc < unwind_modules[i].end) {
-			rel = pc - unwind_modules[i].bias;
-			if (rel < unwind_modules[i].pc_lo || rel > 0xffffffffULL)
+		if (pc >= m->start && pc < m->end) {
+			rel = pc - m->bias;
+			if (rel < m->pc_lo || rel > 0xffffffffULL)
 				return 0;
-			first = unwind_modules[i].first_row;
-			n = unwind_modules[i].nrows;
-			bucket = (rel - unwind_modules[i].pc_lo) >> BB_UNWIND_BUCKET_SHIFT;
+			first = m->first_row;
+			n = m->nrows;
+			bucket = (rel - m->pc_lo) >> BB_UNWIND_BUCKET_SHIFT;
 			/* Past the last bucket: the last row (a file's rows end with a NONE row). */
-			if (bucket >= unwind_modules[i].nbuckets)
-				bucket = unwind_modules[i].nbuckets - 1;
-			key = unwind_modules[i].first_bucket + (__u32)bucket;
-			hi = bucket + 1 < unwind_modules[i].nbuckets ? key + 1 : 0;
-			found = unwind_modules[i].nbuckets > 0;
+			if (bucket >= m->nbuckets)
+				bucket = m->nbuckets - 1;
+			key = m->first_bucket + (__u32)bucket;
+			hi = bucket + 1 < m->nbuckets ? key + 1 : 0;
+			found = m->nbuckets > 0;
 			break;
 		}
 	}
@@ -95,13 +102,13 @@ static long native_step(__u32 i, struct native_walk_ctx *ctx)
 	}
 	ctx->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = ip;
 	w->n = n + 1;
-	if (i > 0 && in_jit_code(ip)) {
+	if (i > 0 && in_jit_code(ctx->v, ip)) {
 		w->clean = 1;
 		return 1;
 	}
 	/* A return address may be just past its function (a call to a noreturn one): look up the
 	 * call instruction. */
-	bits = find_row(i > 0 ? ip - 1 : ip);
+	bits = find_row(i > 0 ? ip - 1 : ip, ctx->s->slot);
 	__builtin_memcpy(&row, &bits, sizeof(row));
 	if (row.cfa_rule == BB_CFA_NONE) {
 		w->flags |= BB_F_NATIVE_NO_ROW;

@@ -10,22 +10,22 @@ struct proc_view {
 	bool e_from_rsp;
 };
 
-static __always_inline void read_process(struct scratch *s, __u64 c_p, bool jit, __u64 sp, struct proc_view *p,
-					 __u32 *flags)
+static __always_inline void read_process(struct scratch *s, const struct bb_vm *v, __u64 c_p, bool jit, __u64 sp,
+					 struct proc_view *p, __u32 *flags)
 {
-	__u32 span = proc_span;
+	__u32 span = v->proc_span;
 
 	if (span > sizeof(s->proc))
 		span = sizeof(s->proc);
 	if (bpf_probe_read_user(s->proc, span, (void *)c_p))
 		*flags |= BB_F_READ_FAULT;
-	p->id = s->proc[(vm.proc_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->htop = s->proc[(vm.proc_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->stop = s->proc[(vm.proc_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->heap = s->proc[(vm.proc_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->hend = s->proc[(vm.proc_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->sched_data = s->proc[(vm.proc_scheduler_data / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	p->state = ((__u32 *)s->proc)[(vm.proc_state / 4) & (PROC_SPAN_MAX / 4 - 1)];
+	p->id = s->proc[(v->layout.proc_id / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->htop = s->proc[(v->layout.proc_htop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->stop = s->proc[(v->layout.proc_stop / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->heap = s->proc[(v->layout.proc_heap / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->hend = s->proc[(v->layout.proc_hend / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->sched_data = s->proc[(v->layout.proc_scheduler_data / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	p->state = ((__u32 *)s->proc)[(v->layout.proc_state / 4) & (PROC_SPAN_MAX / 4 - 1)];
 	if (jit && sp >= p->htop && sp < p->hend) {
 		p->E = sp;
 		p->e_from_rsp = true;
@@ -89,16 +89,16 @@ static __always_inline __u32 process_in_transition(const struct proc_view *p, __
 
 /* The process's registered name and initial call, for reports that name processes. A failed
  * read only leaves the name out: it says nothing about the stack. */
-static __always_inline void name_process(struct scratch *s, struct bb_record *rec)
+static __always_inline void name_process(struct scratch *s, const struct bb_vm *v, struct bb_record *rec)
 {
-	__u64 reg = s->proc[(vm.proc_reg / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	__u64 reg = s->proc[(v->layout.proc_reg / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	__u32 ignored = 0;
 
 	if (reg)
-		rec->reg_name = read_word(reg + vm.regproc_name, &ignored);
-	rec->initial[0] = s->proc[(vm.proc_initial / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	rec->initial[1] = s->proc[(vm.proc_initial / 8 + 1) & (PROC_SPAN_MAX / 8 - 1)];
-	rec->initial[2] = s->proc[(vm.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
+		rec->reg_name = read_word(reg + v->layout.regproc_name, &ignored);
+	rec->initial[0] = s->proc[(v->layout.proc_initial / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[1] = s->proc[(v->layout.proc_initial / 8 + 1) & (PROC_SPAN_MAX / 8 - 1)];
+	rec->initial[2] = s->proc[(v->layout.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
 }
 
 /*
@@ -113,14 +113,14 @@ static __always_inline void name_process(struct scratch *s, struct bb_record *re
  * erts_heap_alloc (received messages, NIF environments), goes to rec->frag_words, which is
  * reported apart and weighs no stack. false if high_water is not inside the heap.
  */
-static __always_inline bool alloc_weight(struct scratch *s, struct bb_record *rec, __u64 c_p, __u64 id,
-					 __u64 heap, __u64 htop, __u64 need)
+static __always_inline bool alloc_weight(struct scratch *s, const struct bb_vm *v, struct bb_record *rec, __u64 c_p,
+					 __u64 id, __u64 heap, __u64 htop, __u64 need)
 {
 	struct alloc_seen now = { .pid = id }, *prev;
 	__u64 young, mbuf, grown;
 
-	now.high_water = s->proc[(vm.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
-	mbuf = s->proc[(vm.proc_mbuf_sz / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	now.high_water = s->proc[(v->layout.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
+	mbuf = s->proc[(v->layout.proc_mbuf_sz / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	if (now.high_water < heap || now.high_water > htop || (now.high_water & 7))
 		return false;
 	prev = bpf_map_lookup_elem(&alloc_seen, &c_p);

@@ -92,7 +92,7 @@ struct bb_record {
 	__u16 nnative;   /* native frames at frames[nkernel..nkernel+nnative), leaf first: the
 			  * sampled ip, then return addresses; the last one may be the return
 			  * address into JIT code where the walk met the Erlang side */
-	__u32 pad;
+	__u32 tgid;      /* the VM's OS pid (the kernel's, not a container's): one walker samples many */
 	/* Who the process is, read at the sample (it may be gone before user space looks):
 	 * its registered name (an atom term, 0 if none) and its initial call (module and
 	 * function atoms, arity), both 0 unless BB_F_PROC. */
@@ -197,7 +197,27 @@ struct bb_unwind_module {
 	__u32 pad;
 };
 
-/* Per-CPU counters, summed by user space for the run summary. */
+/*
+ * One VM a walker samples: what differs between VMs of other releases and builds, looked up by
+ * the sampled thread's tgid (bpf/maps.bpf.h, vm_slots) at each sample, so one loaded walker
+ * serves every VM of a host (beam-bpf-agent). User space rewrites a slot whole while the VM runs
+ * (more JIT code, a NIF library's unwind rows): entries are appended, never moved, and an entry
+ * counted before it is written reads as zeros, which cover no address.
+ */
+struct bb_vm {
+	__u32 tgid;            /* the VM's OS pid; 0: a free slot */
+	__u32 proc_span;       /* bytes of struct process the walk reads, from its start */
+	__u32 frame_layout;    /* the JIT's: 0 return address only, 1 FP + RA */
+	__u32 nr_code_ranges;
+	__u64 jit_descriptor;  /* &__jit_debug_descriptor in the VM */
+	struct bb_vm_layout layout;  /* the build's struct offsets, checked against the live VM */
+	__u32 nr_unwind_modules;
+	__u32 pad;
+	struct bb_range code_ranges[BB_MAX_CODE_RANGES];  /* its executable JIT mappings */
+	struct bb_unwind_module unwind_modules[BB_MAX_UNWIND_MODULES];  /* its files' unwind rows */
+};
+
+/* Per-CPU counters, BB_C_NR for each VM slot (key slot * BB_C_NR + counter), summed by user space. */
 enum bb_counter {
 	BB_C_SEEN = 0,      /* samples of the target's threads */
 	BB_C_EMITTED,       /* records written to the ring buffer */

@@ -96,13 +96,17 @@ pid_t beam_child(pid_t parent) {
     return -1;
 }
 
-// The BPF objects and perf events a process holds: each an anon_inode descriptor.
-size_t kernel_objects(pid_t pid) {
+// The BPF objects and perf events a process holds: each an anon_inode descriptor. With
+// `loaded_only`, its BPF programs and maps alone (what loading a walker creates).
+size_t kernel_objects(pid_t pid, bool loaded_only = false) {
     size_t n = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
         std::string link = fs::read_symlink(e.path(), ec).string();
-        n += link.starts_with("anon_inode:bpf") || link == "anon_inode:[perf_event]";
+        if (loaded_only)
+            n += link == "anon_inode:bpf-prog" || link == "anon_inode:bpf-map";
+        else
+            n += link.starts_with("anon_inode:bpf") || link == "anon_inode:[perf_event]";
     }
     return n;
 }
@@ -167,14 +171,17 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     const double found_a_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - agent.started).count();
     std::cerr << "agent test: VM A attached " << found_a_s << " s after the agent started\n";
 
-    const size_t held_a = kernel_objects(agent.pid);
+    const size_t held_a = kernel_objects(agent.pid), loaded_a = kernel_objects(agent.pid, true);
+    EXPECT_GT(loaded_a, 0u);
 
     // VM B: the OTP 27 build, `deep`, started while the agent runs.
     ErlVm b(otp27_vm(), "bb_work:main(deep, 10)", {"-sname", "bbagent_b"});
     b.wait_line("ready", 60s);
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(b.os_pid()) + ",", 30s, &err)) << err;
-    const size_t held_b = kernel_objects(agent.pid) - held_a;  // B's walker, maps, ring, perf events
+    const size_t held_b = kernel_objects(agent.pid) - held_a;  // B's perf events and code probe
     EXPECT_GT(held_b, 0u);
+    // One walker samples A (OTP 25) and B (OTP 27, other offsets): B loaded no program or map.
+    EXPECT_EQ(kernel_objects(agent.pid, true), loaded_a);
 
     // VM C: OTP 25 in its own pid and mount namespace (pid 1 there), busy2.
     TestVm in_ns = debian_vm();
@@ -185,6 +192,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     ASSERT_GT(c_pid, 0);
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(c_pid) + ",", 30s, &err)) << err;
     const size_t held_abc = kernel_objects(agent.pid);
+    EXPECT_EQ(kernel_objects(agent.pid, true), loaded_a);
 
     // B killed mid-interval, once it has written two profiles.
     const fs::path b_dir = out / ("bbagent_b-" + std::to_string(b.os_pid()));
@@ -200,9 +208,10 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     const pid_t b_pid = b.os_pid();
     b.kill_now();
     ASSERT_TRUE(wait_stderr(agent, "detached pid " + std::to_string(b_pid), 10s, &err)) << err;
-    // Everything B's walker held is released: its BPF objects and perf events.
+    // Everything B held is released: its perf events and probe links.
     EXPECT_EQ(kernel_objects(agent.pid), held_abc - held_b);
-    std::cerr << "agent test: B held " << held_b << " BPF objects and perf events, released at its exit\n";
+    std::cerr << "agent test: one walker (" << loaded_a << " BPF programs and maps) for A, B and C; B held "
+              << held_b << " perf events and links, released at its exit\n";
 
     // The store goes down for 6 s (three intervals), then comes back on the same port.
     std::this_thread::sleep_for(2s);

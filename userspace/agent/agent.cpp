@@ -36,6 +36,9 @@ constexpr uint64_t kSecond = 1'000'000'000ull;
 // A VM that cannot be attached at its first sight may be too young (its schedulers and JIT
 // not up yet): tried again each scan for this long before it is refused.
 constexpr uint64_t kAttachRetryNs = 5 * kSecond;
+// VMs the one walker samples at most (a slot each: 7 KiB of kernel memory, 1.7 MiB in all,
+// allocated when the walker is loaded). A VM past them is refused.
+constexpr uint32_t kMaxVms = 256;
 
 void log(const std::string& line) { fmt::print(stderr, "beam-bpf-agent: {}\n", line); }
 
@@ -112,20 +115,21 @@ struct Agent::Followed {
         a.agg.add(a.frames, r.alloc_words, who);
         a.samples++;
     }
-    // Drains the rings. First the code loaded or purged since the last drain: it must be known
-    // before the samples taken after it are symbolized (records still in a ring were all taken
-    // before now).
-    void drain(uint64_t now_ns) {
+    // The code loaded or purged since the last drain: it must be known before the samples
+    // taken after it are symbolized (records still in a ring were all taken before now).
+    void refresh_symbols(uint64_t now_ns) {
         s->sym.refresh(now_ns);
-        s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle(r); });
-        if (!alloc) return;
-        alloc->s->sym.refresh(now_ns);
-        alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
+        if (alloc) alloc->s->sym.refresh(now_ns);
+    }
+    // The allocation walker's ring (the CPU records come through the shared walker's).
+    void drain_alloc() {
+        if (alloc) alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
     }
 };
 
 Agent::Agent(AgentConfig cfg) {
     check(cfg);
+    shared_.max_vms = kMaxVms;
     if (cfg.host.empty()) {
         char h[256] = {};
         gethostname(h, sizeof h - 1);
@@ -207,13 +211,13 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         f->s = std::make_unique<Session>(f->o);
         // Created at the first attach that needs it, for every VM after: each file's rows are
         // held once (native/unwind_store.hpp).
-        if (cfg_.native_depth && !unwind_) unwind_ = SharedUnwind::create(cfg_.unwind_rows);
+        if (cfg_.native_depth && !shared_.unwind) shared_.unwind = SharedUnwind::create(cfg_.unwind_rows);
         f->s->start(sampler_config(f->o),
                     fmt::format("node {}, service {}, cgroup {}{}; {}", l.node.empty() ? "-" : l.node, service_of(l),
                                 l.cgroup.empty() ? "-" : l.cgroup,
                                 l.container_id.empty() ? "" : ", container " + l.container_id.substr(0, 12),
                                 describe_event(f->o)),
-                    unwind_ ? &*unwind_ : nullptr);
+                    &shared_);
     } catch (const std::exception& e) {
         auto [it, first] = first_failure_ns_.try_emplace(k, now_ns);
         if (now_ns - it->second < kAttachRetryNs && p.pid != getpid()) return;  // young: next scan
@@ -270,8 +274,22 @@ void Agent::step(Followed& f, uint64_t now_ns) {
             if (s->sampler->counters().code_events_lost) s->sym.follow_code_events(false, now_ns);
         }
     }
-    f.drain(now_ns);
-    if (now_ns - f.interval_start_ns >= static_cast<uint64_t>(cfg_.every * 1e9)) finish_interval(f, now_ns);
+    f.refresh_symbols(now_ns);
+}
+
+void Agent::drain() {
+    if (shared_.walker)
+        shared_.walker->poll(
+            std::chrono::milliseconds(0),
+            [&](const bb_record& r) {
+                auto it = vms_.find(static_cast<pid_t>(r.tgid));
+                if (it == vms_.end())
+                    c_.orphaned++;
+                else
+                    it->second->handle(r);
+            },
+            false);
+    for (auto& [pid, f] : vms_) f->drain_alloc();
 }
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
@@ -349,7 +367,8 @@ void Agent::detach(pid_t pid, const std::string& why) {
         // The last interval, partial: what the walker emitted before the VM went.
         f.s->sampler->stop_events();
         if (f.alloc) f.alloc->s->sampler->stop_events();
-        f.drain(monotonic_ns());
+        f.refresh_symbols(monotonic_ns());
+        drain();  // every VM's records: this one's are all in the ring now
         if (f.agg.total() > 0 || (f.alloc && f.alloc->agg.total() > 0)) finish_interval(f, monotonic_ns());
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
@@ -426,6 +445,7 @@ void Agent::write_stats() const {
         {"samples", c.samples},
         {"alloc_samples", c.alloc_samples},
         {"ring_dropped", c.ring_dropped},
+        {"orphaned", c.orphaned},
         {"profiles", c.profiles},
         {"write_errors", c.write_errors},
         {"rss_kib", rss_kib()},
@@ -435,7 +455,7 @@ void Agent::write_stats() const {
         {"vms", vms},
     };
     // The unwind rows every VM shares (native/unwind_store.hpp); none before the first attach.
-    UnwindStore::Stats us = unwind_ ? unwind_->store->stats() : UnwindStore::Stats{};
+    UnwindStore::Stats us = shared_.unwind ? shared_.unwind->store->stats() : UnwindStore::Stats{};
     j["unwind_store"] = {{"kernel_bytes", us.kernel_bytes()},     {"row_capacity", us.row_capacity},
                          {"rows_used", us.rows_used},             {"bucket_capacity", us.bucket_capacity},
                          {"buckets_used", us.buckets_used},       {"regions", us.regions},
@@ -514,6 +534,21 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         for (pid_t pid : pids) {
             try {
                 step(*vms_.at(pid), monotonic_ns());
+            } catch (const std::exception& e) {
+                detach(pid, fmt::format("stopped following it: {}", e.what()));
+            }
+        }
+        try {
+            drain();
+        } catch (const std::exception& e) {
+            log(fmt::format("reading the samples: {}", e.what()));
+        }
+        const uint64_t every_ns = static_cast<uint64_t>(cfg_.every * 1e9);
+        for (pid_t pid : pids) {
+            auto it = vms_.find(pid);
+            if (it == vms_.end() || monotonic_ns() - it->second->interval_start_ns < every_ns) continue;
+            try {
+                finish_interval(*it->second, monotonic_ns());
             } catch (const std::exception& e) {
                 detach(pid, fmt::format("stopped following it: {}", e.what()));
             }

@@ -2,9 +2,11 @@
 // sampled until it exits, one pprof profile per VM per interval, to a directory, Pyroscope
 // and/or an OTLP/HTTP receiver of profiles.
 //
-// Said plainly: each followed VM has its own Session (Vm, Symbolizer, names and its own loaded
-// BPF walker), not one walker for all VMs; their native unwind tables and rows are shared
-// (native/unwind_store.hpp); see README, Agent.
+// Each followed VM has its own Session (Vm, Symbolizer, names, perf events); one loaded BPF
+// walker samples them all (sampling/walker.hpp: each VM's layout looked up by its pid), and
+// their native unwind tables and rows are shared (native/unwind_store.hpp). A VM's allocation
+// profile (-e cpu,alloc) has a walker of its own: its watchpoint state is per VM.
+// See README, Agent.
 #pragma once
 #include <sys/types.h>
 
@@ -22,11 +24,10 @@
 #include "agent/discovery.hpp"
 #include "agent/metrics.hpp"
 #include "agent/sinks.hpp"
-#include "sampling/unwind_maps.hpp"
+#include "run/session.hpp"
 
 namespace bb {
 class Aggregator;
-class Session;
 }  // namespace bb
 
 namespace bb::agent {
@@ -36,6 +37,7 @@ struct AgentCounters {
     uint64_t samples = 0;         // records aggregated, all VMs
     uint64_t alloc_samples = 0;   // -e cpu,alloc: allocation samples aggregated, all VMs
     uint64_t ring_dropped = 0;    // samples the BPF side could not hand over (ring full), all VMs
+    uint64_t orphaned = 0;        // records of a VM no longer followed (taken as it was detached)
     uint64_t profiles = 0;        // profiles finished (written and/or queued): CPU, and allocation
     uint64_t write_errors = 0;    // profiles the directory sink could not write
 };
@@ -56,8 +58,11 @@ private:
     void scan(uint64_t now_ns);
     bool wanted(const BeamProcess& p, const VmLabels& l) const;
     void attach(const BeamProcess& p, uint64_t now_ns);
-    // Drains one VM's ring; false when the VM is gone or failed (then it is detached).
+    // Keeps one VM's walker slot and symbols current (throws if it failed: it is detached).
     void step(Followed& f, uint64_t now_ns);
+    // Hands every record the walkers emitted to its VM: the shared walker's, by pid, and each
+    // allocation walker's.
+    void drain();
     void attach_alloc(Followed& f);
     // Ends the VM's interval: its CPU profile, and its allocation profile with -e cpu,alloc.
     void finish_interval(Followed& f, uint64_t now_ns);
@@ -73,8 +78,9 @@ private:
     std::optional<ProfileDir> dir_;
     std::unique_ptr<Pusher> pusher_, otlp_;  // Pyroscope, OTLP
     std::unique_ptr<MetricsEndpoint> metrics_;
-    // Native unwind tables and rows, shared by every followed VM (each holds its share).
-    std::optional<SharedUnwind> unwind_;
+    // The walker that samples every followed VM, and the native unwind tables and rows they
+    // share (each holds its share).
+    SharedSampling shared_;
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     std::set<Key> refused_, ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while

@@ -29,13 +29,13 @@ Session::Session(CommonOptions& o)
         fmt::print(stderr, "{}: --process {} is {}\n", tool_name(), o.process, vm.format_pid(*only_pid));
 }
 
-void Session::start(SamplerConfig cfg, const std::string& what, const SharedUnwind* shared) {
+void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* shared) {
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     if (only_pid) cfg.only_pid = {*only_pid, vm.release().pids.mask()};
     std::string native = "Erlang frames only";
     if (cfg.max_native_frames || !cfg.blame_ranges.empty()) {
         uint64_t t0 = monotonic_ns();
-        unwind_store = shared ? *shared : SharedUnwind::create(kOwnUnwindRows);
+        unwind_store = shared && shared->unwind ? *shared->unwind : SharedUnwind::create(kOwnUnwindRows);
         unwind.emplace(vm.pid(), unwind_store.store);
         cfg.unwind = &*unwind;
         cfg.unwind_maps = unwind_store.maps.get();
@@ -44,7 +44,10 @@ void Session::start(SamplerConfig cfg, const std::string& what, const SharedUnwi
                              unwind->modules().size(), human_bytes(unwind->table_bytes()),
                              (monotonic_ns() - t0) / 1e6);
     }
-    sampler.emplace(vm, cfg);
+    // The agent's walker is loaded with the first VM's config: every VM's is the same but for
+    // what the walker looks up per VM (offsets, frame layout, code, unwind modules).
+    if (shared && !shared->walker) shared->walker = std::make_shared<Walker>(cfg, shared->max_vms);
+    sampler.emplace(vm, cfg, shared ? shared->walker : nullptr);
     start_ns = monotonic_ns();
     start_unix_ns = unix_now_ns();
     auto c = sampler->counters();

@@ -3,6 +3,7 @@
 // start() compiles native unwind tables if asked, then loads and attaches the BPF side.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -17,15 +18,24 @@
 
 namespace bb {
 
+// What beam-bpf-agent's sessions share: the native unwind rows (each file's once), and one
+// loaded walker that samples every VM (a slot each).
+struct SharedSampling {
+    std::optional<SharedUnwind> unwind;  // set by the agent when native frames are walked
+    std::shared_ptr<Walker> walker;      // loaded by the first session started, with max_vms slots
+    uint32_t max_vms = 1;
+};
+
 // Built in place: the symbolizer and sampler keep references to the Vm.
 class Session {
 public:
     explicit Session(CommonOptions& o);  // resolves o
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
-    // `what` ends the attach line (how it samples). Native unwind rows go to `shared` (the
-    // agent's, shared by all its VMs), else to a store of this session's own.
-    void start(SamplerConfig cfg, const std::string& what, const SharedUnwind* shared = nullptr);
+    // `what` ends the attach line (how it samples). With `shared` (the agent's), the VM is
+    // sampled by the shared walker and its native unwind rows go to the shared store; else the
+    // session has its own of both.
+    void start(SamplerConfig cfg, const std::string& what, SharedSampling* shared = nullptr);
     // A store of one VM's own: room for 1M rows (8 MiB in the kernel, and 2 MiB of buckets),
     // seven times what Debian's OTP 25 VM maps: NIF libraries loaded later fit.
     static constexpr uint32_t kOwnUnwindRows = 1u << 20;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sys/resource.h>
 #include <stdexcept>
 #include <utility>
@@ -21,53 +22,25 @@
 #include "beam_walk.skel.h"
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "base/test_hooks.hpp"
 #include "base/unique_fd.hpp"
 
 namespace bb {
 namespace {
 
-struct SkelDeleter {
-    void operator()(beam_walk* s) const { beam_walk__destroy(s); }
-};
 struct LinkDeleter {
     void operator()(bpf_link* l) const { bpf_link__destroy(l); }
 };
-struct RingDeleter {
-    void operator()(ring_buffer* r) const { ring_buffer__free(r); }
-};
-
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
-
-int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
-    // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
-    if (level == LIBBPF_DEBUG && !getenv("BB_LIBBPF_DEBUG")) return 0;
-    if (!getenv("BB_LIBBPF_DEBUG")) return 0;
-    return vfprintf(stderr, fmt, args);
-}
-
-// Room for 200 ms of the worst case (every sample at full depth on every CPU), up to 8 MiB:
-// the reader drains every 100 ms and is woken at a quarter full, and the ring's pages end up
-// resident in the tool (scripts/bench.sh: 32 MiB of a 60 MiB peak before the cap).
-uint32_t ring_bytes_for(const SamplerConfig& cfg) {
-    // Entry probes fire as often as the VM calls the function: a busy VM collects garbage tens
-    // of thousands of times a second.
-    if (!cfg.entry_probes.empty()) return 32u << 20;
-    uint64_t rate = cfg.period_ns ? 1000000000ull / cfg.period_ns : cfg.frequency_hz;
-    uint64_t cpus = std::max(1, libbpf_num_possible_cpus());
-    uint64_t want = rate * cpus * bb_record_size(cfg.max_frames) / 5;
-    uint64_t bytes = 1u << 20;
-    while (bytes < want && bytes < (8u << 20)) bytes <<= 1;
-    return static_cast<uint32_t>(bytes);
-}
 
 }  // namespace
 
 struct Sampler::Impl {
     const Vm& vm;
-    std::unique_ptr<beam_walk, SkelDeleter> skel;
+    std::shared_ptr<Walker> walker;
+    uint32_t slot = 0;
+    bool has_slot = false;
+    bb_vm slot_value{};  // what the walker has of this VM (rewritten, append only, as it changes)
     // The perf events, each with the walker attached through its own descriptor
     // (PERF_EVENT_IOC_SET_BPF): closing it detaches the program, so each event is one
     // descriptor with one owner. Per thread (keyed by tid, with the thread's start time: a tid
@@ -79,13 +52,9 @@ struct Sampler::Impl {
     std::map<pid_t, ThreadEvent> thread_events;
     std::vector<UniqueFd> cpu_events;
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;  // entry probes
-    std::unique_ptr<ring_buffer, RingDeleter> ring;
     std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
     std::unique_ptr<AllocWatch> watch;                  // -e alloc's watchpoints
-    const Handler* handler = nullptr;
-    size_t handled = 0;
-    uint64_t handler_errors = 0;
-    std::string first_handler_error;
+    std::set<uint32_t> sched_tids;                      // this VM's entries of the walker's sched_threads
 
     bpf_program* on_sample = nullptr;
     SamplerConfig cfg;
@@ -94,139 +63,63 @@ struct Sampler::Impl {
     uint64_t last_follow_ns = 0;
     bool attached = false;         // the constructor is done: a change of events is a warning
     uint32_t precise_ip = 3;       // -e cycles: the best the PMU accepted so far
-    // Fault injection for the tests (base/test_hooks.hpp): every Nth record's handler throws.
-    uint64_t inject_every = test_hooks::handler_error_every(), delivered = 0;
     size_t events_opened = 0;
     bool events_on = true;
-    uint64_t drain_deadline_ns = 0;  // poll(): past it, the drain ends (events_on only)
-    uint64_t delivered_total = 0;
 
     explicit Impl(const Vm& v) : vm(v) {}
-    int load(const SamplerConfig& cfg, bool fast);
+    ~Impl() {
+        // Events and probes first (members are destroyed after this body): nothing samples the
+        // VM once its slot is free.
+        thread_events.clear();
+        cpu_events.clear();
+        links.clear();
+        code_link.reset();
+        watch.reset();
+        if (!walker) return;
+        int fd = walker->sched_threads_fd();
+        for (uint32_t tid : sched_tids) bpf_map_delete_elem(fd, &tid);
+        if (has_slot) walker->remove_vm(slot);
+    }
+    bb_vm vm_value(const SamplerConfig& cfg) const;
     UniqueFd open_event(pid_t tid, int cpu, bool* out_of_fds = nullptr);
     void follow_threads();
     void open_cpu_events(const std::string& why);
     size_t events() const { return thread_events.size() + cpu_events.size(); }
     void follow_code_events();
-    void load_unwind_rows();
+    bool load_unwind_rows();
     std::string code_events_off;
-    size_t unwind_modules_loaded = 0;
-
-    static int on_ring(void* ctx, void* data, size_t size) {
-        auto* self = static_cast<Impl*>(ctx);
-        if (size < bb_record_size(0)) return 0;
-        // The ring carries a record trimmed after frames[nframes - 1]: handlers read no further.
-        const auto* rec = static_cast<const bb_record*>(data);
-        if (rec->nframes > BB_MAX_FRAMES || size < bb_record_size(rec->nframes)) return 0;
-        // Nothing may unwind through libbpf's C frames: a record the handler cannot take is
-        // counted and the drain goes on, so what was collected so far is never lost.
-        try {
-            if (self->inject_every && rec->where != BB_WHERE_CODE_EVENT && ++self->delivered % self->inject_every == 0)
-                throw std::runtime_error("injected fault (BB_INJECT_HANDLER_ERROR)");
-            (*self->handler)(*rec);
-            self->handled++;
-        } catch (const std::exception& e) {
-            if (self->handler_errors++ == 0) self->first_handler_error = e.what();
-        } catch (...) {
-            if (self->handler_errors++ == 0) self->first_handler_error = "unknown error";
-        }
-        // A negative return makes libbpf end the drain (this record is consumed). One clock
-        // read per 64 records costs nothing next to symbolizing them.
-        if (self->events_on && (self->delivered_total++ & 63) == 63 && monotonic_ns() > self->drain_deadline_ns)
-            return -ECANCELED;
-        return 0;
-    }
 };
 
-// Opens the walker with its configuration and loads the program pair for this kernel: the
-// may_goto scan (kernel 6.9+, ~4x cheaper per stack word) or the bpf_loop-only one.
-int Sampler::Impl::load(const SamplerConfig& cfg, bool fast) {
+// What the walker needs of this VM (struct bb_vm), JIT code and unwind modules left to
+// refresh_vm_state().
+bb_vm Sampler::Impl::vm_value(const SamplerConfig& cfg) const {
     const VmOffsets& o = vm.offsets();
-    skel.reset(beam_walk__open());
-    if (!skel) throw UserError(fmt::format("cannot open the BPF program: {}", errno_text(errno)));
-    auto* s = skel.get();
-    bpf_program__set_autoload(s->progs.on_sample, !fast);
-    bpf_program__set_autoload(s->progs.on_call, !fast);
-    bpf_program__set_autoload(s->progs.on_sample_fast, fast);
-    bpf_program__set_autoload(s->progs.on_call_fast, fast);
-    bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
-    bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
-    bpf_program__set_autoload(s->progs.on_gc_return, cfg.alloc && cfg.alloc_interval);
-    bpf_program__set_autoload(s->progs.on_watch, !fast && cfg.alloc && cfg.alloc_interval);
-    bpf_program__set_autoload(s->progs.on_watch_fast, fast && cfg.alloc && cfg.alloc_interval);
-    // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
-    if (getenv("BB_LIBBPF_DEBUG")) {
-        bpf_program* p;
-        bpf_object__for_each_program(p, s->obj) bpf_program__set_log_level(p, 4);
-    }
-
-    s->rodata->target_tgid = static_cast<uint32_t>(vm.pid());
-    s->rodata->max_frames = cfg.max_frames;
-    s->rodata->vm = o.layout();
+    bb_vm v{};
+    v.tgid = static_cast<uint32_t>(vm.pid());
+    v.layout = o.layout();
     // Vm::attach checked that each Process field is a whole word inside Process.
     uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_state,
                                   o.proc_scheduler_data, o.proc_reg, o.proc_initial + 16});
     if (cfg.alloc) span = std::max({span, o.proc_high_water + 8, o.proc_mbuf_sz + 8});
     if (span > 1024) throw UserError(fmt::format("offsets ({}): Process fields beyond 1024 bytes", o.origin));
-    s->rodata->proc_span = span;
-    if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
-        throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",
-                                    cfg.blame_ranges.size(), BB_MAX_BLAME_RANGES));
-    s->rodata->nr_blame_ranges = static_cast<uint32_t>(cfg.blame_ranges.size());
-    for (size_t i = 0; i < cfg.blame_ranges.size(); i++) {
-        s->rodata->blame_ranges[i].start = cfg.blame_ranges[i].start;
-        s->rodata->blame_ranges[i].end = cfg.blame_ranges[i].end;
-    }
-    uint32_t ring_bytes = cfg.ring_bytes ? cfg.ring_bytes : ring_bytes_for(cfg);
-    s->rodata->wakeup_bytes = ring_bytes / 4;
-    s->rodata->measure_walk = cfg.measure_walk;
-    s->rodata->alloc_mode = cfg.alloc;
-    s->rodata->watch_mode = cfg.alloc && cfg.alloc_interval;
-    s->rodata->frame_layout = static_cast<uint32_t>(cfg.frame_layout);
-    s->rodata->jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
-    s->rodata->max_native_frames = cfg.unwind ? std::min<uint32_t>(cfg.max_native_frames, BB_MAX_NATIVE_FRAMES) : 0;
-    s->rodata->kernel_stacks = cfg.kernel_stacks;
-    if (cfg.only_pid) {
-        s->rodata->only_pid = cfg.only_pid->pid & cfg.only_pid->mask;
-        s->rodata->only_pid_mask = cfg.only_pid->mask;
-    }
-    s->rodata->blame_scan_only = getenv("BB_BLAME_SCAN_ONLY") != nullptr;
-    bpf_map__set_max_entries(s->maps.records, ring_bytes);
-    // The rows are the store's (sampling/unwind_maps.hpp), shared with every other walker of
-    // this process; without native frames the arrays stay at one entry.
-    if (cfg.unwind) {
-        if (!cfg.unwind_maps) throw UserError("native frames without the maps of their unwind rows");
-        if (bpf_map__reuse_fd(s->maps.unwind_rows, cfg.unwind_maps->rows_fd()) ||
-            bpf_map__reuse_fd(s->maps.unwind_buckets, cfg.unwind_maps->buckets_fd()))
-            throw UserError(fmt::format("cannot share the native unwind tables' maps: {}", errno_text(errno)));
-    }
-    // Only -e alloc uses it: preallocated at 64 Ki entries it is 7 MiB of kernel memory per
-    // loaded walker (measured with beam-bpf-agent, one walker per VM).
-    if (!cfg.alloc) bpf_map__set_max_entries(s->maps.alloc_seen, 64);
-    if (!cfg.alloc_interval) bpf_map__set_max_entries(s->maps.watch_free_at_entry, 64);
-    return beam_walk__load(s);
+    v.proc_span = span;
+    v.frame_layout = static_cast<uint32_t>(cfg.frame_layout);
+    v.jit_descriptor = vm.symbol_address("__jit_debug_descriptor");
+    return v;
 }
 
-Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_unique<Impl>(vm)) {
-    libbpf_set_print(libbpf_quiet);
-    // BB_BPF_COMPAT=1 forces the program older kernels get, to test it on a new one.
-    bool fast = !getenv("BB_BPF_COMPAT");
-    int err = impl_->load(cfg, fast);
-    if (err && fast && err != -EPERM) {
-        fast = false;
-        err = impl_->load(cfg, fast);
-    }
-    if (err)
-        throw UserError(fmt::format("cannot load the BPF program into the kernel: {}{}", errno_text(err),
-                                    err == -EPERM ? " (need root, or CAP_BPF and CAP_PERFMON)" : ""));
-    auto* s = impl_->skel.get();
-    bpf_program* on_sample = fast ? s->progs.on_sample_fast : s->progs.on_sample;
-    bpf_program* on_call = fast ? s->progs.on_call_fast : s->progs.on_call;
-    bpf_program* on_heap_alloc = fast ? s->progs.on_heap_alloc_fast : s->progs.on_heap_alloc;
+Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker> walker)
+    : impl_(std::make_unique<Impl>(vm)) {
     impl_->cfg = cfg;
+    impl_->slot_value = impl_->vm_value(cfg);
+    impl_->walker = walker ? std::move(walker) : std::make_shared<Walker>(cfg, 1);
+    Walker& w = *impl_->walker;
+    impl_->slot = w.add_vm(impl_->slot_value);
+    impl_->has_slot = true;
     refresh_vm_state();
 
-    impl_->on_sample = on_sample;
+    impl_->on_sample = w.on_sample();
+    auto* s = w.skel();
     // Before the sampling events: no sample runs code loaded unannounced.
     impl_->follow_code_events();
     if (cfg.entry_probes.empty()) {
@@ -239,8 +132,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
     } else {
         for (const auto& p : cfg.entry_probes) {
             bpf_link* l = bpf_program__attach_uprobe(p.gc_return    ? s->progs.on_gc_return
-                                                     : p.heap_alloc ? on_heap_alloc
-                                                                    : on_call,
+                                                     : p.heap_alloc ? w.on_heap_alloc()
+                                                                    : w.on_call(),
                                                      p.gc_return, vm.pid(), p.binary.c_str(), p.file_offset);
             if (!l) {
                 int err = errno;
@@ -259,10 +152,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg) : impl_(std::make_uniqu
         wc.interval_words = cfg.alloc_interval;
         impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->bss->armer_of_cpu,
                                                     std::array{s->maps.watch_ticks_0, s->maps.watch_ticks_1},
-                                                    fast ? s->progs.on_watch_fast : s->progs.on_watch, wc);
+                                                    w.fast() ? s->progs.on_watch_fast : s->progs.on_watch, wc);
     }
-    impl_->ring.reset(ring_buffer__new(bpf_map__fd(s->maps.records), Impl::on_ring, impl_.get(), nullptr));
-    if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));
     impl_->attached = true;
 }
 
@@ -385,7 +276,7 @@ void Sampler::Impl::follow_code_events() {
     }
     // The executable as the Vm opened it (target/target_file.hpp), by its /proc/self/fd path.
     std::string exe = vm.exe_file().fd_path();
-    bpf_link* l = bpf_program__attach_uprobe(skel->progs.on_code_event, false, vm.pid(), exe.c_str(), sym->file_offset);
+    bpf_link* l = bpf_program__attach_uprobe(walker->skel()->progs.on_code_event, false, vm.pid(), exe.c_str(), sym->file_offset);
     if (!l) {
         int err = errno;
         code_events_off = fmt::format("no entry probe on __jit_debug_register_code: {}{}", errno_text(err),
@@ -397,41 +288,53 @@ void Sampler::Impl::follow_code_events() {
 
 // The modules of files mapped since the last call (NIF libraries): refresh() placed their rows
 // in the store's maps, so each module's rows are there before the walker can see the module.
-void Sampler::Impl::load_unwind_rows() {
+// True if there are new ones (the slot is then to be rewritten).
+bool Sampler::Impl::load_unwind_rows() {
     NativeUnwind* u = cfg.unwind;
-    if (!u) return;
+    if (!u) return false;
     u->refresh();
     const auto& mods = u->modules();
-    if (mods.size() == unwind_modules_loaded) return;
-    for (size_t i = unwind_modules_loaded; i < mods.size(); i++) skel->bss->unwind_modules[i] = mods[i];
-    __atomic_store_n(&skel->bss->nr_unwind_modules, static_cast<uint32_t>(mods.size()), __ATOMIC_RELEASE);
-    unwind_modules_loaded = mods.size();
+    if (mods.size() == slot_value.nr_unwind_modules) return false;
+    for (size_t i = slot_value.nr_unwind_modules; i < mods.size() && i < BB_MAX_UNWIND_MODULES; i++)
+        slot_value.unwind_modules[i] = mods[i];
+    slot_value.nr_unwind_modules = static_cast<uint32_t>(std::min<size_t>(mods.size(), BB_MAX_UNWIND_MODULES));
+    return true;
 }
 
 Sampler::~Sampler() = default;
 
 void Sampler::refresh_vm_state() {
-    auto* s = impl_->skel.get();
-    impl_->load_unwind_rows();
-    if (impl_->on_sample && impl_->events_on && !impl_->per_cpu && impl_->cfg.entry_probes.empty()) {
-        impl_->follow_threads();
-        impl_->last_follow_ns = monotonic_ns();
+    Impl& im = *impl_;
+    bool changed = im.load_unwind_rows();
+    if (im.on_sample && im.events_on && !im.per_cpu && im.cfg.entry_probes.empty()) {
+        im.follow_threads();
+        im.last_follow_ns = monotonic_ns();
     }
-    auto ranges = impl_->vm.jit_code_ranges();
-    // Append only: the walker may be reading these right now.
-    for (size_t i = 0; i < ranges.size(); i++) {
-        s->bss->code_ranges[i].start = ranges[i].start;
-        s->bss->code_ranges[i].end = ranges[i].end;
+    auto ranges = im.vm.jit_code_ranges();
+    // Append only: the walker may be reading the slot right now.
+    for (size_t i = 0; i < ranges.size() && i < BB_MAX_CODE_RANGES; i++) {
+        bb_range& r = im.slot_value.code_ranges[i];
+        changed |= r.start != ranges[i].start || r.end != ranges[i].end;
+        r = {ranges[i].start, ranges[i].end};
     }
-    __atomic_store_n(&s->bss->nr_code_ranges, static_cast<uint32_t>(ranges.size()), __ATOMIC_RELEASE);
+    uint32_t nr = static_cast<uint32_t>(std::min<size_t>(ranges.size(), BB_MAX_CODE_RANGES));
+    changed |= nr != im.slot_value.nr_code_ranges;
+    im.slot_value.nr_code_ranges = nr;
+    if (changed) im.walker->update_vm(im.slot, im.slot_value);
 
-    int map_fd = bpf_map__fd(s->maps.sched_threads);
-    for (const auto& t : impl_->vm.sched_threads()) {
+    // The scheduler threads, and those gone since (a shared walker's map holds every VM's).
+    int map_fd = im.walker->sched_threads_fd();
+    std::set<uint32_t> now;
+    for (const auto& t : im.vm.sched_threads()) {
         uint32_t tid = static_cast<uint32_t>(t.tid);
         if (int err = bpf_map_update_elem(map_fd, &tid, &t.sched, BPF_ANY))
             throw UserError(fmt::format("cannot tell the BPF program about scheduler thread {}: {}", tid,
                                         errno_text(err)));
+        now.insert(tid);
     }
+    for (uint32_t tid : im.sched_tids)
+        if (!now.count(tid)) bpf_map_delete_elem(map_fd, &tid);
+    im.sched_tids.swap(now);
 }
 
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
@@ -442,16 +345,7 @@ size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record
         impl_->follow_threads();
         impl_->last_follow_ns = monotonic_ns();
     }
-    impl_->handler = &on_record;
-    impl_->handled = 0;
-    impl_->drain_deadline_ns = monotonic_ns() + (timeout.count() + 100) * 1000000ull;
-    int rc = ring_buffer__poll(impl_->ring.get(), static_cast<int>(timeout.count()));
-    // The walker rarely wakes us (see emit() in the BPF program): always drain.
-    if (rc >= 0 || rc == -EINTR || rc == -ECANCELED) rc = ring_buffer__consume(impl_->ring.get());
-    impl_->handler = nullptr;
-    if (rc < 0 && rc != -EINTR && rc != -ECANCELED)
-        throw UserError(fmt::format("reading the ring buffer: {}", errno_text(rc)));
-    return impl_->handled;
+    return impl_->walker->poll(timeout, on_record, !impl_->events_on);
 }
 
 void Sampler::stop_events() {
@@ -469,30 +363,17 @@ void Sampler::stop_events() {
     impl_->events_on = false;
 }
 
-namespace {
-// Sums of a per-CPU array of u64, one per key.
-std::vector<uint64_t> sum_percpu(int fd, uint32_t keys) {
-    int ncpu = libbpf_num_possible_cpus();
-    std::vector<uint64_t> vals(ncpu > 0 ? ncpu : 1), sums(keys);
-    for (uint32_t k = 0; k < keys; k++)
-        if (bpf_map_lookup_elem(fd, &k, vals.data()) == 0)
-            for (auto v : vals) sums[k] += v;
-    return sums;
-}
-}  // namespace
+uint32_t Sampler::slot() const { return impl_->slot; }
 
 const std::string& Sampler::events_note() const { return impl_->events_note; }
 
 SamplerCounters Sampler::counters() const {
-    auto c = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), BB_C_NR);
+    const Walker& w = *impl_->walker;
+    auto c = w.counters(impl_->slot);
     SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
-                        c[BB_C_WALK_NS], 0, {}, impl_->handler_errors, impl_->first_handler_error, 0, 0, {}, {}, {}};
-    if (impl_->on_sample) {
-        bpf_prog_info info{};
-        uint32_t len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(bpf_program__fd(impl_->on_sample), &info, &len) == 0) out.prog_run_cnt = info.run_cnt;
-    }
-    out.walk_hist = sum_percpu(bpf_map__fd(impl_->skel->maps.walk_ns_hist), BB_WALK_HIST_BUCKETS);
+                        c[BB_C_WALK_NS], 0, {}, w.handler_errors(), w.first_handler_error(), 0, 0, {}, {}, {}};
+    out.prog_run_cnt = w.prog_run_cnt();
+    out.walk_hist = w.walk_hist();
     out.code_events = c[BB_C_CODE_EVENTS];
     out.native_walk_ns = c[BB_C_NATIVE_NS];
     out.code_events_lost = c[BB_C_CODE_EVENTS_LOST];

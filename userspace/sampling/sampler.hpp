@@ -1,5 +1,7 @@
-// Loads the BPF walker into the kernel, attaches it to per-CPU perf events (or to entry
-// probes for beam-bpf-blame --count), and hands the records it emits to a callback.
+// Samples one VM: gives it a slot in a loaded BPF walker (sampling/walker.hpp: its own, or one
+// shared by every VM an agent follows), attaches the walker to the VM's perf events (per thread
+// or per CPU) or entry probes (beam-bpf-blame --count, -e alloc), keeps the VM's slot current,
+// and hands the records emitted to a callback.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "sampling/alloc_watch.hpp"
 #include "native/unwind_table.hpp"
 #include "sampling/unwind_maps.hpp"
+#include "sampling/walker.hpp"
 #include "target/vm.hpp"
 
 namespace bb {
@@ -83,8 +86,10 @@ struct SamplerCounters {
 
 class Sampler {
 public:
-    // Throws UserError with a one-line reason (privileges, kernel support, bad config).
-    Sampler(const Vm& vm, const SamplerConfig& cfg);
+    // Samples `vm` through `walker` (loaded with a config like `cfg`: the events and probes are
+    // this Sampler's), or through a walker of its own if none. Throws UserError with a one-line
+    // reason (privileges, kernel support, bad config, no slot left).
+    Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker> walker = nullptr);
     ~Sampler();
     Sampler(const Sampler&) = delete;
     Sampler& operator=(const Sampler&) = delete;
@@ -92,16 +97,17 @@ public:
     // Re-reads what can change while the VM runs: JIT code mappings, scheduler threads, and
     // (per-thread events) threads started since the last call.
     void refresh_vm_state();
-    // Drains the ring buffer, waiting up to `timeout` for data. Returns records handled. A
-    // handler that throws loses that record only (counters()); a ring error throws UserError.
-    // While events are on, a drain ends after about `timeout` even if the walker writes faster
-    // than the handler reads (the ring then fills and the kernel counts drops), so the caller
-    // keeps control; after stop_events() it empties the ring.
+    // Drains the walker's ring buffer (Walker::poll), waiting up to `timeout` for data. Returns
+    // records handled. While events are on, a drain ends after about `timeout` even if the walker
+    // writes faster than the handler reads, so the caller keeps control; after stop_events() it
+    // empties the ring. A shared walker's ring holds every VM's records: drain it there instead.
     using Handler = std::function<void(const bb_record&)>;
     size_t poll(std::chrono::milliseconds timeout, const Handler& on_record);
     // Detaches the program from every event: records already in the ring are all that is
-    // left, so a final poll() accounts for every record the walker emitted.
+    // left, so a final poll() accounts for every record the walker emitted for this VM.
     void stop_events();
+    // This VM's slot in the walker.
+    uint32_t slot() const;
     SamplerCounters counters() const;
     // Why the events are per CPU when per-thread ones were asked for (more VM threads than
     // descriptors), for the attach line; "" otherwise.
