@@ -106,13 +106,12 @@ struct Agent::Followed {
     void handle_alloc(const bb_record& r) {
         AllocPart& a = *alloc;
         if (r.where == BB_WHERE_CODE_EVENT) return a.s->sym.code_event(r);
-        // As beam-bpf-sample's report (run/reporter.cpp): each sample weighs the words it stands
-        // for; a GC entry's exact total is not a sample of where they were allocated.
-        if (r.alloc_words == 0 || (r.flags & BB_F_ALLOC_TOTAL)) return;
+        const uint64_t words = weight_of(r, true);
+        if (!words) return;
         a.s->sym.frames(r, a.frames);
         Who who = who_of(r);
         if (who.erl_pid) names->name(r);
-        a.agg.add(a.frames, r.alloc_words, who);
+        a.agg.add(a.frames, words, who);
         a.samples++;
     }
     // The code loaded or purged since the last drain: it must be known before the samples
@@ -266,7 +265,8 @@ void Agent::step(Followed& f, uint64_t now_ns) {
     if (now_ns - f.last_check_ns >= kSecond) {
         f.last_check_ns = now_ns;
         // A VM attached as it started may not have registered init yet: names from when it has.
-        if (!f.names->unavailable().empty()) f.names.emplace(f.s->vm, false);
+        // (Names unavailable for a lasting reason, a layout that does not read, are not retried.)
+        if (f.names->starting()) f.names.emplace(f.s->vm, false);
         for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr}) {
             if (!s) continue;
             s->sampler->refresh_vm_state();

@@ -149,6 +149,7 @@ ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(r
     // 0 but not registered yet: no registration is not a wrong layout.
     if (init && *init && reg && *reg == 0) {
         unavailable_ = "init is not registered yet (the VM is starting)";
+        starting_ = true;
         return;
     }
     if (text != "init") {

@@ -50,6 +50,8 @@ public:
     // Why names are not read on this VM ("" when they are): checked once at attach, by reading
     // the name init (<0.0.0>) is registered under.
     const std::string& unavailable() const { return unavailable_; }
+    // Unavailable only because the VM is starting (init not registered yet): worth reading again.
+    bool starting() const { return starting_; }
 
     // "my_server", "{worker,3}" (a label), "MyApp.Conn.init/1" (an initial call), or "" when
     // none is known; for a record the walker attributed to a process (BB_F_PROC).
@@ -84,6 +86,7 @@ private:
     AtomTable atoms_;
     term::TermSource terms_;  // the VM's memory, atoms and pids
     std::string unavailable_;
+    bool starting_ = false;
     std::unordered_map<uint64_t, std::string> names_;  // pid term -> name
 };
 

@@ -20,10 +20,7 @@ void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
-    // An allocation profile weighs each record by the words the code on its stack allocated.
-    if (weigh_words_ && r.alloc_words == 0) return;  // only fragments counted apart
-    if (r.flags & BB_F_ALLOC_TOTAL) return;          // a GC entry's total: the watchpoints attribute it
-    agg_.add(frames, weigh_words_ ? r.alloc_words : 1, who);
+    if (uint64_t w = weight_of(r, weigh_words_)) agg_.add(frames, w, who);
 }
 
 void Reporter::write(uint64_t now_ns) {

@@ -17,6 +17,15 @@ inline Who who_of(const bb_record& r) {
             r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
 }
 
+// What a record weighs in a profile: 1 sample, or in an allocation profile (`words`) the words
+// the code on its stack allocated; 0 for a record no stack is charged with (only fragments
+// counted apart, or a GC entry's exact total, which the watchpoints attribute). The agent's
+// allocation profiles weigh as beam-bpf-sample's do.
+inline uint64_t weight_of(const bb_record& r, bool words) {
+    if (r.flags & BB_F_ALLOC_TOTAL) return 0;
+    return words ? r.alloc_words : 1;
+}
+
 class Reporter {
 public:
     // `unit`: what a sample counts ("samples", "calls", "words": -e alloc's weights).
