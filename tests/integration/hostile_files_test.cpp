@@ -173,6 +173,15 @@ TEST_F(HostileFilesTest, MoreThreadsThanDescriptors) {
     long in_lib = unwound_in_library(r.out);
     std::cout << "1,7xx threads under ulimit -n 1024: " << in_lib << " samples in the NIF, per CPU\n";
     EXPECT_GT(in_lib, 100) << r.err;
+
+    // The agent's one walker samples every VM it follows: per-CPU events there would sample the
+    // other VMs' threads a second time, so such a VM is refused, and says why.
+    r = run_command({"sh", "-c", "ulimit -n 1024 && exec timeout --preserve-status -s INT 12 \"$0\" --output \"$1\" --match 'SDio 700'",
+                     std::string(BB_BIN_DIR) + "/beam-bpf-agent", dir_ + "/agent"},
+                    30s);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_NE(r.err.find("refused pid " + pid + " "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("threads need more descriptors than the limit of 1024"), std::string::npos) << r.err;
     erl->send_line("stop_threads");
 }
 

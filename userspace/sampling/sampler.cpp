@@ -38,6 +38,7 @@ std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 struct Sampler::Impl {
     const Vm& vm;
     std::shared_ptr<Walker> walker;
+    bool shared = false;  // the walker samples other VMs too: per-CPU events would sample them as well
     uint32_t slot = 0;
     bool has_slot = false;
     bb_vm slot_value{};  // what the walker has of this VM (rewritten, append only, as it changes)
@@ -111,6 +112,8 @@ bb_vm Sampler::Impl::vm_value(const SamplerConfig& cfg) const {
 Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker> walker)
     : impl_(std::make_unique<Impl>(vm)) {
     impl_->cfg = cfg;
+    impl_->shared = walker != nullptr;
+    if (impl_->shared && cfg.per_cpu) throw UserError("per-CPU events on a walker that samples other VMs");
     impl_->slot_value = impl_->vm_value(cfg);
     impl_->walker = walker ? std::move(walker) : std::make_shared<Walker>(cfg, 1);
     Walker& w = *impl_->walker;
@@ -260,6 +263,12 @@ void Sampler::Impl::follow_threads() {
     std::string why = fmt::format("per-CPU events: the VM's {} threads need more descriptors than the limit of {} "
                                   "leaves for per-thread events",
                                   threads.size(), limit);
+    // A shared walker's per-CPU events would run for the threads of every VM it samples: each of
+    // them would have its samples twice.
+    if (shared)
+        throw UserError(fmt::format("the VM's {} threads need more descriptors than the limit of {} leaves for "
+                                    "per-thread events (raise the agent's LimitNOFILE)",
+                                    threads.size(), limit));
     if (attached) fmt::print(stderr, "{}: warning: sampling now through {}\n", tool_name(), why);
     open_cpu_events(why);
 }

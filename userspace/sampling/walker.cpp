@@ -168,7 +168,7 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
             throw UserError(fmt::format("cannot share the native unwind tables' maps: {}", errno_text(errno)));
     }
     // Only -e alloc uses it: preallocated at 64 Ki entries it is 7 MiB of kernel memory per
-    // loaded walker (measured with beam-bpf-agent, one walker per VM).
+    // loaded walker (measured with beam-bpf-agent when it loaded one walker per VM).
     if (!cfg.alloc) bpf_map__set_max_entries(s->maps.alloc_seen, 64);
     if (!cfg.alloc_interval) bpf_map__set_max_entries(s->maps.watch_free_at_entry, 64);
     return beam_walk__load(s);
