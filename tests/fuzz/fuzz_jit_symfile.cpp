@@ -15,6 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (const auto& r : m->ranges) {
             if (r.start < last || r.end < r.start) __builtin_trap();
             last = r.end;
+            for (const auto& l : r.lines)
+                if (l.file >= m->files.size()) __builtin_trap();  // every line names a file kept
         }
     }
     (void)bb::parse_emulator_symfile(bytes);

@@ -139,7 +139,7 @@ TEST(JitSymfile, ParsesModuleRangesAndLines) {
     EXPECT_EQ(m->ranges[2].lines[0].start, kBase + 0x60);
     EXPECT_EQ(m->ranges[2].lines[0].line, 1260u);
     EXPECT_EQ(m->ranges[2].lines[1].start, kBase + 0x100);
-    EXPECT_EQ(m->ranges[2].lines[1].file, "lists.erl");
+    EXPECT_EQ(m->files.at(m->ranges[2].lines[1].file), "lists.erl");
     expect_invariants(*m);
 }
 

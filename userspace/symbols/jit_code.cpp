@@ -14,6 +14,7 @@
 #include <string_view>
 #include <thread>
 #include <time.h>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace bb {
@@ -105,6 +106,8 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
     if (range_count > (b.size() - pos) / (kRangeSize + 1))
         return fail(err, "range count " + std::to_string(range_count) + " exceeds the symfile");
     m.ranges.reserve(range_count);
+    std::unordered_map<std::string, uint32_t> file_index;  // m.files, by name
+    std::string file;
 
     for (uint32_t i = 0; i < range_count; i++) {
         auto start_off = load<uint32_t>(b, pos), end_off = load<uint32_t>(b, pos + 4),
@@ -131,8 +134,11 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
             auto file_len = load<uint16_t>(b, pos + kLineFileLen);
             if (!file_len) return fail(err, "line record truncated");
             JitLine l;
-            if (!read_name(b, pos + kLineFile, *file_len, &l.file, err, "line file name"))
+            if (!read_name(b, pos + kLineFile, *file_len, &file, err, "line file name"))
                 return std::nullopt;
+            auto [it, added] = file_index.try_emplace(file, static_cast<uint32_t>(m.files.size()));
+            if (added) m.files.push_back(file);
+            l.file = it->second;
             pos += kLineSize + *file_len;
             if (pos > b.size()) return fail(err, "line record truncated");
             // Dropped, not rejected: a line outside the module's code cannot describe any address
@@ -269,7 +275,7 @@ JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr, uint64_t f
     if (it != r.lines.begin()) {
         --it;
         h.line = it->line;
-        h.file = &it->file;
+        h.file = &m.files[it->file];
     }
     return h;
 }

@@ -18,7 +18,8 @@ namespace bb {
 struct JitLine {
     uint64_t start = 0;  // absolute address where this line's code starts
     uint32_t line = 0;
-    std::string file;
+    uint32_t file = 0;   // index into its module's `files`: a module's lines name one or two
+                         // files, tens of thousands of times (a string each was 3 MiB a VM)
 };
 
 struct JitRange {
@@ -33,6 +34,7 @@ struct JitModule {
     uint64_t base = 0;
     uint32_t code_size = 0;
     std::vector<JitRange> ranges; // sorted by start, non-overlapping
+    std::vector<std::string> files;  // the file names its lines give, each once
 };
 
 struct JitEmulator {

@@ -81,7 +81,8 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
     const JitRange& r = *hit->range;
     // Code before the function's first line entry (its prologue) is the function's first line.
     const JitLine* first = r.lines.empty() ? nullptr : &r.lines.front();
-    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first ? &first->file : nullptr,
+    const std::string* first_file = first ? &hit->module->files[first->file] : nullptr;
+    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first_file,
                                  first ? first->line : 0, hit->line ? hit->line : first ? first->line : 0);
     cache.insert_or_assign(addr, Cached{id, hit->valid_from, hit->valid_until});
     return id;
