@@ -15,16 +15,18 @@ holds (fdinfo memlock) are read from outside, with the VMs it follows (its --sta
   - memory flat: among readings taken while it followed exactly --live VMs, the median of the
     last tenth of the run within 10% of the median of the second tenth (the first is start-up),
     for its RSS and for its BPF kernel memory;
-  - nothing left: once the last VM is gone and the agent has detached it, its descriptors and
-    BPF objects are what they were before the first VM plus the shared unwind store (its two
-    arrays, kept from the first attach on: their bytes from the agent's --stats), and no perf
-    event is open;
+  - nothing left: once the last VM is gone and the agent has detached it, no perf event is
+    open, every descriptor it opened since before the first VM is one of the BPF objects loaded
+    once for all VMs (the walker's programs, maps and ring, and the shared unwind store's two
+    arrays: no file, no perf event, no link of a VM), and its BPF kernel memory is what it was
+    while it followed VMs (nothing of it was any VM's own);
   - every VM that lived long enough was attached (refusals are counted and printed).
 
 Prints the figures and writes JSON; exit 1 if a check fails. Run as root after scripts/setup.sh:
 
     bench/agent_soak.py [--seconds 3600] [--churn 4] [--live 3] [--erl PATH ...] [--build DIR] [--json FILE]
 """
+import collections
 import json
 import os
 import statistics
@@ -43,6 +45,18 @@ OTP27 = "/var/tmp/beam-bpf-otp27/prefix/bin/erl"
 
 def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def fd_kinds(pid):
+    """Its descriptors by what they are: "file", "socket", or the anon_inode's name."""
+    kinds = collections.Counter()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        kinds["file" if link.startswith("/") else link.split(":[")[0] if link.startswith("socket") else link] += 1
+    return kinds
 
 
 def rss_anon_kib(pid):
@@ -89,7 +103,7 @@ def main():
         agent = spawn([agent_bin, "--every", "10", "--output", os.path.join(tmp, "out"), "--stats", stats_file,
                        "--match", "-sname bbsoak[0-9]+ "], stderr=open(os.path.join(tmp, "agent.log"), "w"))
         time.sleep(2)
-        before = {"fds": fds(agent.pid), "bpf": bpf_kib(agent.pid)}
+        before = {"fds": fds(agent.pid), "bpf": bpf_kib(agent.pid), "kinds": fd_kinds(agent.pid)}
         vms, gone, started, readings = [], [], 0, []
         t0 = time.monotonic()
         next_vm = next_reading = 0.0
@@ -134,7 +148,7 @@ def main():
                 break
             time.sleep(0.2)
         time.sleep(1.5)
-        after = {"fds": fds(agent.pid), "bpf": bpf_kib(agent.pid)}
+        after = {"fds": fds(agent.pid), "bpf": bpf_kib(agent.pid), "kinds": fd_kinds(agent.pid)}
         final = stats(stats_file)
         agent.terminate()
         agent.wait(30)
@@ -151,13 +165,17 @@ def main():
         R[key + "_flat"] = f
         checks.append((f"{key} with {a.live} VMs: second tenth {f[0]:.0f}, last tenth {f[1]:.0f} ({f[2]:+.1f}%)"
                        if f else f"{key}: no readings with {a.live} VMs in both tenths", bool(f) and abs(f[2]) <= 10))
+    # Loaded at the first attach for every VM: BPF programs, maps and BTF, and the ring's epoll.
+    shared_kinds = {"anon_inode:bpf-map", "anon_inode:bpf-prog", "anon_inode:btf", "anon_inode:[eventpoll]"}
+    added = after["kinds"] - before["kinds"]
+    checks.append((f"descriptors {before['fds']} before the first VM, {after['fds']} after the last, the added ones "
+                   f"{dict(added)}", set(added) <= shared_kinds and after["bpf"][1] == 0))
+    while_followed = sorted(r["bpf_kib"] for r in readings if r["vms_followed"] > 0)
+    held = while_followed[len(while_followed) // 2] if while_followed else None
     store_kib = final.get("unwind_store", {}).get("kernel_bytes", 0) // 1024
-    store_fds = 2 if store_kib else 0  # its rows and buckets arrays
-    checks.append((f"descriptors {before['fds']} before the first VM, {after['fds']} after the last "
-                   f"({store_fds} of them the unwind store's)", after["fds"] == before["fds"] + store_fds))
-    checks.append((f"BPF objects {before['bpf'][0]} KiB before, {after['bpf'][0]} KiB after (the unwind store: "
-                   f"{store_kib} KiB); perf events after: {after['bpf'][1]}",
-                   after["bpf"][0] == before["bpf"][0] + store_kib and after["bpf"][1] == 0))
+    checks.append((f"BPF objects {before['bpf'][0]} KiB before, {held} KiB (median) while following VMs, "
+                   f"{after['bpf'][0]} KiB after (the unwind store: {store_kib} KiB); perf events after: {after['bpf'][1]}",
+                   held is not None and after["bpf"][0] == held and after["bpf"][1] == 0))
     print(f"agent soak {a.seconds} s: {started} VMs started ({', '.join(erls)}), {R['attached']} attached, "
           f"{R['detached']} detached, {R['refused']} refused; {R['samples']} samples, {R['dropped']} dropped")
     for what, ok in checks:
