@@ -771,13 +771,20 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
               << all << " words of the worker: " << kThree << " " << 100.0 * words[kThree] / all << "%, " << kOne << " "
               << 100.0 * words[kOne] / all << "%, " << kNone << " " << 100.0 * words[kNone] / all << "%\n";
     EXPECT_GE(alloc_files, 1u);
-    // Samples enough that 3 points is 3 standard deviations of a 75% share.
+    // Samples enough that 3 points is 3 standard deviations of a 75% share (the check below allows
+    // 5: see there).
     EXPECT_GE(st["alloc_samples"].get<long>(), 1876) << st.dump();
     EXPECT_EQ(alloc_files, cpu_files);
     // 120 rounds of 16,000 words, sampled every 256 on average.
     ASSERT_GT(all, 1'000'000) << r.err;
-    EXPECT_NEAR(100.0 * words[kThree] / all, 75.0, 3.0);
-    EXPECT_NEAR(100.0 * words[kOne] / all, 25.0, 3.0);
+    // 5 points, not the 3 that beam-bpf-sample -e alloc --process meets (alloc_test.cpp): without
+    // --process every process of the VM competes for the one watch, and the worker's share moves
+    // with the machine's load beyond the sampling error (17 runs of this test on 2026-11-24/25,
+    // the agent before one walker served all VMs (f2f4fbe) and after it alike: 70.7% to 77.9%,
+    // the sd of 3,000 samples being 0.8 points): a bias between processes, open in issue 21
+    // (README, Where it is still biased). Lock-in, what the watchpoints replaced, gave 100% or 0%.
+    EXPECT_NEAR(100.0 * words[kThree] / all, 75.0, 5.0);
+    EXPECT_NEAR(100.0 * words[kOne] / all, 25.0, 5.0);
     EXPECT_LT(100.0 * words[kNone] / all, 0.5);
 }
 
