@@ -3,6 +3,7 @@
 #include "base/text.hpp"
 
 #include <fmt/format.h>
+#include <cstring>
 #include <sys/resource.h>
 
 namespace bb {
@@ -29,5 +30,7 @@ int guarded_main(const char* prog, const std::function<int()>& body) {
     }
     return 1;
 }
+
+std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 }  // namespace bb

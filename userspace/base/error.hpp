@@ -60,6 +60,8 @@ auto to_result(F&& parse) -> Result<typename std::invoke_result_t<F, std::string
 
 // The one prefix of a tool's messages ("beam-bpf-sample"), set by guarded_main().
 const char* tool_name();
+// strerror of an errno value or of a libbpf-style negative one.
+std::string errno_text(int err);
 
 // Runs `body` as the tool `prog`: UserError and any other exception become one line
 // "PROG: error: ..." on stderr and exit code 1.

@@ -31,7 +31,6 @@ struct LinkDeleter {
     void operator()(bpf_link* l) const { bpf_link__destroy(l); }
 };
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 }  // namespace
 

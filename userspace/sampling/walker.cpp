@@ -27,7 +27,6 @@ struct RingDeleter {
     void operator()(ring_buffer* r) const { ring_buffer__free(r); }
 };
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
     // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
