@@ -36,6 +36,14 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
+// The state letter of a thread, from /proc/PID/task/TID/stat ("TID (NAME) S ..."; the name may
+// hold parentheses, the state follows the last); 0 if unreadable (the thread is gone).
+char thread_state(pid_t pid, pid_t tid) {
+    const std::string stat = read_file(fmt::format("/proc/{}/task/{}/stat", pid, tid));
+    size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
 }  // namespace
 
 namespace {
@@ -229,7 +237,15 @@ std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t wa
             std::memcpy(&state, proc->data() + o.proc_state, 4);
             if (state & (BB_PSFLG_RUNNING | BB_PSFLG_RUNNING_SYS)) seen.push_back({t.sched.esdp, std::move(*proc)});
         }
-        if (seen.size() < want) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (seen.size() >= want) break;
+        // A process is current only on a scheduler at work (or blocked in a call made for it,
+        // which the round above saw). When every normal scheduler sleeps there is nothing to
+        // wait for: an idle VM would cost 50 looks, 100 ms, and the agent attaches VMs in turn.
+        bool working = false;
+        for (const auto& t : scheds)
+            working = working || (t.sched.type == BB_SCHED_NORMAL && thread_state(pid_, t.tid) == 'R');
+        if (!working) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     return seen;
 }
