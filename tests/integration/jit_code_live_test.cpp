@@ -96,9 +96,10 @@ uint64_t load_bias(pid_t pid, const bb::ElfFile& elf) {
 // Every module reachable by looking up addresses across the VM's executable JIT mappings.
 // Keyed by module: names are not unique (the JIT's own shared code registers as "global", and
 // so does kernel's Erlang module global).
-std::set<const bb::JitModule*> sweep_modules(const bb::JitCodeIndex& idx, pid_t pid,
-                                             uint64_t sample_ns) {
-    std::set<const bb::JitModule*> found;
+// By base: VMs share equal modules (bb::share_module()), so one could stand at two bases.
+using Swept = std::map<uint64_t, const bb::JitModule*>;
+Swept sweep_modules(const bb::JitCodeIndex& idx, pid_t pid, uint64_t sample_ns) {
+    Swept found;
     for (const auto& m : mappings(pid)) {
         if (m.path.find("memfd:vmem") == std::string::npos || m.perms[2] != 'x') continue;
         for (uint64_t a = m.start; a < m.end;) {
@@ -107,19 +108,19 @@ std::set<const bb::JitModule*> sweep_modules(const bb::JitCodeIndex& idx, pid_t 
                 a += 16;  // a module's ranges tile its code, so no module is this small
                 continue;
             }
-            found.insert(hit->module);
-            a = std::max(a + 16, hit->module->base + hit->module->code_size);
+            found.emplace(hit->base, hit->module);
+            a = std::max(a + 16, hit->base + hit->module->code_size);
         }
     }
     return found;
 }
 
-const bb::JitModule* module_named(const std::set<const bb::JitModule*>& modules,
-                                  const std::string& name) {
-    for (const bb::JitModule* m : modules)
+// Its base and symbols.
+std::pair<uint64_t, const bb::JitModule*> module_named(const Swept& modules, const std::string& name) {
+    for (const auto& [base, m] : modules)
         if (m->name == name && !m->ranges.empty() && m->ranges[0].name == name + "::codeHeader")
-            return m;
-    return nullptr;
+            return {base, m};
+    return {0, nullptr};
 }
 
 const bb::JitRange* range_named(const bb::JitModule& m, const std::string& name) {
@@ -160,7 +161,7 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     uint64_t t = now_ns();
     auto modules = sweep_modules(idx, vm.pid(), t);
     size_t ranges = 0, lines = 0;
-    for (const bb::JitModule* m : modules) {
+    for (const auto& [base, m] : modules) {
         ranges += m->ranges.size();
         for (const auto& range : m->ranges) lines += range.lines.size();
     }
@@ -175,11 +176,11 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     ASSERT_TRUE(exit_hit);
     std::cout << "normal exit is in " << exit_hit->module->name << ": " << exit_hit->range->name << "\n";
 
-    const bb::JitModule* lists = module_named(modules, "lists");
+    auto [lists_base, lists] = module_named(modules, "lists");
     ASSERT_TRUE(lists);
     const bb::JitRange* foldl = range_named(*lists, "lists:foldl/3");
     ASSERT_TRUE(foldl);
-    auto hit = idx.lookup(foldl->start + (foldl->end - foldl->start) / 2, t);
+    auto hit = idx.lookup(lists_base + foldl->start + (foldl->end - foldl->start) / 2, t);
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->range->name, "lists:foldl/3");
     EXPECT_EQ(hit->module->name, "lists");
@@ -189,13 +190,13 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
 
     // Lookup speed over addresses spread across all live ranges.
     std::mt19937_64 rng(7);
-    std::vector<const bb::JitRange*> all;
-    for (const bb::JitModule* m : modules)
-        for (const auto& range : m->ranges) all.push_back(&range);
+    std::vector<std::pair<uint64_t, const bb::JitRange*>> all;
+    for (const auto& [base, m] : modules)
+        for (const auto& range : m->ranges) all.push_back({base, &range});
     std::vector<uint64_t> addrs(1'000'000);
     for (auto& a : addrs) {
-        const bb::JitRange* range = all[rng() % all.size()];
-        a = range->start + rng() % (range->end - range->start);
+        auto [base, range] = all[rng() % all.size()];
+        a = base + range->start + rng() % (range->end - range->start);
     }
     auto time_lookups = [&](const std::vector<uint64_t>& as) {
         size_t found = 0;
@@ -224,11 +225,11 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     EXPECT_GE(idx.module_count(), before + 1);
     EXPECT_GT(idx.generation(), gen);
     modules = sweep_modules(idx, vm.pid(), now_ns());
-    const bb::JitModule* sofs = module_named(modules, "sofs");
+    auto [sofs_base, sofs] = module_named(modules, "sofs");
     ASSERT_TRUE(sofs);
     const bb::JitRange* relation = range_named(*sofs, "sofs:relation/1");
     ASSERT_TRUE(relation);
-    hit = idx.lookup(relation->start, now_ns());
+    hit = idx.lookup(sofs_base + relation->start, now_ns());
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->range->name, "sofs:relation/1");
 }

@@ -106,12 +106,13 @@ Bytes lists_symfile() {
 }
 
 // Every successfully parsed module must satisfy what lookups rely on.
-void expect_invariants(const bb::JitModule& m) {
+void expect_invariants(const bb::JitSymfile& s) {
+    const bb::JitModule& m = s.module;
+    EXPECT_GE(s.base + m.code_size, s.base);  // no wrap
     uint64_t prev_end = 0;
     for (const auto& r : m.ranges) {
         EXPECT_LT(r.start, r.end);
-        EXPECT_GE(r.start, m.base);
-        EXPECT_LE(r.end, m.base + m.code_size);
+        EXPECT_LE(r.end, m.code_size);
         EXPECT_GE(r.start, prev_end);
         prev_end = r.end;
         for (size_t i = 1; i < r.lines.size(); i++) EXPECT_LE(r.lines[i - 1].start, r.lines[i].start);
@@ -120,35 +121,36 @@ void expect_invariants(const bb::JitModule& m) {
 
 TEST(JitSymfile, ParsesModuleRangesAndLines) {
     std::string err;
-    auto m = keep_error(bb::parse_module_symfile(lists_symfile()), &err);
-    ASSERT_TRUE(m) << err;
+    auto s = keep_error(bb::parse_module_symfile(lists_symfile()), &err);
+    ASSERT_TRUE(s) << err;
+    EXPECT_EQ(s->base, kBase);
+    const bb::JitModule* m = &s->module;  // offsets from the base
     EXPECT_EQ(m->name, "lists");
-    EXPECT_EQ(m->base, kBase);
     EXPECT_EQ(m->code_size, 0x400u);
     ASSERT_EQ(m->ranges.size(), 3u);
     EXPECT_EQ(m->ranges[0].name, "lists::codeHeader");
-    EXPECT_EQ(m->ranges[0].start, kBase);
-    EXPECT_EQ(m->ranges[0].end, kBase + 0x40);
+    EXPECT_EQ(m->ranges[0].start, 0u);
+    EXPECT_EQ(m->ranges[0].end, 0x40u);
     EXPECT_EQ(m->ranges[1].name, "lists:foldl/3");  // suffix stripped
     EXPECT_TRUE(m->ranges[1].prologue);             // and remembered (beam-bpf-perfmap writes it)
     EXPECT_FALSE(m->ranges[2].prologue);
-    EXPECT_EQ(m->ranges[1].start, kBase + 0x40);
+    EXPECT_EQ(m->ranges[1].start, 0x40u);
     EXPECT_EQ(m->ranges[2].name, "lists:foldl/3");
-    EXPECT_EQ(m->ranges[2].end, kBase + 0x200);
+    EXPECT_EQ(m->ranges[2].end, 0x200u);
     ASSERT_EQ(m->ranges[2].lines.size(), 2u);
-    EXPECT_EQ(m->ranges[2].lines[0].start, kBase + 0x60);
+    EXPECT_EQ(m->ranges[2].lines[0].start, 0x60u);
     EXPECT_EQ(m->ranges[2].lines[0].line, 1260u);
-    EXPECT_EQ(m->ranges[2].lines[1].start, kBase + 0x100);
+    EXPECT_EQ(m->ranges[2].lines[1].start, 0x100u);
     EXPECT_EQ(m->files.at(m->ranges[2].lines[1].file), "lists.erl");
-    expect_invariants(*m);
+    expect_invariants(*s);
 }
 
 TEST(JitSymfile, ParsesModuleWithoutRanges) {
     std::string err;
-    auto m = keep_error(bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {})), &err);
-    ASSERT_TRUE(m) << err;
-    EXPECT_EQ(m->name, "empty");
-    EXPECT_TRUE(m->ranges.empty());
+    auto s = keep_error(bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {})), &err);
+    ASSERT_TRUE(s) << err;
+    EXPECT_EQ(s->module.name, "empty");
+    EXPECT_TRUE(s->module.ranges.empty());
 }
 
 TEST(JitSymfile, EveryTruncationFails) {
@@ -244,7 +246,7 @@ TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
                         {0x40, 0x50, "m:b/0", {}}})), &err);
     ASSERT_TRUE(m) << err;
     std::vector<std::string> names;
-    for (const auto& r : m->ranges) names.push_back(r.name);
+    for (const auto& r : m->module.ranges) names.push_back(r.name);
     EXPECT_EQ(names, (std::vector<std::string>{"m:a/0", "m:b/0", "m:late/0"}));
     expect_invariants(*m);
 }
@@ -396,6 +398,41 @@ TEST_F(JitIndex, IndexesModulesAndTheEmulator) {
     EXPECT_EQ(r.added, 0u);
     EXPECT_EQ(r.retired, 0u);
     EXPECT_EQ(idx.generation(), gen);
+}
+
+// Two VMs of one release load the same module at other addresses: one copy of its symbols
+// serves both, and each VM's addresses still resolve in its own place. A module that differs
+// (another version: other offsets) is its own.
+TEST_F(JitIndex, VmsShareEqualModules) {
+    FakeVm other;
+    vm.register_symfile(one_function("lists", "foldl/3"));
+    other.register_symfile(one_function("lists", "foldl/3", kCode + 0x50000));
+    other.register_symfile(module_symfile(kCode + 0x60000, 0x1000, "maps",
+                                          {{0x0, 0x40, "maps::codeHeader", {}}, {0x100, 0x280, "maps:get/2", {}}}));
+    bb::JitCodeIndex a(mem, vm.descriptor(), false, no_clock), b(mem, other.descriptor(), false, no_clock);
+    ASSERT_TRUE(a.refresh(100).ok);
+    ASSERT_TRUE(b.refresh(100).ok);
+    auto in_a = a.lookup(kCode + 0x190, 150), in_b = b.lookup(kCode + 0x50190, 150);
+    ASSERT_TRUE(in_a && in_b);
+    EXPECT_EQ(in_a->module, in_b->module);  // one copy
+    EXPECT_EQ(in_a->base, kCode);
+    EXPECT_EQ(in_b->base, kCode + 0x50000);
+    EXPECT_EQ(in_b->range->name, "lists:foldl/3");
+    EXPECT_EQ(in_b->line, 9u);
+    EXPECT_EQ(name_at(b, kCode + 0x190, 150), "<none>");  // a's address is not b's code
+    EXPECT_EQ(name_at(b, kCode + 0x60200, 150), "maps:get/2");
+    auto maps = b.lookup(kCode + 0x60200, 150);
+    EXPECT_NE(maps->module, in_a->module);
+
+    // Equal content is shared whatever its origin; a copy that differs in one offset is not.
+    bb::JitModule m = *in_a->module;
+    EXPECT_EQ(bb::share_module(m).get(), in_a->module);
+    m.ranges.back().lines.back().start++;
+    EXPECT_NE(bb::share_module(m).get(), in_a->module);
+    // The perf map's view: absolute addresses from each VM's base.
+    auto live = b.live_ranges();
+    ASSERT_EQ(live.size(), 4u);
+    EXPECT_EQ(live[1].base + live[1].range->start, kCode + 0x50100);
 }
 
 TEST_F(JitIndex, UnlinkedModuleAnswersForEarlierSamples) {

@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -88,15 +89,16 @@ bool check_header(std::span<const std::byte> b, uint32_t want, size_t header_siz
 }  // namespace
 
 namespace {
-std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std::string* err) {
+std::optional<JitSymfile> parse_module_symfile(std::span<const std::byte> b, std::string* err) {
     if (!check_header(b, kKindModule, kModuleHeaderSize, "module", err)) return std::nullopt;
 
-    JitModule m;
-    m.base = *load<uint64_t>(b, kModuleBase);
+    JitSymfile out;
+    JitModule& m = out.module;
+    out.base = *load<uint64_t>(b, kModuleBase);
     uint32_t range_count = *load<uint32_t>(b, kModuleRangeCount);
     m.code_size = *load<uint32_t>(b, kModuleCodeSize);
     uint16_t name_len = *load<uint16_t>(b, kModuleNameLen);
-    if (m.base + m.code_size < m.base) return fail(err, "module code wraps around");
+    if (out.base + m.code_size < out.base) return fail(err, "module code wraps around");
     if (!read_name(b, kModuleName, name_len, &m.name, err, "module name")) return std::nullopt;
 
     size_t pos = kModuleHeaderSize + name_len;
@@ -144,7 +146,7 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
             // Dropped, not rejected: a line outside the module's code cannot describe any address
             // we will look up, and the rest of the record is still well-formed.
             if (*lstart > m.code_size) continue;
-            l.start = m.base + *lstart;
+            l.start = *lstart;
             l.line = *line;
             r.lines.push_back(std::move(l));
         }
@@ -155,8 +157,8 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
         // structure checked out, so its other ranges are still worth having. (The VM emits
         // empty ranges, e.g. a module's codeFooter when nothing follows the last function.)
         if (*start_off >= *end_off || *end_off > m.code_size) continue;
-        r.start = m.base + *start_off;
-        r.end = m.base + *end_off;
+        r.start = *start_off;
+        r.end = *end_off;
         m.ranges.push_back(std::move(r));
     }
     // The VM computes symfile_size as exactly what it writes: leftovers mean a layout we do not
@@ -173,12 +175,44 @@ std::optional<JitModule> parse_module_symfile(std::span<const std::byte> b, std:
     for (auto& r : m.ranges)
         if (kept.empty() || r.start >= kept.back().end) kept.push_back(std::move(r));
     m.ranges = std::move(kept);
-    return m;
+    return out;
 }
 }  // namespace
 
-Result<JitModule> parse_module_symfile(std::span<const std::byte> b) {
+Result<JitSymfile> parse_module_symfile(std::span<const std::byte> b) {
     return to_result([&](std::string* why) { return parse_module_symfile(b, why); });
+}
+
+std::shared_ptr<const JitModule> share_module(JitModule m) {
+    // By a hash of the offsets (cheap, and different between versions of a module), then
+    // compared whole: only equal symbols are shared. A VM may make many modules that hash alike
+    // on purpose; at most kCompared are compared, after which its module is kept unshared.
+    constexpr int kCompared = 8;
+    size_t h = std::hash<std::string>{}(m.name) ^ (size_t{m.code_size} << 20) ^ m.ranges.size();
+    for (const JitRange& r : m.ranges) {
+        h = h * 1000003 ^ (uint64_t{r.start} << 32 | r.end);
+        for (const JitLine& l : r.lines) h = h * 31 ^ (uint64_t{l.start} << 32 | l.line);
+    }
+    static std::mutex mutex;
+    static std::unordered_multimap<size_t, std::weak_ptr<const JitModule>> held;
+    static size_t sweep_at = 1024;
+    std::lock_guard lock(mutex);
+    auto [lo, hi] = held.equal_range(h);
+    int compared = 0;
+    for (auto it = lo; it != hi && compared < kCompared; ++it) {
+        auto one = it->second.lock();
+        if (!one) continue;
+        if (*one == m) return one;
+        compared++;
+    }
+    auto one = std::make_shared<const JitModule>(std::move(m));
+    if (compared < kCompared) held.emplace(h, one);
+    // Modules no VM holds any more are forgotten now and then (each sweep after the table doubled).
+    if (held.size() >= sweep_at) {
+        std::erase_if(held, [](const auto& kv) { return kv.second.expired(); });
+        sweep_at = std::max<size_t>(1024, 2 * held.size());
+    }
+    return one;
 }
 
 namespace {
@@ -249,28 +283,32 @@ struct Known {
     // same module at the same place, under the same Key: that is a new module, not this one.
     bool unregistered = false;
     bool over_budget = false;  // not read: kMaxSymfileTotal was spent
-    std::unique_ptr<JitModule> module;  // null for the emulator entry and unparseable ones
+    uint64_t base = 0;                        // where this VM has the module's code
+    std::shared_ptr<const JitModule> module;  // null for the emulator entry and unparseable ones
     std::optional<JitEmulator> emulator;
 };
 
 struct Slot {
-    uint64_t end;
+    uint64_t end;  // absolute
     uint64_t seen_ns;
+    uint64_t base;
     const JitModule* module;
     const JitRange* range;
 };
 
-const JitRange* find_range(const JitModule& m, uint64_t addr) {
-    auto it = std::upper_bound(m.ranges.begin(), m.ranges.end(), addr,
+// `addr` is in [base, base + m.code_size).
+const JitRange* find_range(const JitModule& m, uint64_t base, uint64_t addr) {
+    uint64_t off = addr - base;
+    auto it = std::upper_bound(m.ranges.begin(), m.ranges.end(), off,
                                [](uint64_t a, const JitRange& r) { return a < r.start; });
     if (it == m.ranges.begin()) return nullptr;
     --it;
-    return addr < it->end ? &*it : nullptr;
+    return off < it->end ? &*it : nullptr;
 }
 
-JitHit make_hit(const JitModule& m, const JitRange& r, uint64_t addr, uint64_t from, uint64_t until) {
-    JitHit h{&m, &r, 0, nullptr, from, until};
-    auto it = std::upper_bound(r.lines.begin(), r.lines.end(), addr,
+JitHit make_hit(const JitModule& m, uint64_t base, const JitRange& r, uint64_t addr, uint64_t from, uint64_t until) {
+    JitHit h{&m, base, &r, 0, nullptr, from, until};
+    auto it = std::upper_bound(r.lines.begin(), r.lines.end(), addr - base,
                                [](uint64_t a, const JitLine& l) { return a < l.start; });
     if (it != r.lines.begin()) {
         --it;
@@ -407,8 +445,10 @@ std::unique_ptr<Known> JitCodeIndex::Impl::read_known(const Key& k, uint64_t see
     if (k.size >= sizeof(k.head) && std::memcmp(bytes->data(), k.head.data(), sizeof(k.head)) != 0) return nullptr;
     if (load<uint32_t>(*bytes, 0) == kKindEmulator)
         known->emulator = parse_emulator_symfile(*bytes, perr);
-    else if (auto m = parse_module_symfile(*bytes, perr))
-        known->module = std::make_unique<JitModule>(std::move(*m));
+    else if (auto m = parse_module_symfile(*bytes, perr)) {
+        known->base = m->base;
+        known->module = share_module(std::move(m->module));
+    }
     return known;
 }
 
@@ -509,7 +549,7 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
     for (const Key& k : w.keys) {  // list order: newest first
         Known& known = *listed.at(k);
         if (!known.module || known.retired_ns != kLive || known.module->code_size == 0) continue;
-        uint64_t lo = known.module->base, hi = lo + known.module->code_size;
+        uint64_t lo = known.base, hi = lo + known.module->code_size;
         auto after = claimed.lower_bound(lo);
         const Known* by = nullptr;
         if (after != claimed.end() && after->first < hi) by = after->second.second;
@@ -569,12 +609,12 @@ void JitCodeIndex::Impl::index_live(const Known& k) {
     const JitModule& m = *k.module;
     if (m.ranges.empty()) return;
     // Live modules never overlap: the module's ranges go in as one block.
-    size_t pos = std::lower_bound(starts.begin(), starts.end(), m.ranges.front().start) - starts.begin();
+    size_t pos = std::lower_bound(starts.begin(), starts.end(), k.base + m.ranges.front().start) - starts.begin();
     std::vector<uint64_t> s;
     std::vector<Slot> sl;
     for (const JitRange& r : m.ranges) {
-        s.push_back(r.start);
-        sl.push_back(Slot{r.end, k.seen_ns, &m, &r});
+        s.push_back(k.base + r.start);
+        sl.push_back(Slot{k.base + r.end, k.seen_ns, k.base, &m, &r});
     }
     starts.insert(starts.begin() + pos, s.begin(), s.end());
     slots.insert(slots.begin() + pos, sl.begin(), sl.end());
@@ -583,15 +623,15 @@ void JitCodeIndex::Impl::index_live(const Known& k) {
 void JitCodeIndex::Impl::unindex_live(const Known& k) {
     live_modules--;
     const JitModule& m = *k.module;
-    auto lo = std::lower_bound(starts.begin(), starts.end(), m.base);
-    auto hi = std::lower_bound(starts.begin(), starts.end(), m.base + m.code_size);
+    auto lo = std::lower_bound(starts.begin(), starts.end(), k.base);
+    auto hi = std::lower_bound(starts.begin(), starts.end(), k.base + m.code_size);
     slots.erase(slots.begin() + (lo - starts.begin()), slots.begin() + (hi - starts.begin()));
     starts.erase(lo, hi);
 }
 
 void JitCodeIndex::Impl::index_retired(const Known& k) {
-    auto pos = std::upper_bound(retired.begin(), retired.end(), k.module->base,
-                                [](uint64_t b, const Known* r) { return b < r->module->base; });
+    auto pos = std::upper_bound(retired.begin(), retired.end(), k.base,
+                                [](uint64_t b, const Known* r) { return b < r->base; });
     retired.insert(pos, &k);
     retired_max_span = std::max<uint64_t>(retired_max_span, k.module->code_size);
 }
@@ -616,11 +656,11 @@ void JitCodeIndex::Impl::rebuild() {
         }
         live_modules++;
         for (const JitRange& r : known->module->ranges)
-            live.push_back({r.start, Slot{r.end, known->seen_ns, known->module.get(), &r}});
+            live.push_back({known->base + r.start, Slot{known->base + r.end, known->seen_ns, known->base, known->module.get(), &r}});
     }
     for (auto& u : unlisted) add_retired(*u);
     std::sort(retired.begin(), retired.end(),
-              [](const Known* a, const Known* b) { return a->module->base < b->module->base; });
+              [](const Known* a, const Known* b) { return a->base < b->base; });
 
     // Live modules never overlap (see apply()) and their ranges do not either (the parser).
     std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -640,17 +680,17 @@ std::optional<JitHit> JitCodeIndex::Impl::lookup_retired(uint64_t addr, uint64_t
     const Known* best = nullptr;
     const JitRange* best_range = nullptr;
     auto it = std::upper_bound(retired.begin(), retired.end(), addr,
-                               [](uint64_t a, const Known* k) { return a < k->module->base; });
+                               [](uint64_t a, const Known* k) { return a < k->base; });
     while (it != retired.begin()) {
         const Known* k = *--it;
         const JitModule& m = *k->module;
-        if (m.base + retired_max_span <= addr) break;  // nothing further left reaches addr
-        if (addr >= m.base + m.code_size || sample_ns > k->retired_ns) continue;
+        if (k->base + retired_max_span <= addr) break;  // nothing further left reaches addr
+        if (addr >= k->base + m.code_size || sample_ns > k->retired_ns) continue;
         if (best && k->retired_ns >= best->retired_ns) continue;
-        if (const JitRange* r = find_range(m, addr)) best = k, best_range = r;
+        if (const JitRange* r = find_range(m, k->base, addr)) best = k, best_range = r;
     }
     if (!best) return std::nullopt;
-    return make_hit(*best->module, *best_range, addr, best->seen_ns, best->retired_ns + 1);
+    return make_hit(*best->module, best->base, *best_range, addr, best->seen_ns, best->retired_ns + 1);
 }
 
 std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) const {
@@ -669,12 +709,12 @@ std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) co
         if (addr < slot.end) live = &slot;
     }
     // Seen before the sample: whatever used these addresses earlier had retired by then.
-    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, *live->range, addr, live->seen_ns, kLive);
+    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, live->base, *live->range, addr, live->seen_ns, kLive);
     if (!s.retired.empty())
         if (auto r = s.lookup_retired(addr, sample_ns)) return r;
     // A module loaded between two refreshes is first seen after the samples that ran it (valid
     // for this sample only: a later event may place its load after it).
-    if (live) return make_hit(*live->module, *live->range, addr, sample_ns, sample_ns + 1);
+    if (live) return make_hit(*live->module, live->base, *live->range, addr, sample_ns, sample_ns + 1);
     return std::nullopt;
 }
 
@@ -688,11 +728,10 @@ JitCodeIndex::JitCodeIndex(const RemoteMemory& mem, uint64_t descriptor_addr, bo
 
 void JitCodeIndex::Impl::retire_overlapped(const Known& by, uint64_t at_ns) {
     if (!by.module) return;
-    uint64_t lo = by.module->base, hi = lo + by.module->code_size;
+    uint64_t lo = by.base, hi = lo + by.module->code_size;
     for (auto& [k, known] : listed) {
         if (known.get() == &by || !known->module || known->retired_ns != kLive) continue;
-        const JitModule& m = *known->module;
-        if (m.base < hi && lo < m.base + m.code_size) {
+        if (known->base < hi && lo < known->base + known->module->code_size) {
             unindex_live(*known);
             known->retired_ns = at_ns;
             known->shadowed_by = by.key;
@@ -770,10 +809,10 @@ JitCodeIndex& JitCodeIndex::operator=(JitCodeIndex&&) noexcept = default;
 
 const std::optional<JitEmulator>& JitCodeIndex::emulator() const { return impl_->emulator; }
 size_t JitCodeIndex::module_count() const { return impl_->live_modules; }
-std::vector<std::pair<const JitModule*, const JitRange*>> JitCodeIndex::live_ranges() const {
-    std::vector<std::pair<const JitModule*, const JitRange*>> out;
+std::vector<JitCodeIndex::LiveRange> JitCodeIndex::live_ranges() const {
+    std::vector<LiveRange> out;
     out.reserve(impl_->slots.size());
-    for (const Slot& s : impl_->slots) out.push_back({s.module, s.range});
+    for (const Slot& s : impl_->slots) out.push_back({s.base, s.module, s.range});
     return out;
 }
 size_t JitCodeIndex::range_count() const { return impl_->slots.size(); }

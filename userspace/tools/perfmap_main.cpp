@@ -48,11 +48,11 @@ struct Written {
 Written write_map(const JitCodeIndex& jit, const std::string& path) {
     std::string text;
     Written w;
-    const JitModule* last = nullptr;
-    for (const auto& [m, r] : jit.live_ranges()) {
-        text += fmt::format("{:#x} {:x} {}\n", r->start, r->end - r->start, map_name(*r));
+    uint64_t last_base = UINT64_MAX;  // live modules never overlap: a new base is a new module
+    for (const auto& [base, m, r] : jit.live_ranges()) {
+        text += fmt::format("{:#x} {:x} {}\n", base + r->start, r->end - r->start, map_name(*r));
         w.ranges++;
-        if (m != last) w.modules++, last = m;
+        if (base != last_base) w.modules++, last_base = base;
     }
     std::string tmp = path + ".XXXXXX";
     int fd = mkstemp(tmp.data());
