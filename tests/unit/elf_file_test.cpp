@@ -86,6 +86,16 @@ TEST(ElfFile, StrippedDistributionVm) {
     }
 }
 
+// The agent reads beam.smp once per VM it follows: equal symbols are held once (the second VM
+// of a build costs no copy), another file's are its own.
+TEST(ElfFile, EqualSymbolsHeldOnce) {
+    ASSERT_TRUE(fs::exists(kStrippedVm));
+    ElfFile a(kStrippedVm), b(kStrippedVm), other("/proc/self/exe");
+    EXPECT_EQ(&a.symbols(), &b.symbols());
+    EXPECT_NE(&a.symbols(), &other.symbols());
+    EXPECT_EQ(a.find("erts_proc")->value, b.find("erts_proc")->value);
+}
+
 extern "C" __attribute__((noinline)) int bb_elf_test_probe_target(int x) { return x * 7 + 3; }
 
 // The unit test binary has .symtab and (through vm_structs.c) DWARF; its code is mapped from the

@@ -5,12 +5,12 @@
 #include "symbols/jit_code.hpp"
 
 #include "base/clock.hpp"
+#include "base/interner.hpp"
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -184,35 +184,14 @@ Result<JitSymfile> parse_module_symfile(std::span<const std::byte> b) {
 }
 
 std::shared_ptr<const JitModule> share_module(JitModule m) {
-    // By a hash of the offsets (cheap, and different between versions of a module), then
-    // compared whole: only equal symbols are shared. A VM may make many modules that hash alike
-    // on purpose; at most kCompared are compared, after which its module is kept unshared.
-    constexpr int kCompared = 8;
+    // Hashed by its offsets: cheap, and different between versions of a module.
     size_t h = std::hash<std::string>{}(m.name) ^ (size_t{m.code_size} << 20) ^ m.ranges.size();
     for (const JitRange& r : m.ranges) {
         h = h * 1000003 ^ (uint64_t{r.start} << 32 | r.end);
         for (const JitLine& l : r.lines) h = h * 31 ^ (uint64_t{l.start} << 32 | l.line);
     }
-    static std::mutex mutex;
-    static std::unordered_multimap<size_t, std::weak_ptr<const JitModule>> held;
-    static size_t sweep_at = 1024;
-    std::lock_guard lock(mutex);
-    auto [lo, hi] = held.equal_range(h);
-    int compared = 0;
-    for (auto it = lo; it != hi && compared < kCompared; ++it) {
-        auto one = it->second.lock();
-        if (!one) continue;
-        if (*one == m) return one;
-        compared++;
-    }
-    auto one = std::make_shared<const JitModule>(std::move(m));
-    if (compared < kCompared) held.emplace(h, one);
-    // Modules no VM holds any more are forgotten now and then (each sweep after the table doubled).
-    if (held.size() >= sweep_at) {
-        std::erase_if(held, [](const auto& kv) { return kv.second.expired(); });
-        sweep_at = std::max<size_t>(1024, 2 * held.size());
-    }
-    return one;
+    static Interner<JitModule> modules;
+    return modules.get(std::move(m), h);
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "target/elf_file.hpp"
 
+#include "base/interner.hpp"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -125,6 +127,7 @@ void ElfFile::read(int fd) {
                 elf_getdata_rawchunk(elf.get(), phdr.p_offset, phdr.p_filesz, ELF_T_NHDR));
     }
 
+    std::vector<ElfSymbol> symbols;
     for (Elf_Scn* scn : symtabs) {
         GElf_Shdr shdr;
         Elf_Data* data = elf_getdata(scn, nullptr);
@@ -146,7 +149,7 @@ void ElfFile::read(int fd) {
             const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
             GElf_Shdr home;
             if (!name || !*name || !gelf_getshdr(elf_getscn(elf.get(), shndx), &home)) continue;
-            symbols_.push_back(ElfSymbol{
+            symbols.push_back(ElfSymbol{
                 .name = name,
                 .value = sym.st_value,
                 .size = sym.st_size,
@@ -157,17 +160,22 @@ void ElfFile::read(int fd) {
     }
     // A symbol in both .symtab and .dynsym is one symbol; keep the first copy.
     auto key = [](const ElfSymbol& s) { return std::tie(s.name, s.value); };
-    std::stable_sort(symbols_.begin(), symbols_.end(),
+    std::stable_sort(symbols.begin(), symbols.end(),
                      [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) < key(b); });
-    symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
-                               [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) == key(b); }),
-                   symbols_.end());
+    symbols.erase(std::unique(symbols.begin(), symbols.end(),
+                              [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) == key(b); }),
+                  symbols.end());
+    // beam.smp's symbols were half a MiB of every VM the agent follows.
+    size_t h = std::hash<std::string>{}(build_id_) ^ symbols.size();
+    for (const ElfSymbol& s : symbols) h = h * 1000003 ^ (s.value + s.size * 31 + s.name.size());
+    static Interner<std::vector<ElfSymbol>> shared;
+    symbols_ = shared.get(std::move(symbols), h);
 }
 
 std::optional<ElfSymbol> ElfFile::find(const std::string& name) const {
-    auto it = std::lower_bound(symbols_.begin(), symbols_.end(), name,
+    auto it = std::lower_bound(symbols_->begin(), symbols_->end(), name,
                                [](const ElfSymbol& s, const std::string& n) { return s.name < n; });
-    if (it == symbols_.end() || it->name != name) return std::nullopt;
+    if (it == symbols_->end() || it->name != name) return std::nullopt;
     return *it;
 }
 

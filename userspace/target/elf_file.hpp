@@ -1,6 +1,7 @@
 // What beam-bpf needs from an ELF file on disk: its build-id and its symbols.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@ struct ElfSymbol {
     uint64_t size = 0;
     uint64_t file_offset = 0;  // where the symbol's bytes are in the file (what uprobes take)
     bool is_func = false;
+    bool operator==(const ElfSymbol&) const = default;
 };
 
 class ElfFile {
@@ -27,8 +29,9 @@ public:
     // Lower-case hex of NT_GNU_BUILD_ID, empty when the file has none.
     const std::string& build_id() const { return build_id_; }
     bool has_debug_info() const { return has_debug_info_; }
-    // .symtab and .dynsym merged, defined symbols only, deduplicated by (name, value).
-    const std::vector<ElfSymbol>& symbols() const { return symbols_; }
+    // .symtab and .dynsym merged, defined symbols only, deduplicated by (name, value). One copy
+    // for every ElfFile of equal symbols (base/interner.hpp): VMs of one build share it.
+    const std::vector<ElfSymbol>& symbols() const { return *symbols_; }
     std::optional<ElfSymbol> find(const std::string& name) const;
     // Virtual address of the first PT_LOAD segment with file offset 0 (the load bias is
     // mapping start minus this).
@@ -42,7 +45,7 @@ private:
     std::string path_;
     std::string build_id_;
     bool has_debug_info_ = false;
-    std::vector<ElfSymbol> symbols_;
+    std::shared_ptr<const std::vector<ElfSymbol>> symbols_;
     uint64_t first_load_vaddr_ = 0;
     unsigned machine_ = 0;
 };
