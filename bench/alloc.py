@@ -6,8 +6,9 @@ tprof call_memory tracing, in one run.
 Cost: bb_alloc's `time N` (tests/workloads/bb_alloc.erl) runs N rounds of building and dropping
 100-cell lists (a collection about every microsecond: the worst case), and `time_mixed N` N
 rounds of its 3:1:0 work (ordinary: a collection every ~40 iterations of arithmetic), each timed
-inside the VM. The configurations (no tool, -e alloc at the default interval, -e alloc-gc, and on
-OTP 27 tprof call_memory) are interleaved over rounds, each round's times relative to the same
+inside the VM. The configurations (no tool, -e alloc at the default interval, the same with an
+entry and a return probe per GC entry point instead of uprobe sessions (alloc-pair), -e alloc-gc,
+and on OTP 27 tprof call_memory) are interleaved over rounds, each round's times relative to the same
 round's untraced one; medians reported.
 
 Right answers (bb_alloc_mix, tests/workloads/bb_alloc_mix.erl, truth by construction):
@@ -54,11 +55,11 @@ def self_shares(folded, names):
 class Sampler:
     """beam-bpf-sample -e EVENT on one VM, its folded output and --stats read at the end."""
 
-    def __init__(self, bench, vm_pid, event, args=()):
+    def __init__(self, bench, vm_pid, event, args=(), env=None):
         self.stats = tempfile.NamedTemporaryFile(suffix=".json")
         self.out = tempfile.TemporaryFile(mode="w+")
         self.p = bench.start("beam-bpf-sample", ["-e", event, *args, "--folded", "--stats", self.stats.name,
-                                                 str(vm_pid)], stdout=self.out)
+                                                 str(vm_pid)], stdout=self.out, env=env)
 
     def stop(self):
         Bench.stop(self.p)
@@ -77,7 +78,10 @@ def overhead(bench, vm, rounds, work, configs, kind):
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         t = {}
         for c in order:
-            tool = Sampler(bench, vm.pid, c) if c.startswith("alloc") else None
+            # alloc-pair: -e alloc as before uprobe sessions, an entry and a return probe per
+            # GC entry point (BB_NO_UPROBE_SESSION, sampling/walker.cpp).
+            tool = (Sampler(bench, vm.pid, "alloc", env={"BB_NO_UPROBE_SESSION": "1"}) if c == "alloc-pair"
+                    else Sampler(bench, vm.pid, c) if c.startswith("alloc") else None)
             vm.send(f"tprof_time {work}" if c == "tprof" else f"{kind} {work}")
             t[c] = int(vm.expect("time").split()[1])
             if tool:
@@ -106,14 +110,15 @@ def mix(bench, vm, spawn, ms, event, period=None):
 
 
 def cost(bench, vm, name, a):
-    configs = ["none", "alloc", "alloc-gc"]
+    configs = ["none", "alloc", "alloc-pair", "alloc-gc"]
     log(f"{name}: cost on a GC-heavy loop")
     gc = overhead(bench, vm, a.rounds, a.work, configs + (["tprof"] if name == "otp27" else []), "time")
     log(f"{name}: cost on ordinary work")
     od = overhead(bench, vm, a.rounds, a.work // 200, configs, "time_mixed")
     pct = lambda x: f"{100 * (x['median_ratio'] - 1):+.1f}%"  # noqa: E731
-    print(f"{name}: ordinary work: -e alloc {pct(od['alloc'])}, -e alloc-gc {pct(od['alloc-gc'])}; "
-          f"GC-heavy loop: -e alloc {pct(gc['alloc'])}, -e alloc-gc {pct(gc['alloc-gc'])}"
+    print(f"{name}: ordinary work: -e alloc {pct(od['alloc'])} (entry and return probes: {pct(od['alloc-pair'])}), "
+          f"-e alloc-gc {pct(od['alloc-gc'])}; GC-heavy loop: -e alloc {pct(gc['alloc'])} (entry and return probes: "
+          f"{pct(gc['alloc-pair'])}), -e alloc-gc {pct(gc['alloc-gc'])}"
           + (f", tprof call_memory {pct(gc['tprof'])}" if "tprof" in gc else ""), flush=True)
     return {"overhead_gc_heavy": gc, "overhead_ordinary": od}
 

@@ -75,10 +75,11 @@ class Bench:
                 raise SystemExit(f"bench: {name} failed: {r.stderr.strip()}")
             return (json.load(open(st.name)) if stats else None), r.stderr
 
-    def start(self, name, args, timeout=60, stdout=subprocess.DEVNULL):
+    def start(self, name, args, timeout=60, stdout=subprocess.DEVNULL, env=None):
         """A tool left running until stop(): returns once it has attached (killed if it has not
-        within `timeout` s, which ends the read)."""
-        p = spawn([self.tool(name), *args], stdout=stdout, stderr=subprocess.PIPE, text=True)
+        within `timeout` s, which ends the read). `env`: variables added to this one's."""
+        p = spawn([self.tool(name), *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                  env={**os.environ, **env} if env else None)
         watchdog = threading.Timer(timeout, p.kill)
         watchdog.start()
         said = []

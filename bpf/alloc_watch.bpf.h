@@ -87,6 +87,21 @@ static __always_inline void watch_gc_entry(__u64 c_p)
 		watch_end(BB_WATCH_LIVE, BB_WATCH_MISSED);
 }
 
+/* What a sample of an epoch of `words` free words stands for: 1 / the chance of each of its
+ * words, which was min(words, bound, interval) / interval for the epoch, 1 / words for the word. */
+static __always_inline __u64 watch_sample_weight(__u64 words, __u64 interval, __u64 bound)
+{
+	__u64 m = words < bound ? words : bound;
+
+	if (m > interval)
+		m = interval;
+	if (!m)
+		return 0;
+	if (m == words)
+		return interval;  /* the usual case: max(interval, words) as before bounds */
+	return words < (1ULL << 32) ? words * interval / m : words / m * interval;
+}
+
 struct watch_wait {
 	__u64 deadline;
 	bool armed;
@@ -111,21 +126,13 @@ static long watch_wait_step(__u32 i, struct watch_wait *w)
  * A process chosen in advance (by the words its GC entries reported, as a first version did)
  * never saw a burst shorter than the choice's period: 2 million words in 30 ms went unsampled.
  */
-static __always_inline int watch_gc_return(struct pt_regs *ctx)
+/* The process whose collection this is (0 if it cannot be read, or --process filters it out):
+ * c_p in r13 where JIT code is running, else the scheduler's current process. */
+static __always_inline __u64 watch_gc_process(struct pt_regs *ctx, const struct bb_vm *v, __u32 tid)
 {
-	__u64 cur = 0, t0, words, interval = watch.interval, htop, hend, id;
-	__u32 flags = 0, tid = (__u32)bpf_get_current_pid_tgid();
-	struct watch_wait w = {};
-	const struct bb_vm *v = this_vm();
-	__u8 *free_at_entry;
+	__u64 cur = 0, id;
+	__u32 flags = 0;
 
-	if (!v)
-		return 0;
-	free_at_entry = bpf_map_lookup_elem(&watch_free_at_entry, &tid);
-	if (watch.state != BB_WATCH_IDLE || !free_at_entry || !*free_at_entry) {
-		count(BB_C_WATCH_BUSY);
-		return 0;
-	}
 	if (in_jit_code(v, PT_REGS_IP(ctx))) {
 		cur = ctx->r13;
 	} else {
@@ -134,14 +141,36 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 		if (sch)
 			cur = read_word(sch->esdp + v->layout.esd_current_process, &flags);
 	}
-	if (!cur || (cur & 7) || flags)
+	if (!cur || (cur & 7) || flags || bpf_probe_read_user(&id, 8, (void *)(cur + v->layout.proc_id)) ||
+	    filtered_out(id))
 		return 0;
-	if (bpf_probe_read_user(&htop, 8, (void *)(cur + v->layout.proc_htop)) ||
-	    bpf_probe_read_user(&hend, 8, (void *)(cur + v->layout.proc_hend)) ||
-	    bpf_probe_read_user(&id, 8, (void *)(cur + v->layout.proc_id)) || hend <= htop || (htop & 7) || filtered_out(id))
+	return cur;
+}
+
+/* The flip at a collection's return, with `r` drawn uniformly in [0, interval): chance
+ * min(free words, bound) / interval, `bound` as the session's entry capped it (~0: none).
+ * `entry_free`: the session's entry found the watch free (else: look it up, as noted). */
+static __always_inline int watch_gc_return(struct pt_regs *ctx, __u64 r, __u64 bound, bool entry_free)
+{
+	__u64 cur, t0, words, htop, hend;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct watch_wait w = {};
+	const struct bb_vm *v = this_vm();
+	__u8 *free_at_entry;
+
+	if (!v)
+		return 0;
+	free_at_entry = entry_free ? NULL : bpf_map_lookup_elem(&watch_free_at_entry, &tid);
+	if (watch.state != BB_WATCH_IDLE || (!entry_free && (!free_at_entry || !*free_at_entry))) {
+		count(BB_C_WATCH_BUSY);
+		return 0;
+	}
+	cur = watch_gc_process(ctx, v, tid);
+	if (!cur || bpf_probe_read_user(&htop, 8, (void *)(cur + v->layout.proc_htop)) ||
+	    bpf_probe_read_user(&hend, 8, (void *)(cur + v->layout.proc_hend)) || hend <= htop || (htop & 7))
 		return 0;
 	words = (hend - htop) / 8;
-	if (!interval || interval > 0xffffffffULL || bpf_get_prandom_u32() % interval >= words)
+	if (r >= words)
 		return 0;
 	/* The scheduler that wins the flip owns the watch until it is ARMING: then the rest. */
 	if (__sync_val_compare_and_swap(&watch.state, BB_WATCH_IDLE, BB_WATCH_ARMING) != BB_WATCH_IDLE)
@@ -149,6 +178,7 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 	watch.c_p = cur;
 	watch.lo = htop;
 	watch.hi = hend;
+	watch.bound = bound;
 	watch_tick(BB_WATCH_ARMING, 0);
 	t0 = bpf_ktime_get_ns();
 	w.deadline = t0 + watch_late_ns;
@@ -162,7 +192,64 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx)
 }
 
 SEC("uretprobe.s")
-int on_gc_return(struct pt_regs *ctx) { return watch_gc_return(ctx); }
+int on_gc_return(struct pt_regs *ctx)
+{
+	__u64 interval = watch.interval;
+
+	if (!interval || interval > 0xffffffffULL)
+		return 0;
+	return watch_gc_return(ctx, bpf_get_prandom_u32() % interval, ~0ULL, false);
+}
+
+/*
+ * The same, where the kernel has uprobe sessions (6.13; beam-bpf loads this program as one,
+ * libbpf 1.1 knows no such section): one program at the entry and, only if the entry asks, at
+ * the return. The return probe of every collection was half of what -e alloc cost; now a
+ * collection returns through a trap only when its flip can win. The entry draws the flip's r
+ * and asks for the return only if r < 2 x the young heap's size now: a minor collection's new
+ * epoch has at most that heap's words free, so the flip is the one at the return (r < free
+ * words); an epoch whose heap grew past the bound had chance bound / interval instead, and its
+ * sample weighs that (watch_sample_weight()). An epoch that begins while a watch is on is no candidate
+ * (as at the return), and its return is not seen either.
+ */
+extern bool bpf_session_is_return(void) __ksym __weak;
+extern __u64 *bpf_session_cookie(void) __ksym __weak;
+
+SEC("uprobe.s")
+int on_gc_session(struct pt_regs *ctx)
+{
+	__u64 *cookie = bpf_session_cookie(), interval = watch.interval, cur, heap, hend, bound, r;
+	const struct bb_vm *v;
+	bool free;
+
+	if (!cookie)
+		return 1;
+	if (bpf_session_is_return())
+		return watch_gc_return(ctx, *cookie & 0xffffffffULL, *cookie >> 32, true);
+	/* Free from here to the return, or no candidate: a return is seen only if it was free here
+	 * (no map of it per thread, as the separate probes need). */
+	free = watch.state == BB_WATCH_IDLE;
+	call_sample(ctx, false, false);  /* the exact words, and the end of the process's own watch */
+	if (!free) {
+		count(BB_C_WATCH_BUSY);
+		return 1;
+	}
+	v = this_vm();
+	if (!v || !interval || interval > 0xffffffffULL)
+		return 1;
+	cur = watch_gc_process(ctx, v, (__u32)bpf_get_current_pid_tgid());
+	if (!cur || bpf_probe_read_user(&heap, 8, (void *)(cur + v->layout.proc_heap)) ||
+	    bpf_probe_read_user(&hend, 8, (void *)(cur + v->layout.proc_hend)) || hend <= heap)
+		return 1;
+	bound = (hend - heap) / 4;  /* twice the young heap's words */
+	if (bound > interval)
+		bound = interval;
+	r = bpf_get_prandom_u32() % interval;
+	if (r >= bound)
+		return 1;
+	*cookie = r | bound << 32;
+	return 0;
+}
 
 /*
  * A write to the watched word. The watchpoint traps after the writing instruction: the
@@ -173,7 +260,7 @@ int on_gc_return(struct pt_regs *ctx) { return watch_gc_return(ctx); }
  */
 static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 {
-	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw, weight, words;
+	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw, weight;
 	__u32 flags = 0, zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
 	const struct bb_vm *v = this_vm();
@@ -208,8 +295,7 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 		watch_end(BB_WATCH_LIVE, BB_WATCH_STACK);
 		return 0;
 	}
-	words = (watch.hi - watch.lo) / 8;
-	weight = words > watch.interval ? words : watch.interval;
+	weight = watch_sample_weight((watch.hi - watch.lo) / 8, watch.interval, watch.bound);
 	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
 		return 0;
 	return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);

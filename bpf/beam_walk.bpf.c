@@ -41,6 +41,7 @@ static __always_inline bool filtered_out(__u64 erl_pid)
 
 static __always_inline int sample(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
 				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight);
+static __always_inline int call_sample(struct pt_regs *ctx, bool fast, bool note_watch);
 #include "alloc_watch.bpf.h"
 
 /* A fresh record of a sample of thread `tid` (on scheduler `sch`, NULL for other threads). */
@@ -240,13 +241,13 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
 
 /* beam-bpf-blame --count and -e alloc's GC entries: one record per call of the probed native
  * function. */
-static __always_inline int call_sample(struct pt_regs *ctx, bool fast)
+static __always_inline int call_sample(struct pt_regs *ctx, bool fast, bool note_watch)
 {
 	const struct bb_vm *v = this_vm();
 
 	if (!v)
 		return 0;
-	if (watch_mode)  /* before sample() ends the process's own watch, if it has it */
+	if (watch_mode && note_watch)  /* before sample() ends the process's own watch, if it has it */
 		watch_note_gc_entry();
 	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
 }
@@ -314,10 +315,10 @@ SEC("perf_event")
 int on_sample_fast(struct bpf_perf_event_data *ctx) { return perf_sample(ctx, true); }
 
 SEC("uprobe")
-int on_call(struct pt_regs *ctx) { return call_sample(ctx, false); }
+int on_call(struct pt_regs *ctx) { return call_sample(ctx, false, true); }
 
 SEC("uprobe")
-int on_call_fast(struct pt_regs *ctx) { return call_sample(ctx, true); }
+int on_call_fast(struct pt_regs *ctx) { return call_sample(ctx, true, true); }
 
 SEC("uprobe")
 int on_heap_alloc(struct pt_regs *ctx) { return heap_alloc_sample(ctx, false); }

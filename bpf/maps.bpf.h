@@ -160,7 +160,8 @@ static __always_inline void note_walk_time(__u64 start)
  * The VM the running thread belongs to, NULL if this walker does not sample it. Its slot is
  * noted in the CPU's scratch for count(): a program run on this CPU cannot be interrupted by
  * another (the kernel runs one tracing program at a time per CPU), except -e alloc's sleepable
- * return probe, whose walker samples one VM.
+ * GC probes, whose walker samples one VM (and whose own programs cannot run inside them: no
+ * probed function or watched write runs on the CPU meanwhile).
  */
 static __always_inline const struct bb_vm *this_vm(void)
 {

@@ -55,6 +55,10 @@ struct bb_watch {
 	 * end of the block. */
 	__u64 c_p;
 	__u64 lo, hi;
+	/* The words the flip's chance was capped at (~0: none), for the sample's weight: a uprobe
+	 * session decides at the GC entry whether to see the return, from the heap size then
+	 * (bpf/alloc_watch.bpf.h, on_gc_session). */
+	__u64 bound;
 	/* Set by user space when arming. */
 	__u64 addr;
 };

@@ -136,19 +136,22 @@ INSTANTIATE_TEST_SUITE_P(Vms, AllocMixTest, ::testing::ValuesIn(mix_vms()), test
 struct MixRun {
     std::map<std::string, double> self;
     long samples = 0;
-    std::string folded, stats;
+    std::string folded, stats, err;
 };
 
-// `spawn`: the command that spawns the worker, empty if it was sent already.
-MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms) {
+// `spawn`: the command that spawns the worker, empty if it was sent already. `pair`: with an
+// entry and a return probe per GC entry point, as where the kernel has no uprobe sessions.
+MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms, int period = 256, bool pair = false) {
     if (!spawn.empty()) erl.send_line(spawn);
     std::string name;
     std::istringstream(erl.wait_line("spawned", 30s)) >> name >> name;
     const std::string stats = ::testing::TempDir() + "/alloc-mix-stats.json";
     // --period 256: every epoch of these heaps (987 words and up) is a candidate, for samples
     // enough in seconds; each sample then stands for its epoch's free words.
-    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", "256", "--process", name, "--folded", "--stats",
-                                       stats, std::to_string(erl.os_pid())});
+    if (pair) setenv("BB_NO_UPROBE_SESSION", "1", 1);
+    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", std::to_string(period), "--process", name,
+                                       "--folded", "--stats", stats, std::to_string(erl.os_pid())});
+    unsetenv("BB_NO_UPROBE_SESSION");
     std::string err;
     EXPECT_TRUE(wait_stderr(t, "beam-bpf-sample: attached", 30s, &err)) << err;
     erl.send_line("go " + std::to_string(ms));
@@ -157,6 +160,7 @@ MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms) {
     EXPECT_EQ(r.exit_code, 0) << describe(r);
     MixRun m;
     m.folded = r.out;
+    m.err = r.err;
     m.self = self_shares(r.out);
     std::stringstream st;
     st << std::ifstream(stats).rdbuf();
@@ -223,6 +227,27 @@ TEST_P(AllocMixTest, RandomRatios) {
     for (const auto& [f, v] : truth) {
         std::cout << "[          ] " << f << ": " << m.self[f] << "% (truth " << v << "%)\n";
         EXPECT_NEAR(m.self[f], v, 3.0) << "seed " << seed << "\n" << m.folded;
+    }
+}
+
+// At a period past twice the young heap, a uprobe session's entry lets a collection return
+// without a trap unless its flip can win (bpf/alloc_watch.bpf.h, on_gc_session): the shares are
+// the same as with a return probe on every collection, which kernels without sessions get.
+TEST_P(AllocMixTest, SessionsAndReturnProbesAgreeAtALongerPeriod) {
+    ErlVm erl(vm(), "bb_alloc_mix:main()");
+    erl.wait_line("ready");
+    const long need = samples_for(75, 3);
+    for (bool pair : {false, true}) {
+        MixRun m = mix_run(erl, pair ? "mix 6000 2000 0" : "mix 3000 1000 0", 2000, 8192, pair);
+        const bool sessions = m.err.find("uprobe sessions") != std::string::npos;
+        std::cout << "[          ] " << vm().name << ": --period 8192, "
+                  << (pair ? "entry and return probes" : sessions ? "uprobe sessions" : "no uprobe sessions here")
+                  << ": take " << m.self[kTake] << "%, give " << m.self[kGive] << "% from " << m.samples << " samples\n";
+        EXPECT_FALSE(pair && sessions) << m.err;
+        EXPECT_GE(m.samples, need) << "too few samples for a 3-point tolerance\n" << m.stats;
+        EXPECT_NEAR(m.self[kTake], 75.0, 3.0) << m.folded;
+        EXPECT_NEAR(m.self[kGive], 25.0, 3.0) << m.folded;
+        EXPECT_EQ(m.self[kIdle], 0.0) << m.folded;
     }
 }
 

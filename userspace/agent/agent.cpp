@@ -1,6 +1,7 @@
 #include "agent/agent.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -382,7 +383,11 @@ void Agent::detach(pid_t pid, const std::string& why) {
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped,
                                          f.profiles, err);
     vms_.erase(it);  // the Session: sampler (BPF objects, perf events, ring), tables, symbols
-    log(line);       // once they are released: a reader of the line may count them
+    // What the VM held goes back to the system, not only to malloc's free lists: RSS follows the
+    // VMs followed now, not the most ever followed at once (an hour's soak beside a CI run kept
+    // the 15% it took while 5 VMs were followed instead of 3).
+    malloc_trim(0);
+    log(line);  // once they are released: a reader of the line may count them
 }
 
 void Agent::apply(AgentConfig cfg) {

@@ -52,6 +52,7 @@ struct Sampler::Impl {
     std::map<pid_t, ThreadEvent> thread_events;
     std::vector<UniqueFd> cpu_events;
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;  // entry probes
+    std::vector<UniqueFd> session_links;  // -e alloc's GC entry points, as uprobe sessions
     std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
     std::unique_ptr<AllocWatch> watch;                  // -e alloc's watchpoints
     std::set<uint32_t> sched_tids;                      // this VM's entries of the walker's sched_threads
@@ -73,6 +74,7 @@ struct Sampler::Impl {
         thread_events.clear();
         cpu_events.clear();
         links.clear();
+        session_links.clear();
         code_link.reset();
         watch.reset();
         if (!walker) return;
@@ -132,11 +134,27 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
             if (impl_->events() == 0) throw UserError(fmt::format("process {} has no threads to sample", vm.pid()));
         }
     } else {
+        // With uprobe sessions, one program sees a collection's entry and (when it asks) its
+        // return: the entry probe of a function with a return probe is the session's.
+        std::set<std::pair<std::string, uint64_t>> with_return;
+        for (const auto& p : cfg.entry_probes)
+            if (p.gc_return) with_return.emplace(p.binary, p.file_offset);
         for (const auto& p : cfg.entry_probes) {
-            bpf_link* l = bpf_program__attach_uprobe(p.gc_return    ? s->progs.on_gc_return
-                                                     : p.heap_alloc ? w.on_heap_alloc()
-                                                                    : w.on_call(),
-                                                     p.gc_return, vm.pid(), p.binary.c_str(), p.file_offset);
+            bpf_link* l = nullptr;
+            if (w.gc_sessions() && p.gc_return) {
+                UniqueFd link = w.attach_gc_session(p.binary, p.file_offset, vm.pid());
+                if (link) {
+                    impl_->session_links.push_back(std::move(link));
+                    continue;
+                }
+            } else if (w.gc_sessions() && !p.heap_alloc && with_return.count({p.binary, p.file_offset})) {
+                continue;
+            } else {
+                l = bpf_program__attach_uprobe(p.gc_return    ? s->progs.on_gc_return
+                                               : p.heap_alloc ? w.on_heap_alloc()
+                                                              : w.on_call(),
+                                               p.gc_return, vm.pid(), p.binary.c_str(), p.file_offset);
+            }
             if (!l) {
                 int err = errno;
                 throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.file ? p.file->name : p.binary,
@@ -147,6 +165,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
             }
             impl_->links.emplace_back(l);
         }
+        if (!impl_->session_links.empty())
+            impl_->events_note = "uprobe sessions: a collection's return is trapped only when its flip can win";
     }
 
     if (cfg.alloc && cfg.alloc_interval) {

@@ -1,8 +1,11 @@
 #include "sampling/walker.hpp"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -63,12 +66,38 @@ std::vector<uint64_t> sum_percpu(int fd, uint32_t first, uint32_t n) {
     return sums;
 }
 
+// BPF_TRACE_UPROBE_SESSION (kernel 6.13): Debian 12's headers and libbpf 1.1 predate it.
+constexpr uint32_t kUprobeSession = 57;
+
+// Whether this kernel attaches uprobe sessions: its BTF names the attach type (the kfuncs
+// bpf_session_is_return() and bpf_session_cookie() came with it). BB_NO_UPROBE_SESSION=1 takes
+// the older pair of probes instead (bench/alloc.py compares the two).
+bool kernel_has_uprobe_sessions() {
+    static const bool has = [] {
+        if (getenv("BB_NO_UPROBE_SESSION")) return false;
+        btf* vmlinux = btf__load_vmlinux_btf();
+        if (!vmlinux) return false;
+        bool found = false;
+        int id = btf__find_by_name_kind(vmlinux, "bpf_attach_type", BTF_KIND_ENUM);
+        if (const btf_type* t = id > 0 ? btf__type_by_id(vmlinux, id) : nullptr) {
+            const struct btf_enum* e = btf_enum(t);
+            for (int i = 0; i < btf_vlen(t) && !found; i++)
+                found = std::string_view(btf__name_by_offset(vmlinux, e[i].name_off)) == "BPF_TRACE_UPROBE_SESSION" &&
+                        uint32_t(e[i].val) == kUprobeSession;
+        }
+        btf__free(vmlinux);
+        return found;
+    }();
+    return has;
+}
+
 }  // namespace
 
 struct Walker::Impl {
     std::unique_ptr<beam_walk, SkelDeleter> skel;
     std::unique_ptr<ring_buffer, RingDeleter> ring;
     bool fast = true;
+    bool gc_session = false;  // on_gc_session is loaded (a uprobe session per GC entry point)
     std::vector<uint32_t> slot_tgid;  // 0: free
     const Handler* handler = nullptr;
     size_t handled = 0;
@@ -80,7 +109,7 @@ struct Walker::Impl {
     uint64_t drain_deadline_ns = 0;  // poll(): past it, the drain ends (unless until_empty)
     uint64_t delivered_total = 0;
 
-    int load(const SamplerConfig& cfg, uint32_t slots, bool fast);
+    int load(const SamplerConfig& cfg, uint32_t slots, bool fast, bool session);
 
     static int on_ring(void* ctx, void* data, size_t size) {
         auto* self = static_cast<Impl*>(ctx);
@@ -110,8 +139,9 @@ struct Walker::Impl {
 
 // Opens the walker with its configuration and loads the program pair for this kernel: the
 // may_goto scan (kernel 6.9+, ~4x cheaper per stack word) or the bpf_loop-only one.
-int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs) {
+int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs, bool session) {
     fast = fast_progs;
+    gc_session = session;
     skel.reset(beam_walk__open());
     if (!skel) throw UserError(fmt::format("cannot open the BPF program: {}", errno_text(errno)));
     auto* s = skel.get();
@@ -122,7 +152,10 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     bpf_program__set_autoload(s->progs.on_call_fast, fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
     bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
-    bpf_program__set_autoload(s->progs.on_gc_return, watch);
+    bpf_program__set_autoload(s->progs.on_gc_return, watch && !session);
+    bpf_program__set_autoload(s->progs.on_gc_session, watch && session);
+    if (watch && session)
+        bpf_program__set_expected_attach_type(s->progs.on_gc_session, static_cast<bpf_attach_type>(kUprobeSession));
     bpf_program__set_autoload(s->progs.on_watch, !fast && watch);
     bpf_program__set_autoload(s->progs.on_watch_fast, fast && watch);
     // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
@@ -178,8 +211,12 @@ Walker::Walker(const SamplerConfig& cfg, uint32_t slots) : impl_(std::make_uniqu
     if (slots == 0) throw UserError("a walker for no VM");
     // BB_BPF_COMPAT=1 forces the program older kernels get, to test it on a new one.
     bool fast = !getenv("BB_BPF_COMPAT");
-    int err = impl_->load(cfg, slots, fast);
-    if (err && fast && err != -EPERM) err = impl_->load(cfg, slots, false);
+    // -e alloc's collections are probed by uprobe sessions where the kernel has them, else by
+    // an entry and a return probe each (bpf/alloc_watch.bpf.h).
+    bool session = cfg.alloc && cfg.alloc_interval && kernel_has_uprobe_sessions();
+    int err = impl_->load(cfg, slots, fast, session);
+    if (err && session && err != -EPERM) err = impl_->load(cfg, slots, fast, session = false);
+    if (err && fast && err != -EPERM) err = impl_->load(cfg, slots, false, session);
     if (err)
         throw UserError(fmt::format("cannot load the BPF program into the kernel: {}{}", errno_text(err),
                                     err == -EPERM ? " (need root, or CAP_BPF and CAP_PERFMON)" : ""));
@@ -224,6 +261,25 @@ void Walker::remove_vm(uint32_t slot) {
     static const bb_vm empty{};
     bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.vms), &slot, &empty, BPF_ANY);
     impl_->slot_tgid[slot] = 0;
+}
+
+bool Walker::gc_sessions() const { return impl_->gc_session; }
+
+UniqueFd Walker::attach_gc_session(const std::string& binary, uint64_t file_offset, pid_t pid) const {
+    // union bpf_attr's link_create with its uprobe_multi part (include/uapi/linux/bpf.h, 6.13),
+    // one offset; the kernel takes an attr shorter than its own.
+    struct {
+        uint32_t prog_fd, target_fd, attach_type, flags;
+        uint64_t path, offsets, ref_ctr_offsets, cookies;
+        uint32_t cnt, multi_flags, pid, pad;
+    } attr{};
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(impl_->skel->progs.on_gc_session));
+    attr.attach_type = kUprobeSession;
+    attr.path = reinterpret_cast<uint64_t>(binary.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(&file_offset);
+    attr.cnt = 1;
+    attr.pid = static_cast<uint32_t>(pid);
+    return UniqueFd(static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr))));
 }
 
 uint32_t Walker::vms() const {

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sys/types.h>
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.hpp"
 #include "beam_bpf.h"
 
 struct beam_walk;
@@ -58,6 +60,11 @@ public:
     bpf_program* on_sample() const;
     bpf_program* on_call() const;
     bpf_program* on_heap_alloc() const;
+    // -e alloc's collections probed by one uprobe session each (kernel 6.13+), instead of an
+    // entry and a return probe: attach_gc_session() links one (closing it detaches it; a
+    // negative descriptor and errno when it cannot).
+    bool gc_sessions() const;
+    UniqueFd attach_gc_session(const std::string& binary, uint64_t file_offset, pid_t pid) const;
     int sched_threads_fd() const;
 
 private:
