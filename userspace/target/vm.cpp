@@ -36,12 +36,27 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
-// The state letter of a thread, from /proc/PID/task/TID/stat ("TID (NAME) S ..."; the name may
-// hold parentheses, the state follows the last); 0 if unreadable (the thread is gone).
-char thread_state(pid_t pid, pid_t tid) {
-    const std::string stat = read_file(fmt::format("/proc/{}/task/{}/stat", pid, tid));
-    size_t close = stat.rfind(')');
-    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+// /proc/PID/task/TID/stat, "TID (NAME) S PPID ...": the name between the first "(" and the last
+// ")" (it may hold either), the state letter after it, then field 22, the start time (a tid
+// given to a new thread is another thread). nullopt if unreadable (the thread is gone).
+struct TaskStat {
+    std::string name;
+    char state = 0;
+    uint64_t start_time = 0;
+};
+std::optional<TaskStat> task_stat(const std::string& path) {
+    const std::string stat = read_file(path);
+    size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open || close + 2 >= stat.size())
+        return std::nullopt;
+    TaskStat t;
+    t.name = stat.substr(open + 1, close - open - 1);
+    t.state = stat[close + 2];
+    unsigned long long start = 0;
+    if (sscanf(stat.c_str() + close + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+               &start) == 1)
+        t.start_time = start;
+    return t;
 }
 
 }  // namespace
@@ -243,7 +258,8 @@ std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t wa
         // wait for: an idle VM would cost 50 looks, 100 ms, and the agent attaches VMs in turn.
         bool working = false;
         for (const auto& t : scheds)
-            working = working || (t.sched.type == BB_SCHED_NORMAL && thread_state(pid_, t.tid) == 'R');
+            working = working || (t.sched.type == BB_SCHED_NORMAL &&
+                                  task_stat(fmt::format("/proc/{}/task/{}/stat", pid_, t.tid)).value_or(TaskStat{}).state == 'R');
         if (!working) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -468,16 +484,10 @@ std::vector<Vm::Thread> Vm::threads() const {
         Thread t;
         const std::string id = e.path().filename().string();
         if (std::from_chars(id.data(), id.data() + id.size(), t.tid).ec != std::errc() || t.tid <= 0) continue;
-        // "TID (NAME) S PPID ...": the name between the first "(" and the last ")" (it may hold
-        // either), then field 22, the start time: a tid given to a new thread is another thread.
-        const std::string stat = read_file(e.path() / "stat");
-        size_t open = stat.find('('), close = stat.rfind(')');
-        if (open == std::string::npos || close == std::string::npos || close < open) continue;
-        t.name = stat.substr(open + 1, close - open - 1);
-        unsigned long long start = 0;
-        if (sscanf(stat.c_str() + close + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                   &start) == 1)
-            t.start_time = start;
+        auto st = task_stat(e.path() / "stat");
+        if (!st) continue;
+        t.name = std::move(st->name);
+        t.start_time = st->start_time;
         out.push_back(std::move(t));
     }
     return out;
