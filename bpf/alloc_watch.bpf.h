@@ -219,7 +219,9 @@ SEC("uprobe.s")
 int on_gc_session(struct pt_regs *ctx)
 {
 	__u64 *cookie = bpf_session_cookie(), interval = watch.interval, cur, heap, hend, bound, r;
+	const struct bb_sched *sch;
 	const struct bb_vm *v;
+	__u32 tid;
 	bool free;
 
 	if (!cookie)
@@ -237,12 +239,19 @@ int on_gc_session(struct pt_regs *ctx)
 	v = this_vm();
 	if (!v || !interval || interval > 0xffffffffULL)
 		return 1;
-	cur = watch_gc_process(ctx, v, (__u32)bpf_get_current_pid_tgid());
+	tid = (__u32)bpf_get_current_pid_tgid();
+	cur = watch_gc_process(ctx, v, tid);
 	if (!cur || bpf_probe_read_user(&heap, 8, (void *)(cur + v->layout.proc_heap)) ||
 	    bpf_probe_read_user(&hend, 8, (void *)(cur + v->layout.proc_hend)) || hend <= heap)
 		return 1;
 	bound = (hend - heap) / 4;  /* twice the young heap's words */
-	if (bound > interval)
+	/* A collection on a dirty scheduler is of a heap of 128 Ki words or more, which the normal
+	 * scheduler's collection left for a small fragment to go on in meanwhile (erl_gc.c,
+	 * delay_garbage_collection): the heap read here is that fragment, not the young heap the
+	 * collection gives. Bounded by it, a process of big heaps was never sampled (0 words of
+	 * half a VM's). Its return is always seen: few collections are this big. */
+	sch = bpf_map_lookup_elem(&sched_threads, &tid);
+	if (bound > interval || (sch && sch->type != BB_SCHED_NORMAL))
 		bound = interval;
 	r = bpf_get_prandom_u32() % interval;
 	if (r >= bound)
@@ -298,7 +307,7 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 	weight = watch_sample_weight((watch.hi - watch.lo) / 8, watch.interval, watch.bound);
 	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
 		return 0;
-	return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight);
+	return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight, p.id);
 }
 
 SEC("perf_event")

@@ -40,7 +40,7 @@ static __always_inline bool filtered_out(__u64 erl_pid)
 }
 
 static __always_inline int sample(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
-				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight);
+				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight, __u64 watch_owner);
 static __always_inline int call_sample(struct pt_regs *ctx, bool fast, bool note_watch);
 #include "alloc_watch.bpf.h"
 
@@ -60,6 +60,7 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->reg_name = 0;
 	rec->initial[0] = rec->initial[1] = rec->initial[2] = 0;
 	rec->alloc_words = rec->frag_words = 0;
+	rec->heap_owner = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
 }
@@ -71,7 +72,8 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
  * record weighs nothing. `v` is the sampled VM (this_vm()).
  */
 static __always_inline int walk_and_emit(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
-					 __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
+					 __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight,
+					 __u64 watch_owner)
 {
 	__u32 base = 0;
 	__u32 zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
@@ -176,6 +178,7 @@ static __always_inline int walk_and_emit(void *ctx, const struct bb_vm *v, __u64
 				return 0;
 			}
 			rec->alloc_words += watch_weight;
+			rec->heap_owner = watch_owner;
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = p.id;
@@ -210,10 +213,10 @@ static __always_inline int walk_and_emit(void *ctx, const struct bb_vm *v, __u64
 }
 
 static __always_inline int sample(void *ctx, const struct bb_vm *v, __u64 ip, __u64 sp, __u64 bp, __u64 r13,
-				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight)
+				  __u32 flags, bool fast, __u64 arg_p, __u64 need, __u64 watch_weight, __u64 watch_owner)
 {
 	__u64 start = measure_walk ? bpf_ktime_get_ns() : 0;
-	int ret = walk_and_emit(ctx, v, ip, sp, bp, r13, flags, fast, arg_p, need, watch_weight);
+	int ret = walk_and_emit(ctx, v, ip, sp, bp, r13, flags, fast, arg_p, need, watch_weight, watch_owner);
 
 	if (measure_walk)
 		note_walk_time(start);
@@ -230,13 +233,13 @@ static __always_inline int perf_sample(struct bpf_perf_event_data *ctx, bool fas
 	/* User and kernel addresses are disjoint halves on x86-64 (and the context only allows
 	 * whole-word loads, so cs's low bits are not at hand). */
 	if (ctx->regs.ip < (1ULL << 47))
-		return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0, 0);
+		return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, 0, fast, 0, 0, 0, 0);
 
 	/* The sample interrupted a system call or fault: walk from the registers the thread
 	 * will return to user space with. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	return sample(ctx, v, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp), BPF_CORE_READ(regs, bp),
-		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0, 0);
+		      BPF_CORE_READ(regs, r13), BB_F_KERNEL, fast, 0, 0, 0, 0);
 }
 
 /* beam-bpf-blame --count and -e alloc's GC entries: one record per call of the probed native
@@ -249,7 +252,7 @@ static __always_inline int call_sample(struct pt_regs *ctx, bool fast, bool note
 		return 0;
 	if (watch_mode && note_watch)  /* before sample() ends the process's own watch, if it has it */
 		watch_note_gc_entry();
-	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0);
+	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE, fast, 0, 0, 0, 0);
 }
 
 /* -e alloc: erts_heap_alloc(Process *p, Uint need, Uint xtra), a heap fragment of `need` words. */
@@ -261,7 +264,7 @@ static __always_inline int heap_alloc_sample(struct pt_regs *ctx, bool fast)
 	if (!v)
 		return 0;
 	return sample(NULL, v, PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), ctx->r13, BB_F_UPROBE | BB_F_HEAP_FRAG,
-		      fast, PT_REGS_PARM1(ctx), need, 0);
+		      fast, PT_REGS_PARM1(ctx), need, 0, 0);
 }
 
 /*

@@ -105,6 +105,10 @@ struct bb_record {
 	 * other records. */
 	__u64 alloc_words;
 	__u64 frag_words;
+	/* A watchpoint's record (BB_F_WATCH): the pid term of the process whose heap the word is
+	 * in (the writer may be another, copying a message there). User space scales each heap's
+	 * samples to the exact words its GC entries reported (profile/alloc_strata.hpp). */
+	__u64 heap_owner;
 	/* Kernel frames, native frames, then the Erlang stack's continuation pointers (return
 	 * addresses into JIT code), each part leaf-most first. The bottom continuation pointer,
 	 * if reached, is the VM's normal-exit stub. */

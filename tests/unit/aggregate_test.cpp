@@ -4,9 +4,11 @@
 
 #include "target/release.hpp"
 
+#include <map>
 #include <sstream>
 
 #include "profile/aggregate.hpp"
+#include "profile/alloc_strata.hpp"
 #include "profile/frames.hpp"
 #include "report/text.hpp"
 #include "target/release.hpp"
@@ -129,6 +131,41 @@ TEST(Aggregate, ByProcessRootsEachProcess) {
     std::ostringstream out;
     bb::write_folded(a.profile(f.frames, m), out);
     EXPECT_EQ(out.str(), "<0.6.0>;m:root/0;m:leaf/2 2\nalpha <0.5.0>;m:root/0;m:leaf/2 3\nmemcpy 1\n");
+}
+
+// -e alloc: each heap's samples scaled to its exact words; a heap no sample came from keeps its
+// words under its process; samples of a heap with no exact words keep their weights.
+TEST(AllocStrata, EachHeapScaledToItsExactWords) {
+    Fixture f;
+    const uint64_t a_pid = 0x113, b_pid = 0x223, c_pid = 0x333, d_pid = 0x443;
+    const uint32_t unsampled = f.frames.other(FrameKind::vm, "[allocation not sampled]", "beam.smp");
+    bb::AllocStrata s;
+    // A: 3:1 by its samples, 2,000 exact words (its epochs lost half the watches).
+    s.exact(a_pid, 1500);
+    s.exact(a_pid, 500);
+    s.sample(a_pid, std::vector<uint32_t>{f.root, f.leaf}, 600, {a_pid, 1});
+    s.sample(a_pid, std::vector<uint32_t>{f.root, f.mid}, 200, {a_pid, 1});
+    // B's heap: a message copied in by A (the writer keeps the stack), 50 exact words.
+    s.exact(b_pid, 50);
+    s.sample(b_pid, std::vector<uint32_t>{f.root, f.native}, 100, {a_pid, 1});
+    s.exact(c_pid, 70);                                               // no sample
+    s.sample(d_pid, std::vector<uint32_t>{f.root, f.leaf}, 30, {d_pid, 2});  // no exact words yet
+    EXPECT_FALSE(s.empty());
+    Aggregator agg;
+    s.drain_into(agg, unsampled);
+    EXPECT_TRUE(s.empty());
+    EXPECT_EQ(agg.total(), 2000u + 50 + 70 + 30);
+    std::map<std::pair<std::string, std::string>, uint64_t> got;  // (leaf, pid) -> words
+    bb::ProfileMeta m;
+    m.pid_text = [](uint64_t pid) { return std::to_string(pid); };
+    bb::Profile p = agg.profile(f.frames, m);
+    for (const auto& sm : p.samples) got[{p.functions[p.locations[sm.stack.back()].function].name, sm.pid}] += sm.count;
+    EXPECT_EQ((got[{"m:leaf/2", std::to_string(a_pid)}]), 1500u);
+    EXPECT_EQ((got[{"m:mid/1", std::to_string(a_pid)}]), 500u);
+    EXPECT_EQ((got[{"memcpy", std::to_string(a_pid)}]), 50u);  // B's words, A's stack
+    EXPECT_EQ((got[{"[allocation not sampled]", std::to_string(c_pid)}]), 70u);
+    EXPECT_EQ((got[{"m:leaf/2", std::to_string(d_pid)}]), 30u);
+    EXPECT_EQ(got.size(), 5u);
 }
 
 TEST(Names, CxxSymbolsDemangledWithoutParameters) {

@@ -13,6 +13,14 @@
 %%                   (N_i drawn from SEED, 20 to 2,000); prints `rand_truth r1 N_1 ... r6 N_6`.
 %%   Both print `spawned NAME`.
 %%   go MS           the last one spawned runs for MS milliseconds; prints `done ROUNDS`.
+%%   pair MS         two processes for MS milliseconds side by side, whose collections come at
+%%                   very different rates: `short_epochs` (the default heap: a collection every
+%%                   few microseconds of its work) repeats short_take/2, 300 cells; `long_epochs`
+%%                   (a young heap of 150,000 words, filled slowly: a collection every few
+%%                   milliseconds) repeats long_take/2 (300 cells), long_give/2 (100 cells) and
+%%                   arithmetic. Prints `pair_words SHORT LONG_TAKE LONG_GIVE`, the words each
+%%                   function allocated, counted as they are built. Its collections run on a
+%%                   dirty scheduler (heaps of 128 Ki words and up).
 %%   quit
 -module(bb_alloc_mix).
 -export([main/0]).
@@ -33,6 +41,9 @@ loop(Worker) ->
             Ns = [20 + rand:uniform(1981) || _ <- lists:seq(1, 6)],
             io:format("rand_truth~s~n", [[io_lib:format(" r~p ~p", [I, N]) || {I, N} <- lists:zip(lists:seq(1, 6), Ns)]]),
             loop(spawn_worker("rand_" ++ Seed, fun(Until) -> rand_rounds(list_to_tuple(Ns), Until, 0) end));
+        ["pair", Ms] ->
+            pair(int(Ms)),
+            loop(Worker);
         ["go", Ms] when is_pid(Worker) ->
             Worker ! {go, int(Ms), self()},
             receive {Worker, Rounds} -> io:format("done ~p~n", [Rounds]) end,
@@ -99,3 +110,39 @@ r3(0, A) -> A; r3(N, A) -> r3(N - 1, [N | A]).
 r4(0, A) -> A; r4(N, A) -> r4(N - 1, [N | A]).
 r5(0, A) -> A; r5(N, A) -> r5(N - 1, [N | A]).
 r6(0, A) -> A; r6(N, A) -> r6(N - 1, [N | A]).
+
+%% Two processes whose epochs differ a thousandfold in length (see main's comment).
+pair(Ms) ->
+    Self = self(),
+    Until = erlang:monotonic_time(millisecond) + Ms,
+    Short = spawn(fun() -> register(short_epochs, self()), Self ! {self(), short_rounds(Until, 0)} end),
+    Long = spawn_opt(fun() -> register(long_epochs, self()), Self ! {self(), long_rounds(Until, 0)} end,
+                     [{min_heap_size, 150000}]),
+    SW = receive {Short, S} -> S * 600 end,  % rounds x 300 cells x 2 words
+    LR = receive {Long, L} -> L end,
+    io:format("pair_words ~p ~p ~p~n", [SW, LR * 600, LR * 200]).
+
+short_rounds(Until, N) ->
+    _ = short_take(300, []),
+    case N band 63 =:= 63 andalso erlang:monotonic_time(millisecond) >= Until of
+        true -> N + 1;
+        false -> short_rounds(Until, N + 1)
+    end.
+
+long_rounds(Until, N) ->
+    _ = long_take(300, []),
+    _ = long_give(100, []),
+    _ = idle(?SPIN, 0),
+    case N band 63 =:= 63 andalso erlang:monotonic_time(millisecond) >= Until of
+        true -> N + 1;
+        false -> long_rounds(Until, N + 1)
+    end.
+
+short_take(0, Acc) -> Acc;
+short_take(N, Acc) -> short_take(N - 1, [N | Acc]).
+
+long_take(0, Acc) -> Acc;
+long_take(N, Acc) -> long_take(N - 1, [N | Acc]).
+
+long_give(0, Acc) -> Acc;
+long_give(N, Acc) -> long_give(N - 1, [N | Acc]).

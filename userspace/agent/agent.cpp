@@ -91,6 +91,7 @@ struct Agent::Followed {
         CommonOptions o;
         std::unique_ptr<Session> s;
         Aggregator agg;
+        AllocStrata strata;  // its GC entries' exact words and its watchpoints' samples
         uint64_t samples = 0;
         std::vector<uint32_t> frames;
     };
@@ -107,12 +108,12 @@ struct Agent::Followed {
     void handle_alloc(const bb_record& r) {
         AllocPart& a = *alloc;
         if (r.where == BB_WHERE_CODE_EVENT) return a.s->sym.code_event(r);
-        const uint64_t words = weight_of(r, true);
-        if (!words) return;
-        a.s->sym.frames(r, a.frames);
         Who who = who_of(r);
+        if (r.flags & BB_F_ALLOC_TOTAL) return add_alloc(r, {}, who, a.strata, a.agg);
+        if (!r.alloc_words) return;
+        a.s->sym.frames(r, a.frames);
         if (who.erl_pid) names->name(r);
-        a.agg.add(a.frames, words, who);
+        add_alloc(r, a.frames, who, a.strata, a.agg);
         a.samples++;
     }
     // The code loaded or purged since the last drain: it must be known before the samples
@@ -295,7 +296,10 @@ void Agent::drain() {
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     ship(f, "cpu", *f.s, f.agg, now_ns);
-    if (f.alloc) ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
+    if (f.alloc) {
+        f.alloc->strata.drain_into(f.alloc->agg, f.alloc->s->sym.unsampled_alloc());
+        ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
+    }
     f.agg.clear();
     if (f.alloc) f.alloc->agg.clear();
     f.names.emplace(f.s->vm, false);
@@ -370,7 +374,8 @@ void Agent::detach(pid_t pid, const std::string& why) {
         if (f.alloc) f.alloc->s->sampler->stop_events();
         f.refresh_symbols(monotonic_ns());
         drain();  // every VM's records: this one's are all in the ring now
-        if (f.agg.total() > 0 || (f.alloc && f.alloc->agg.total() > 0)) finish_interval(f, monotonic_ns());
+        if (f.agg.total() > 0 || (f.alloc && (f.alloc->agg.total() > 0 || !f.alloc->strata.empty())))
+            finish_interval(f, monotonic_ns());
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
     }

@@ -24,6 +24,13 @@ void Aggregator::add(std::span<const uint32_t> stack, uint64_t count, Who who) {
     total_ += count;
 }
 
+void Aggregator::add_scaled(const Aggregator& from, double factor) {
+    for (const auto& [key, count] : from.samples_) {
+        const double scaled = static_cast<double>(count) * factor + 0.5;
+        add(key.stack, scaled < 1 ? 1 : static_cast<uint64_t>(scaled), key.who);
+    }
+}
+
 Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) const {
     Profile p;
     p.title = meta.title;

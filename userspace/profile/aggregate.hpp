@@ -38,6 +38,8 @@ class Aggregator {
 public:
     // `stack` is root first, as location ids of one FrameTable.
     void add(std::span<const uint32_t> stack, uint64_t count = 1, Who who = {});
+    // Every sample of `from`, its count times `factor` (rounded; at least 1 where it was).
+    void add_scaled(const Aggregator& from, double factor);
     uint64_t total() const { return total_; }
     size_t unique_stacks() const { return samples_.size(); }
     void clear() {

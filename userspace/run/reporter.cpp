@@ -20,7 +20,10 @@ void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
-    if (uint64_t w = weight_of(r, weigh_words_)) agg_.add(frames, w, who);
+    if (weigh_words_)
+        add_alloc(r, frames, who, strata_, agg_);
+    else
+        agg_.add(frames, 1, who);
 }
 
 void Reporter::write(uint64_t now_ns) {
@@ -35,6 +38,7 @@ void Reporter::write(uint64_t now_ns) {
     m.process_text = [&](uint64_t pid) { return s_.names.known(pid); };
     if (o_.by_process) m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
+    strata_.drain_into(agg_, s_.sym.unsampled_alloc());
     Profile p = agg_.profile(s_.sym.frames(), m);
     if (o_.every > 0) s_.out.open(m.start_unix_ns);
     for (Format f : s_.out.formats()) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "profile/aggregate.hpp"
+#include "profile/alloc_strata.hpp"
 #include "report/report.hpp"
 #include "run/session.hpp"
 
@@ -24,6 +25,19 @@ inline Who who_of(const bb_record& r) {
 inline uint64_t weight_of(const bb_record& r, bool words) {
     if (r.flags & BB_F_ALLOC_TOTAL) return 0;
     return words ? r.alloc_words : 1;
+}
+
+// An allocation profile's record: a GC entry's exact words and a watchpoint's sample go to
+// `strata`, which scales each heap's samples to its exact words when drained; the rest (the heap
+// fragments BIFs ask for, -e alloc-gc's stacks) to `agg` as they are.
+inline void add_alloc(const bb_record& r, std::span<const uint32_t> frames, Who who, AllocStrata& strata,
+                      Aggregator& agg) {
+    if (r.flags & BB_F_ALLOC_TOTAL)
+        strata.exact(r.erl_pid, r.alloc_words);
+    else if (r.flags & BB_F_WATCH)
+        strata.sample(r.heap_owner, frames, r.alloc_words, who);
+    else
+        agg.add(frames, r.alloc_words, who);
 }
 
 class Reporter {
@@ -47,6 +61,7 @@ private:
     TopOptions top_;
     std::string heading_;
     Aggregator agg_;
+    AllocStrata strata_;  // -e alloc's GC entries and watchpoints
     uint64_t interval_start_ns_ = 0;  // monotonic
 };
 

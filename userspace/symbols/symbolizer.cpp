@@ -13,6 +13,7 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
     in_gc_ = frames_.other(FrameKind::vm, "[gc]", "beam.smp");
     exiting_ = frames_.other(FrameKind::vm, "[exiting]", "beam.smp");
     unknown_native_ = frames_.other(FrameKind::native, "[unknown native code]", "[unknown]");
+    unsampled_alloc_ = frames_.other(FrameKind::vm, "[allocation not sampled]", "beam.smp");
     refresh(0);
 }
 

@@ -49,6 +49,8 @@ public:
     const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
     const JitCodeIndex& jit() const { return jit_; }
     uint64_t unsymbolized() const { return unsymbolized_; }
+    // -e alloc: where a heap's exact words go when no watchpoint sampled it (profile/alloc_strata.hpp).
+    uint32_t unsampled_alloc() const { return unsampled_alloc_; }
 
 private:
     uint32_t erlang_frame(uint64_t addr, uint64_t t, bool return_address);
@@ -81,7 +83,8 @@ private:
     std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read
     uint64_t last_native_refresh_ns_ = 0;
     uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
-    uint32_t in_gc_, exiting_;  // roots of a process's samples taken while it was collected or exiting
+    uint32_t in_gc_, exiting_;
+    uint32_t unsampled_alloc_;  // roots of a process's samples taken while it was collected or exiting
 };
 
 }  // namespace bb
