@@ -324,4 +324,42 @@ TEST(NativeSymbolsLive, ResolvesBeamSmpAndLibc) {
     EXPECT_EQ(s->offset, 0u);
 }
 
+// Two VMs of one build: each file's symbols are read once (by the inode both map), each VM's
+// addresses resolve at its own load bias, and the last one gone releases them.
+TEST(NativeSymbolsLive, VmsOfOneBuildShareEachFilesSymbols) {
+    ASSERT_EQ(bb::NativeSymbols::files_held(), 0u);
+    Erl a, b;
+    bb::ElfFile elf(exe_of(a.pid()));
+    auto gc = elf.find("erts_garbage_collect");
+    ASSERT_TRUE(gc);
+    auto libc_middle = [](pid_t pid) {
+        for (const auto& m : mappings(pid))
+            if (m.perms[2] == 'x' && m.path.ends_with("/libc.so.6")) return m.start + (m.end - m.start) / 2;
+        return uint64_t{0};
+    };
+    auto resolve = [&](pid_t pid, bb::NativeSymbols& syms) {
+        auto s = syms.lookup(load_bias(pid, elf) + gc->value + 7);
+        ASSERT_TRUE(s);
+        EXPECT_EQ(s->name, "erts_garbage_collect");
+        EXPECT_EQ(s->offset, 7u);
+        auto c = syms.lookup(libc_middle(pid));
+        ASSERT_TRUE(c);
+        EXPECT_EQ(c->module, "libc.so.6");
+    };
+    {
+        auto sa = std::make_unique<bb::NativeSymbols>(a.pid());
+        resolve(a.pid(), *sa);
+        const size_t one = bb::NativeSymbols::files_held();
+        EXPECT_EQ(one, 2u);  // beam.smp and libc.so.6
+        bb::NativeSymbols sb(b.pid());
+        resolve(b.pid(), sb);
+        EXPECT_NE(load_bias(a.pid(), elf), load_bias(b.pid(), elf));  // ASLR: the sharing is not by address
+        EXPECT_EQ(bb::NativeSymbols::files_held(), one);
+        sa.reset();
+        EXPECT_EQ(bb::NativeSymbols::files_held(), one);  // b's still
+        resolve(b.pid(), sb);
+    }
+    EXPECT_EQ(bb::NativeSymbols::files_held(), 0u);
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #include "native/native_symbols.hpp"
 #include "target/proc_maps.hpp"
 #include "target/target_file.hpp"
+#include "native/unwind_store.hpp"
 
 #include <elfutils/libdwfl.h>
 #include <sys/auxv.h>
@@ -12,43 +13,43 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <stdexcept>
 
 namespace bb {
 
-namespace {
-
-// What the callbacks need of the modules reported.
-struct Reported {
-    pid_t pid = 0;
-    // Each module's first mapping, by its start: libdwfl asks for the file of a module the
-    // first time it needs its symbols, and gets the inode that mapping maps.
-    std::map<uint64_t, Mapping> first_mapping;
-    std::vector<char> vdso;  // a copy of this process's vDSO (the same kernel image as the VM's)
+// One file's symbols as libdwfl reads them (its .symtab or .dynsym, or a separate debug file's
+// found by build-id), held once for every VM that maps the file: beam.smp's and libc's were read
+// again for each VM. Found by the file's identity as the kernel gives it (FileId: the inode the
+// mapping maps), never by its build-id, which a target can write into any file; two VMs mapping
+// one inode see the same bytes. The module is reported at its link-time addresses: a VM's
+// address is looked up less that VM's load bias.
+struct FileSymbols {
+    std::unique_ptr<Dwfl, void (*)(Dwfl*)> dwfl{nullptr, dwfl_end};
+    Dwfl_Module* mod = nullptr;
+    uint64_t link_base = 0;  // the link-time address of file offset 0 (where mapping offset 0 is)
+    uint64_t bias = 0;       // libdwfl's, reported at link_base: 0 but where its phdr rules differ
 };
 
-// The modules being reported or looked up: libdwfl's callbacks get no context of ours. One
-// NativeSymbols works at a time on a thread (report() and lookup() set it).
-thread_local Reported* current = nullptr;
+namespace {
+
+// The ELF being handed to libdwfl: its find_elf callback gets no context of ours.
+struct Opening {
+    Elf* elf = nullptr;
+    int fd = -1;  // owned by libdwfl once given
+};
+thread_local Opening* opening = nullptr;
 
 // libdwfl opens nothing itself: a module's file is what target/target_file.hpp opened (the
 // mapping's own inode, checked), read with ELF_C_READ (pread, not mmap: a file the target
 // truncates gives read errors, not SIGBUS). libdwfl owns the Elf and the descriptor after.
-int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr base, char**, Elf** elfp) {
-    if (!current) return -1;
-    auto it = current->first_mapping.find(base);
-    if (it == current->first_mapping.end()) return -1;
-    if (it->second.path == "[vdso]") {
-        if (current->vdso.empty()) return -1;
-        *elfp = elf_memory(current->vdso.data(), current->vdso.size());
-        return -1;
-    }
-    auto f = open_mapped_file(current->pid, it->second);
-    if (!f) return -1;
-    *elfp = elf_begin(f->fd.get(), ELF_C_READ, nullptr);
-    return *elfp ? f->fd.release() : -1;
+int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr, char**, Elf** elfp) {
+    if (!opening || !opening->elf) return -1;
+    *elfp = std::exchange(opening->elf, nullptr);
+    return std::exchange(opening->fd, -1);
 }
 
 // Separate debug files by build-id only: the host's /usr/lib/debug/.build-id/xx/yyyy.debug (hex
@@ -69,94 +70,167 @@ const Dwfl_Callbacks callbacks = {
     .debuginfo_path = &debuginfo_path,
 };
 
-std::string basename_of(const char* path) {
-    if (!path) return {};
-    const char* slash = std::strrchr(path, '/');
-    return slash ? slash + 1 : path;
+std::string basename_of(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // This process's vDSO image: every 64-bit process on this kernel maps the same one.
-std::vector<char> own_vdso() {
-    auto base = getauxval(AT_SYSINFO_EHDR);
-    if (!base) return {};
-    for (const auto& m : read_maps(getpid()))
-        if (m.path == "[vdso]" && m.start == base) return {reinterpret_cast<const char*>(m.start), reinterpret_cast<const char*>(m.end)};
-    return {};
+const std::vector<char>& own_vdso() {
+    static const std::vector<char> image = [] {
+        auto base = getauxval(AT_SYSINFO_EHDR);
+        if (base)
+            for (const auto& m : read_maps(getpid()))
+                if (m.path == "[vdso]" && m.start == base)
+                    return std::vector<char>(reinterpret_cast<const char*>(m.start), reinterpret_cast<const char*>(m.end));
+        return std::vector<char>{};
+    }();
+    return image;
+}
+
+// The link-time address of file offset 0: the first PT_LOAD's address less its offset. nullopt
+// for a file with no loadable segment (not code).
+std::optional<uint64_t> link_base_of(Elf* elf) {
+    size_t n = 0;
+    if (elf_getphdrnum(elf, &n) != 0) return std::nullopt;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && ph.p_vaddr >= ph.p_offset)
+            return ph.p_vaddr - ph.p_offset;
+    }
+    return std::nullopt;
+}
+
+// Every file's symbols now held, weakly: the last VM mapping a file releases them.
+std::mutex cache_mutex;
+std::map<FileId, std::weak_ptr<FileSymbols>> cache;
+
+// A libdwfl module of `elf` (given to it with `fd`) spanning `span` bytes; null if libdwfl
+// refuses it. Takes `elf` and `fd` either way.
+std::shared_ptr<FileSymbols> make_symbols(const std::string& name, Elf* elf, int fd, uint64_t span) {
+    auto base = link_base_of(elf);
+    auto fs = std::make_shared<FileSymbols>();
+    fs->dwfl.reset(dwfl_begin(&callbacks));
+    Opening o{elf, fd};
+    if (base && fs->dwfl) {
+        fs->link_base = *base;
+        dwfl_report_begin(fs->dwfl.get());
+        fs->mod = dwfl_report_module(fs->dwfl.get(), name.c_str(), *base, *base + span);
+        dwfl_report_end(fs->dwfl.get(), nullptr, nullptr);
+        Dwarf_Addr bias = 0;
+        opening = &o;
+        if (fs->mod && !dwfl_module_getelf(fs->mod, &bias)) fs->mod = nullptr;  // reads the ELF now, through find_elf
+        opening = nullptr;
+        fs->bias = bias;
+    }
+    if (o.elf) elf_end(o.elf);  // not taken by libdwfl
+    if (o.fd >= 0) close(o.fd);
+    return fs->mod ? fs : nullptr;
 }
 
 }  // namespace
 
-struct NativeSymbols::Impl {
-    Reported r;
-    std::unique_ptr<Dwfl, void (*)(Dwfl*)> dwfl{nullptr, dwfl_end};
-    void report();
-};
+NativeSymbols::NativeSymbols(pid_t pid) : pid_(pid) { refresh(); }
 
-// The modules: each run of mappings of one file (by device and inode) that starts at its
-// offset 0, as libdwfl's own /proc/PID/maps reader groups them, a deleted library included
-// (named without " (deleted)"); and the vDSO.
-void NativeSymbols::Impl::report() {
-    current = &r;
-    auto maps = read_maps(r.pid);
-    if (maps.empty()) throw std::runtime_error("cannot read the mappings of process " + std::to_string(r.pid));
-    dwfl_report_begin(dwfl.get());
-    r.first_mapping.clear();
+NativeSymbols::~NativeSymbols() = default;
+
+void NativeSymbols::refresh() {
+    auto maps = read_maps(pid_);
+    if (maps.empty()) throw std::runtime_error("cannot read the mappings of process " + std::to_string(pid_));
+    std::map<uint64_t, Module> now;
     for (size_t i = 0; i < maps.size();) {
         const Mapping& m = maps[i];
         size_t j = i + 1;
+        Module mod;
         if (m.path == "[vdso]") {
-            if (dwfl_report_module(dwfl.get(), "[vdso]", m.start, m.end)) r.first_mapping[m.start] = m;
+            mod.end = m.end;
+            mod.name = "[vdso]";
         } else if (m.inode != 0 && !m.path.empty() && m.path[0] == '/') {
             while (j < maps.size() && maps[j].inode == m.inode && maps[j].dev_major == m.dev_major &&
                    maps[j].dev_minor == m.dev_minor && maps[j].start >= maps[j - 1].end)
                 j++;
-            std::string name = m.deleted() ? m.path.substr(0, m.path.size() - 10) : m.path;
-            if (m.offset == 0 && dwfl_report_module(dwfl.get(), name.c_str(), m.start, maps[j - 1].end))
-                r.first_mapping[m.start] = m;
+            if (m.offset == 0) {
+                mod.end = maps[j - 1].end;
+                mod.name = basename_of(m.deleted() ? m.path.substr(0, m.path.size() - 10) : m.path);
+            }
+        }
+        if (mod.end) {
+            mod.first = m;
+            // The same mapping as at the last reading keeps what was found of it.
+            auto was = modules_.find(m.start);
+            if (was != modules_.end() && was->second.end == mod.end && was->second.first.inode == m.inode &&
+                was->second.first.dev_major == m.dev_major && was->second.first.dev_minor == m.dev_minor &&
+                was->second.first.path == m.path)
+                mod = std::move(was->second);
+            now.emplace(m.start, std::move(mod));
         }
         i = j;
     }
-    // Ends the report even on failure: dwfl_report_end drops modules not reported again.
-    if (dwfl_report_end(dwfl.get(), nullptr, nullptr) != 0)
-        throw std::runtime_error("cannot report the mappings of process " + std::to_string(r.pid) + ": " +
-                                 dwfl_errmsg(-1));
+    modules_ = std::move(now);
 }
 
-NativeSymbols::NativeSymbols(pid_t pid) : impl_(std::make_unique<Impl>()) {
-    impl_->r.pid = pid;
-    impl_->r.vdso = own_vdso();
-    impl_->dwfl.reset(dwfl_begin(&callbacks));
-    if (!impl_->dwfl) throw std::runtime_error(std::string("dwfl_begin: ") + dwfl_errmsg(-1));
-    impl_->report();
+// The symbols of `m`'s file: shared with every VM mapping the same inode (the vDSO: the same
+// image in every process), read if none does yet.
+void NativeSymbols::open(Module& m) {
+    m.opened = true;
+    const uint64_t span = m.end - m.first.start;
+    FileId id{};  // the vDSO's: no file
+    std::optional<TargetFile> f;
+    if (m.name != "[vdso]") {
+        auto opened = open_mapped_file(pid_, m.first);
+        if (!opened) return;
+        auto fid = file_id(opened->fd.get());
+        if (!fid) return;
+        id = *fid;
+        f.emplace(std::move(*opened));
+    } else if (own_vdso().empty()) {
+        return;
+    }
+    std::lock_guard lock(cache_mutex);
+    if (auto held = cache[id].lock()) {
+        m.syms = std::move(held);
+        return;
+    }
+    std::erase_if(cache, [](const auto& kv) { return kv.second.expired(); });
+    if (f) {
+        Elf* elf = elf_begin(f->fd.get(), ELF_C_READ, nullptr);
+        if (!elf) return;
+        m.syms = make_symbols(f->name, elf, f->fd.release(), span);
+    } else {
+        const auto& vdso = own_vdso();
+        Elf* elf = elf_memory(const_cast<char*>(vdso.data()), vdso.size());
+        if (!elf) return;
+        m.syms = make_symbols("[vdso]", elf, -1, span);
+    }
+    if (m.syms) cache[id] = m.syms;
 }
-
-NativeSymbols::~NativeSymbols() = default;
-
-void NativeSymbols::refresh() { impl_->report(); }
 
 std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
-    current = &impl_->r;
-    Dwfl_Module* mod = dwfl_addrmodule(impl_->dwfl.get(), addr);
-    if (!mod) return std::nullopt;
+    auto it = modules_.upper_bound(addr);
+    if (it == modules_.begin()) return std::nullopt;
+    --it;
+    Module& m = it->second;
+    if (addr >= m.end) return std::nullopt;
+    if (!m.opened) open(m);
 
     NativeSymbol s;
-    Dwarf_Addr start = 0;
-    // For modules reported from /proc/PID/maps, the module name is the mapped file's path.
-    const char* path = dwfl_module_info(mod, nullptr, &start, nullptr, nullptr, nullptr, nullptr,
-                                        nullptr);
-    s.module = basename_of(path);
-
+    s.module = m.name;
+    s.offset = addr - m.first.start;  // no symbol: relative to where the module is mapped
+    if (!m.syms) return s;
     GElf_Off offset = 0;
     GElf_Sym sym;
-    const char* name = dwfl_module_addrinfo(mod, addr, &offset, &sym, nullptr, nullptr, nullptr);
-    if (name) {
+    const uint64_t link_addr = addr - m.first.start + m.syms->link_base + m.syms->bias;
+    if (const char* name = dwfl_module_addrinfo(m.syms->mod, link_addr, &offset, &sym, nullptr, nullptr, nullptr)) {
         s.name = name;
         s.offset = offset;
         s.size = sym.st_size;
-    } else {
-        s.offset = addr - start;  // no symbol: relative to where the module is mapped
     }
     return s;
+}
+
+size_t NativeSymbols::files_held() {
+    std::lock_guard lock(cache_mutex);
+    return std::count_if(cache.begin(), cache.end(), [](const auto& kv) { return !kv.second.expired(); });
 }
 
 void KernelSymbols::load() {

@@ -3,10 +3,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "target/proc_maps.hpp"
 
 namespace bb {
 
@@ -17,9 +20,13 @@ struct NativeSymbol {
     uint64_t size = 0;   // symbol size (0: unknown)
 };
 
+struct FileSymbols;  // native_symbols.cpp
+
+// The modules a process maps; each file's symbols are read once for every NativeSymbols of a
+// process that maps the same inode (every VM of a host on one build shares beam.smp's and libc's).
 class NativeSymbols {
 public:
-    // Reports the modules mapped in `pid` now. Throws std::runtime_error on failure.
+    // Reads the modules mapped in `pid` now. Throws std::runtime_error on failure.
     explicit NativeSymbols(pid_t pid);
     ~NativeSymbols();
     NativeSymbols(const NativeSymbols&) = delete;
@@ -27,11 +34,25 @@ public:
 
     // Re-reads the process's mappings (NIF libraries loaded since).
     void refresh();
+    // The module and function at `addr`; nullopt when no module maps it.
     std::optional<NativeSymbol> lookup(uint64_t addr);
+    // Files whose symbols are held now, by every NativeSymbols of this process (for tests).
+    static size_t files_held();
 
 private:
-    struct Impl;
-    std::unique_ptr<Impl> impl_;
+    // A module of the process: each run of mappings of one file (by device and inode) that
+    // starts at its offset 0, as libdwfl's own /proc/PID/maps reader groups them, a deleted
+    // library included; and the vDSO. Its file's symbols are found at its first lookup.
+    struct Module {
+        uint64_t end = 0;
+        Mapping first;     // its mapping of file offset 0
+        std::string name;  // basename, as the process maps it (" (deleted)" cut off)
+        bool opened = false;
+        std::shared_ptr<FileSymbols> syms;  // null: none found
+    };
+    void open(Module& m);
+    pid_t pid_;
+    std::map<uint64_t, Module> modules_;  // by start
 };
 
 // The kernel's function names, from /proc/kallsyms (read on first use; root sees addresses).
