@@ -18,18 +18,11 @@ inline Who who_of(const bb_record& r) {
             r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
 }
 
-// What a record weighs in a profile: 1 sample, or in an allocation profile (`words`) the words
-// the code on its stack allocated; 0 for a record no stack is charged with (only fragments
-// counted apart, or a GC entry's exact total, which the watchpoints attribute). The agent's
-// allocation profiles weigh as beam-bpf-sample's do.
-inline uint64_t weight_of(const bb_record& r, bool words) {
-    if (r.flags & BB_F_ALLOC_TOTAL) return 0;
-    return words ? r.alloc_words : 1;
-}
-
-// An allocation profile's record: a GC entry's exact words and a watchpoint's sample go to
-// `strata`, which scales each heap's samples to its exact words when drained; the rest (the heap
-// fragments BIFs ask for, -e alloc-gc's stacks) to `agg` as they are.
+// An allocation profile's record (the profile weighs words): a GC entry's exact words and a
+// watchpoint's sample go to `strata`, which scales each heap's samples to its exact words when
+// drained (a GC entry's record has no stack); the rest (the heap fragments BIFs ask for,
+// -e alloc-gc's stacks) to `agg` as they are. The agent's allocation profiles weigh as
+// beam-bpf-sample's do.
 inline void add_alloc(const bb_record& r, std::span<const uint32_t> frames, Who who, AllocStrata& strata,
                       Aggregator& agg) {
     if (r.flags & BB_F_ALLOC_TOTAL)
