@@ -18,8 +18,8 @@
 %%                   few microseconds of its work) repeats short_take/2, 300 cells; `long_epochs`
 %%                   (a young heap of 150,000 words, filled slowly: a collection every few
 %%                   milliseconds) repeats long_take/2 (300 cells), long_give/2 (100 cells) and
-%%                   arithmetic. Prints `pair_words SHORT LONG_TAKE LONG_GIVE`, the words each
-%%                   function allocated, counted as they are built. Its collections run on a
+%%                   arithmetic. Prints `pair_words SHORT LONG_TAKE LONG_GIVE SHORT_PID LONG_PID`,
+%%                   the words each function allocated, counted as they are built. Its collections run on a
 %%                   dirty scheduler (heaps of 128 Ki words and up).
 %%   quit
 -module(bb_alloc_mix).
@@ -120,7 +120,7 @@ pair(Ms) ->
                      [{min_heap_size, 150000}]),
     SW = receive {Short, S} -> S * 600 end,  % rounds x 300 cells x 2 words
     LR = receive {Long, L} -> L end,
-    io:format("pair_words ~p ~p ~p~n", [SW, LR * 600, LR * 200]).
+    io:format("pair_words ~p ~p ~p ~s ~s~n", [SW, LR * 600, LR * 200, pid_to_list(Short), pid_to_list(Long)]).
 
 short_rounds(Until, N) ->
     _ = short_take(300, []),

@@ -79,7 +79,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
 int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what) {
     const SamplerCounters c = s.sampler->counters();
     print_summary(st, c, s.sym, what);
-    write_stats(o, st, c, s.sym);
+    write_stats(o, st, c, s.sym, [&](uint64_t pid) { return s.vm.format_pid(pid); });
     return st.error.empty() ? 0 : 1;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -22,8 +23,12 @@ void RunStats::count(const bb_record& r) {
     records++;
     // -e alloc's totals are the GC entries' and the heap fragments': exact. A watchpoint's record
     // weighs an estimate.
-    if (r.flags & BB_F_WATCH) watch_samples++;
-    else alloc_words += r.alloc_words;
+    if (r.flags & BB_F_WATCH) {
+        watch_samples++;
+        watch_samples_by_heap[r.heap_owner]++;
+    } else {
+        alloc_words += r.alloc_words;
+    }
     frag_words += r.frag_words;
     if (r.flags & BB_F_TRUNCATED) truncated++;
     if (r.flags & BB_F_BAD_PROC) unreadable++;
@@ -50,7 +55,8 @@ void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer
                s.error.empty() ? "" : "; stopped early: " + s.error + ", this is what was collected");
 }
 
-void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym) {
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym,
+                 const std::function<std::string(uint64_t)>& pid_text) {
     if (o.stats_file.empty()) return;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -112,6 +118,13 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"error", s.error},
     };
     if (c.alloc_watch) {
+        // The 10 heaps with the most samples.
+        std::vector<std::pair<uint64_t, uint64_t>> heaps(s.watch_samples_by_heap.begin(), s.watch_samples_by_heap.end());
+        std::sort(heaps.begin(), heaps.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+        heaps.resize(std::min<size_t>(heaps.size(), 10));
+        nlohmann::json by_heap = nlohmann::json::object();
+        for (const auto& [pid, n] : heaps) by_heap[pid_text(pid)] = n;
+        j["alloc_samples_by_heap"] = by_heap;
         const AllocWatchCounters& w = *c.alloc_watch;
         j["alloc_watch"] = {{"flips", w.flips},        {"sampled", w.sampled},         {"missed", w.missed},
                             {"late", w.late},          {"stack", w.stack},             {"expired", w.expired},

@@ -2,7 +2,9 @@
 // as --stats JSON (what tests and the bench read).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <unordered_map>
 
 #include "beam_bpf.h"
 #include "run/options.hpp"
@@ -26,6 +28,9 @@ struct RunStats {
     // fragments (received messages, NIF environments) counted apart.
     uint64_t alloc_words = 0, frag_words = 0;
     uint64_t watch_samples = 0;  // -e alloc: records of its watchpoints (their words are estimates)
+    // ... by the process whose heap they sampled (pid term): how many stand behind the split of
+    // each heap's exact words (profile/alloc_strata.hpp). One entry per process sampled.
+    std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
     double seconds = 0;
     bool vm_exited = false;
     bool interrupted = false;
@@ -38,6 +43,8 @@ struct RunStats {
 void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer& sym, const char* what);
 
 // --stats FILE: the run's figures as JSON (nothing when o.stats_file is empty).
-void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym);
+// `pid_text` names a pid term ("<0.85.0>").
+void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounters& c, const Symbolizer& sym,
+                 const std::function<std::string(uint64_t)>& pid_text);
 
 }  // namespace bb
