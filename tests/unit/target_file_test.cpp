@@ -133,4 +133,24 @@ TEST(Output, WrittenAtomicallyNeverThroughASymlink) {
     EXPECT_THROW(bb::write_file_atomically(dir.path + "/no/such/dir/f", "x"), bb::UserError);
 }
 
+// A character device or a FIFO is written in place, never renamed over: as root, -o /dev/null
+// replaced the host's /dev/null with a regular file.
+TEST(Output, DevicesAndFifosAreWrittenInPlace) {
+    bb::write_file_atomically("/dev/null", "a;b 1\n");
+    struct stat st;
+    ASSERT_EQ(lstat("/dev/null", &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    TempDir dir;
+    const std::string fifo = dir.path + "/fifo";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    bb::write_file_atomically(fifo, "a;b 1\n");
+    char buf[16] = {};
+    EXPECT_EQ(read(reader, buf, sizeof buf), 6);
+    close(reader);
+    ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
 }  // namespace

@@ -38,9 +38,44 @@ mode_t file_mode() {
     return 0666 & ~mask;
 }
 
+// `bytes` into the character device or FIFO at `path`, opened as what lstat() saw (no link
+// followed, no other file): -o /dev/null is written in place.
+void write_in_place(const std::string& path, const struct stat& seen, std::string_view bytes) {
+    // Non-blocking to open: a FIFO no one reads fails (ENXIO) instead of waiting for ever.
+    int fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != seen.st_dev || st.st_ino != seen.st_ino ||
+        fcntl(fd, F_SETFL, 0) != 0) {
+        int err = fd < 0 ? errno : ESTALE;
+        if (fd >= 0) ::close(fd);
+        throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+    }
+    for (size_t done = 0; done < bytes.size();) {
+        ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int err = errno;
+            ::close(fd);
+            throw UserError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+        }
+        done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
+    // Renaming over a device node would replace it with a regular file: as root, -o /dev/null
+    // (the benches' own) turned the host's /dev/null into a file, and the next OTP configure
+    // run on the machine failed. A character device or a FIFO is written in place; any other
+    // file that is not a regular one (a block device, a socket) is refused.
+    struct stat seen;
+    if (lstat(path.c_str(), &seen) == 0 && !S_ISREG(seen.st_mode) && !S_ISLNK(seen.st_mode) && !S_ISDIR(seen.st_mode)) {
+        if (!S_ISCHR(seen.st_mode) && !S_ISFIFO(seen.st_mode))
+            throw UserError(fmt::format("cannot write {}: not a regular file, a character device or a FIFO", path));
+        return write_in_place(path, seen, bytes);
+    }
     std::string base = path.substr(path.rfind('/') + 1);
     std::string tmp = dir_of(path) + "/." + base + ".XXXXXX";
     int fd = mkostemp(tmp.data(), O_CLOEXEC);  // O_CREAT | O_EXCL, mode 0600

@@ -40,8 +40,9 @@ private:
 // Writes `bytes` to `path` so that a reader sees the old file or the whole new one, never part:
 // a temporary file in the same directory, created with O_EXCL (so never through a symlink or
 // over anything planted there), then rename() over `path`, which replaces a symlink planted at
-// `path` (in a sticky, world-writable /tmp, say) instead of writing through it. UserError on
-// failure, naming `path`.
+// `path` (in a sticky, world-writable /tmp, say) instead of writing through it. A character
+// device or a FIFO at `path` (-o /dev/null) is written in place, never replaced; another file
+// that is not a regular one is refused. UserError on failure, naming `path`.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // Wall-clock time, ns since the epoch (a report's start).

@@ -3,10 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "run/output.hpp"
 #include "target/offsets.hpp"
 #include "target/release.hpp"
 
@@ -67,22 +66,12 @@ int main(int argc, char** argv) {
         std::cout << table << std::flush;
         return std::cout ? 0 : fail("cannot write to stdout");
     }
-    // Written aside and renamed, so a failed run never leaves half a table behind.
-    const std::string tmp = output + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << table;
-        out.close();
-        if (!out) {
-            std::remove(tmp.c_str());
-            return fail("cannot write " + tmp);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, output, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        return fail("cannot rename " + tmp + " to " + output + ": " + ec.message());
+    // Written aside and renamed, so a failed run never leaves half a table behind (nor writes
+    // through a link planted at the name, nor replaces a device named as the output).
+    try {
+        bb::write_file_atomically(output, table);
+    } catch (const bb::UserError& e) {
+        return fail(e.what());
     }
     return 0;
 }
