@@ -7,7 +7,8 @@
  * X(field, type, member): `type` is the C type as DWARF names it ("struct process" for a struct
  * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size;
  * "p|q" takes the first path the build has. The message queue length is sig_qs.mq_len from
- * OTP 27 on, before it sig_qs.len (messages of the inner and middle queues).
+ * OTP 27 on, before it sig_qs.len (messages of the inner and middle queues). An atom's text is
+ * at `name` up to 27, and from 28 in the binary term `u.bin`, the same word of a union.
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -54,7 +55,7 @@
 	X(msg_hfrag, "ErtsMessage", "hfrag")                                     \
 	X(regproc_name, "RegProc", "name")                                       \
 	X(atom_len, "Atom", "len")                                               \
-	X(atom_name, "Atom", "name")                                             \
+	X(atom_name, "Atom", "name|u.bin")                                       \
 	X(itab_entries, "IndexTable", "entries")                                 \
 	X(itab_seg_table, "IndexTable", "seg_table")                             \
 	X(pdict_used_slots, "ProcDict", "usedSlots")                             \

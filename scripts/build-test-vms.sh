@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
-# Builds the OTP 27 test VMs the way kerl and asdf users build theirs: the upstream 27.3.4.1
-# tarball (the newest OTP source these machines can download, through Debian trixie's source
-# package), a plain `./configure && make && make install` into a private prefix, then stripped
-# so that its build-id matches no shipped table and it carries no DWARF.
+# Builds a test VM of another release the way kerl and asdf users build theirs: the upstream
+# tarball (through Debian's source packages: trixie has 27.3.4.1, forky 29.1.1), a plain
+# `./configure && make && make install` into a private prefix, with OTP's default -O2 -g.
 #
-# The configure line adds `--enable-lock-counter`: OTP then also builds the `lcnt` emulator
-# flavour (`erl -emu_type lcnt`), a second beam.smp whose `Process` has lock-counting fields, so
-# its struct offsets differ from the plain build's. That is the variant the tests run.
-#
-# The unstripped binaries are kept beside the prefix (debug/) before stripping: the offsets
-# test reads their DWARF to check the shipped OTP 27 table, and scripts/make-offsets.sh
-# regenerates that table from them.
-#
-#   scripts/build-test-vms.sh [WORKDIR]   (default /var/tmp/beam-bpf-otp27; cached there)
+#   scripts/build-test-vms.sh [27|29] [WORKDIR]   (default 27; WORKDIR /var/tmp/beam-bpf-otpNN; cached)
 # Prints the prefix (its bin/erl is the VM) on its last line.
+#
+# OTP 27: configured with `--enable-lock-counter`, so OTP also builds the `lcnt` flavour
+# (`erl -emu_type lcnt`), a second beam.smp whose `Process` has lock-counting fields, so its
+# struct offsets differ from the plain build's. Both are then stripped so that their build-ids
+# match no shipped table and they carry no DWARF; the unstripped binaries are kept in debug/ for
+# the offsets test (the shipped OTP 27 tables are checked against their DWARF) and for
+# scripts/make-offsets.sh.
+#
+# OTP 29: built once and installed twice, the two forms people run:
+#   WORKDIR/prefix     as `make install` leaves it: symbols and DWARF (kerl, asdf)
+#   WORKDIR/stripped   the same files, beam.smp stripped of everything (what distributions ship);
+#                      OTP 29 builds with -fvisibility=hidden, so that leaves no symbol beam-bpf used.
+# The unstripped beam.smp is kept in debug/ as for 27.
 set -euo pipefail
-work=${1:-/var/tmp/beam-bpf-otp27}
+major=${1:-27}
+case $major in 27) suite=trixie ;; 29) suite=forky ;; *) echo "build-test-vms.sh: no test VM for OTP $major (27 or 29)" >&2; exit 2 ;; esac
+work=${2:-/var/tmp/beam-bpf-otp$major}
 prefix=$work/prefix
 export DEBIAN_FRONTEND=noninteractive
 
-if [ -x "$prefix/bin/erl" ] && [ -f "$work/debug/beam.smp" ] && [ -f "$work/debug/beam.lcnt.smp" ]; then
+done_marker=$work/.built
+if [ -f "$done_marker" ] && [ -x "$prefix/bin/erl" ]; then
   echo "$prefix"; exit 0
 fi
 
 # shellcheck source=scripts/otp-source.sh
 . "$(dirname "$0")/otp-source.sh"
 apt-get install -y -qq --no-install-recommends build-essential dpkg-dev libncurses-dev xz-utils >/dev/null
-src=$(otp_source_trixie "$work")
+src=$(otp_source "$suite" "$work")
 cd "$src"
 
 # Only what the tests use: the runtime, erlc, and tools (tprof). erl_interface and sasl are
@@ -37,21 +44,34 @@ for d in lib/*/; do
   app=$(basename "$d")
   [[ $keep == *" $app "* ]] || skip+=("--without-$app")
 done
+extra=()
+[ "$major" = 27 ] && extra+=(--enable-lock-counter)
 
 log=$work/build.log
-if ! { ./configure --prefix="$prefix" --enable-lock-counter --without-javac "${skip[@]}" \
+if ! { ./configure --prefix="$prefix" "${extra[@]}" --without-javac "${skip[@]}" \
        && make -j"$(nproc)" && make install; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
-  echo "build-test-vms.sh: OTP 27 build failed (see $log)" >&2
+  echo "build-test-vms.sh: OTP $major build failed (see $log)" >&2
   exit 1
 fi
 
 erts=$(find "$prefix/lib/erlang" -maxdepth 1 -type d -name 'erts-*' | head -n 1)
-[ -f "$erts/bin/beam.smp" ] && [ -f "$erts/bin/beam.lcnt.smp" ] \
-  || { echo "build-test-vms.sh: no beam.smp/beam.lcnt.smp under $erts" >&2; exit 1; }
+flavours=(beam.smp)
+[ "$major" = 27 ] && flavours+=(beam.lcnt.smp)
 mkdir -p "$work/debug"
-for b in beam.smp beam.lcnt.smp; do
+for b in "${flavours[@]}"; do
+  [ -f "$erts/bin/$b" ] || { echo "build-test-vms.sh: no $b under $erts" >&2; exit 1; }
   cp "$erts/bin/$b" "$work/debug/$b"
-  strip --strip-all "$erts/bin/$b"
 done
+if [ "$major" = 27 ]; then
+  for b in "${flavours[@]}"; do strip --strip-all "$erts/bin/$b"; done
+else
+  # The stripped form: a copy of the install whose scripts name the copy's root.
+  rm -rf "$work/stripped"
+  cp -a "$prefix" "$work/stripped"
+  grep -rlF "$prefix" "$work/stripped/bin" "$work/stripped/lib/erlang/bin" "$work/stripped/lib/erlang/erts-"*/bin \
+    | while read -r f; do [ -L "$f" ] || sed -i "s|$prefix|$work/stripped|g" "$f"; done
+  strip --strip-all "$work/stripped/lib/erlang/erts-"*/bin/beam.smp
+fi
+touch "$done_marker"
 echo "$prefix"

@@ -4,7 +4,8 @@
 #   - OTP 25: Debian 12's source and configure flags (scripts/build-debug-vm.sh); the table also
 #     names the build-id of Debian's stripped binary it was checked against.
 #   - OTP 27: the upstream 27.3.4.1 source, plain configure, the plain and the lock-counting
-#     emulators (scripts/build-test-vms.sh keeps their unstripped copies).
+#     emulators (scripts/build-test-vms.sh 27 keeps their unstripped copies).
+#   - OTP 29: the upstream 29.1.1 source, plain configure (scripts/build-test-vms.sh 29).
 # A table serves every build of its release with the same layout-changing features.
 #
 #   scripts/make-offsets.sh
@@ -44,13 +45,20 @@ write_table "$root/userspace/target/offsets/otp25.txt" \
   "(a -g build of the same Debian source and configure flags, scripts/build-debug-vm.sh)" \
   -- --build-id "$build_id" "$debug25"
 
-prefix=$("$root/scripts/build-test-vms.sh" | tail -n 1)
+prefix=$("$root/scripts/build-test-vms.sh" 27 | tail -n 1)
 work=$(dirname "$prefix")
 write_table "$root/userspace/target/offsets/otp27.txt" \
-  "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh)" \
+  "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh 27)" \
   "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
   -- "$work/debug/beam.smp"
 write_table "$root/userspace/target/offsets/otp27-lock-counting.txt" \
   "OTP 27.3.4.1, --enable-lock-counter: the lcnt emulator (erl -emu_type lcnt)" \
   "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.lcnt.smp" \
   -- "$work/debug/beam.lcnt.smp"
+
+prefix=$("$root/scripts/build-test-vms.sh" 29 | tail -n 1)
+work=$(dirname "$prefix")
+write_table "$root/userspace/target/offsets/otp29.txt" \
+  "OTP 29.1.1, plain ./configure (scripts/build-test-vms.sh 29)" \
+  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
+  -- "$work/debug/beam.smp"

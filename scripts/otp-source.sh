@@ -1,14 +1,15 @@
 # Sourced by the build scripts: Debian source lines and the OTP source trees they download.
 
-# deb-src lines for bookworm (OTP 25, the installed VM's source) and trixie (OTP 27.3.4.1: only
-# its upstream tarball downloads; the full `apt-get source` fails on missing Debian files).
+# deb-src lines for bookworm (OTP 25, the installed VM's source), trixie (OTP 27.3.4.1) and forky
+# (OTP 29.1.1): of the last two only the upstream tarball downloads (the full `apt-get source`
+# fails on missing Debian files; sid's 29.1.2 tarball answers 404).
 otp_source_lines() {
   local f=/etc/apt/sources.list.d/beam-bpf-src.sources
-  if ! grep -qs trixie "$f"; then
+  if ! grep -qs forky "$f"; then
     cat > "$f" <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates trixie
+Suites: bookworm bookworm-updates trixie forky
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -16,17 +17,20 @@ SRC
   fi
 }
 
-# Unpacks OTP 27.3.4.1 under $1 (once) and prints the source tree's path.
-otp_source_trixie() {
-  local work=$1 src
+# Unpacks the OTP source of a Debian suite under $2 (once) and prints the source tree's path:
+#   otp_source trixie WORK   OTP 27.3.4.1
+#   otp_source forky WORK    OTP 29.1.1
+otp_source() {
+  local suite=$1 work=$2 major src
+  case $suite in trixie) major=27 ;; forky) major=29 ;; *) echo "otp-source.sh: no OTP source for $suite" >&2; return 1 ;; esac
   mkdir -p "$work"
-  src=$(find "$work" -maxdepth 1 -type d -name 'otp-OTP-27*' | head -n 1)
+  src=$(find "$work" -maxdepth 1 -type d -name "otp-OTP-$major*" | head -n 1)
   if [ -z "$src" ]; then
     otp_source_lines
-    (cd "$work" && apt-get source -qq --tar-only erlang/trixie >/dev/null 2>&1 \
-      && tar xf erlang_27*.orig.tar.xz) \
-      || { echo "otp-source.sh: could not download the OTP 27 source (erlang/trixie)" >&2; return 1; }
-    src=$(find "$work" -maxdepth 1 -type d -name 'otp-OTP-27*' | head -n 1)
+    (cd "$work" && apt-get source -qq --tar-only "erlang/$suite" >/dev/null 2>&1 \
+      && tar xf erlang_"$major"*.orig.tar.xz) \
+      || { echo "otp-source.sh: could not download the OTP $major source (erlang/$suite)" >&2; return 1; }
+    src=$(find "$work" -maxdepth 1 -type d -name "otp-OTP-$major*" | head -n 1)
   fi
   echo "$src"
 }

@@ -15,6 +15,7 @@ packages=(
   clang llvm bpftool libbpf-dev               # BPF object, skeleton, loader
   libclang-rt-14-dev                          # ASan, UBSan and libFuzzer runtimes (scripts/sanitize.sh)
   libelf-dev libdw-dev                        # ELF symbols, DWARF offsets, native symbolization
+  libdebuginfod-dev                           # a stripped VM's debug file by build-id (DEBUGINFOD_URLS)
   libcli11-dev libfmt-dev libgtest-dev        # CLI, formatting, tests
   nlohmann-json3-dev                          # --stats JSON, speedscope
   libprotobuf-dev protobuf-compiler zlib1g-dev  # --format pprof: gzipped profile.proto; the agent's OTLP (proto/)
@@ -25,6 +26,7 @@ packages=(
   erlang-base                                 # erl/erlc: the demo VM and the integration tests
   erlang-dev strace                           # tests: the hostile fixture's NIF (erl_nif.h), what the tools open
   linux-perf                                  # the incumbent, for scripts/bench.sh
+  debuginfod curl                             # tests: a stripped VM's debug file from a real debuginfod
   libcap2-bin                                 # capsh: the non-root capability tests
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
   libmicrohttpd-dev                           # beam-bpf-agent: its /metrics on localhost

@@ -31,11 +31,7 @@ std::string slurp(const fs::path& p) {
     return ss.str();
 }
 
-const TestVm& otp27_vm() {
-    for (const TestVm& v : test_vms())
-        if (v.name == "otp27") return v;
-    throw std::runtime_error("no otp27 test VM");
-}
+const TestVm& otp27_vm() { return vm_named("otp27"); }
 
 // A sample of `go tool pprof -traces`: its labels, count and frames (leaf first).
 struct Trace {

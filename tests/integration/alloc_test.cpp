@@ -30,7 +30,7 @@ long samples_for(double p, double points) {
 }
 
 class AllocVmTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, AllocVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, AllocVmTest, ::testing::ValuesIn(probe_vms()), test_vm_name);
 
 // Per function: the share of the folded stacks' weight with it as the leaf (self), in percent.
 std::map<std::string, double> self_shares(const std::string& folded) {
@@ -305,7 +305,7 @@ TEST_P(AllocMixTest, ProcessesOfUnequalEpochsWithoutProcess) {
 // OTP 27's tprof (call_memory tracing: exact words per function, no stacks) on the same work,
 // on the test VMs that have it.
 std::vector<TestVm> vms_with_tprof() {
-    auto vms = test_vms();
+    auto vms = probe_vms();
     std::erase_if(vms, [](const TestVm& v) { return v.otp_release < 27; });
     return vms;
 }

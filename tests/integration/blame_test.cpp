@@ -86,9 +86,9 @@ void expect_error(const ToolResult& r, const std::string& needle) {
 }
 
 class BlameTest : public RootTest {};
-// Run on every test VM (harness.hpp: OTP 25 and 27 builds, with and without frame pointers).
+// Run on the VMs of harness.hpp's probe_vms(): every release and form whose functions are named.
 class BlameVmTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, BlameVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, BlameVmTest, ::testing::ValuesIn(probe_vms()), test_vm_name);
 
 // --- alloc_arith -------------------------------------------------------------------------
 

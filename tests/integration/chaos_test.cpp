@@ -114,7 +114,7 @@ std::map<std::string, std::vector<std::string>> pstack_by_process(const std::str
 // one. The idlers never run, so no sample may name them; the two busy processes must show
 // with exact caller chains, in the profile and in --pstack.
 class ChaosManyProcessesTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, ChaosManyProcessesTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, ChaosManyProcessesTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 const long kIdlers = 100000;
 const std::string kSpinX = "bb_chaos:spin_x/2", kCallerX = "bb_chaos:caller_x/1";

@@ -274,14 +274,20 @@ RunningTool start_argv(const std::vector<std::string>& argv, const std::optional
 
 // --- workloads ---------------------------------------------------------------------------
 
-const std::vector<TestVm>& test_vms() {
+const std::vector<TestVm>& known_vms() {
     static const std::vector<TestVm> vms = [] {
-        const char* env = getenv("BB_OTP27_PREFIX");
-        const std::string otp27 = std::string(env && *env ? env : "/var/tmp/beam-bpf-otp27/prefix") + "/bin";
+        auto prefix = [](const char* var, const char* dflt) {
+            const char* env = getenv(var);
+            return std::string(env && *env ? env : dflt);
+        };
+        const std::string otp27 = prefix("BB_OTP27_PREFIX", "/var/tmp/beam-bpf-otp27/prefix") + "/bin";
+        const std::string otp29 = prefix("BB_OTP29_DIR", "/var/tmp/beam-bpf-otp29");
         std::vector<TestVm> base{
             {"otp25", "/usr/bin", {}, 25, false, {}, {}},
             {"otp27", otp27, {}, 27, false, {}, {}},
             {"otp27_lcnt", otp27, {"-emu_type", "lcnt"}, 27, false, {}, {}},
+            {"otp29", otp29 + "/stripped/bin", {}, 29, false, {}, {}, /*functions_named=*/false},
+            {"otp29_dwarf", otp29 + "/prefix/bin", {}, 29, false, {}, {}},
         };
         std::vector<TestVm> all;
         for (auto fp : {false, true})
@@ -294,6 +300,40 @@ const std::vector<TestVm>& test_vms() {
                 all.push_back(v);
             }
         return all;
+    }();
+    return vms;
+}
+
+const TestVm& vm_named(const std::string& name) {
+    for (const auto& v : known_vms())
+        if (v.name == name) return v;
+    throw std::runtime_error("no test VM " + name);
+}
+
+namespace {
+std::vector<TestVm> vms_named(std::initializer_list<const char*> names) {
+    std::vector<TestVm> out;
+    for (const char* n : names) out.push_back(vm_named(n));
+    return out;
+}
+}  // namespace
+
+const std::vector<TestVm>& test_vms() {
+    static const std::vector<TestVm> vms =
+        vms_named({"otp25", "otp25_fp", "otp27", "otp27_lcnt_fp", "otp29", "otp29_dwarf_fp"});
+    return vms;
+}
+
+const std::vector<TestVm>& release_vms() {
+    static const std::vector<TestVm> vms = vms_named({"otp25", "otp27", "otp29"});
+    return vms;
+}
+
+const std::vector<TestVm>& probe_vms() {
+    static const std::vector<TestVm> vms = [] {
+        auto v = test_vms();
+        std::erase_if(v, [](const TestVm& t) { return !t.functions_named; });
+        return v;
     }();
     return vms;
 }
@@ -311,8 +351,8 @@ const std::string& workload_beam_dir(const TestVm& vm) {
         explicit Dir(const std::string& bin_dir) {
             const std::string erlc = bin_dir + "/erlc";
             if (access(erlc.c_str(), X_OK) != 0)
-                throw std::runtime_error("no " + erlc + ": build the OTP 27 test VMs with scripts/build-test-vms.sh "
-                                         "(scripts/test.sh does)");
+                throw std::runtime_error("no " + erlc + ": build the test VMs with scripts/build-test-vms.sh 27 "
+                                         "and 29 (scripts/test.sh does)");
             char tmpl[] = "/tmp/bb-workloads-XXXXXX";
             if (!mkdtemp(tmpl)) fail("mkdtemp");
             path = tmpl;
@@ -591,7 +631,7 @@ void VmTest::SetUp() {
     ASSERT_EQ(geteuid(), 0u) << "the integration tests load BPF programs and attach to "
                                 "root-owned VMs: run them as root (they do not skip)";
     ASSERT_EQ(access((vm().bin_dir + "/erl").c_str(), X_OK), 0)
-        << "no " << vm().bin_dir << "/erl: build the OTP 27 test VMs with scripts/build-test-vms.sh";
+        << "no " << vm().bin_dir << "/erl: build the test VMs with scripts/build-test-vms.sh 27 and 29";
 }
 
 }  // namespace bbt

@@ -29,13 +29,36 @@ struct TestVm {
     // How to start it when not bin_dir/erl: a launcher (erlexec) and the environment it needs.
     std::vector<std::string> launcher;
     std::vector<std::string> env;
+    // Its binary names the VM's C functions (false for the stripped OTP 29: blame and -e alloc
+    // refuse it in one line unless a debug file is found).
+    bool functions_named = true;
 };
 
-// Debian's OTP 25 (/usr/bin), and the OTP 27 build of scripts/build-test-vms.sh (its plain
-// beam.smp and its lock-counting one), each without and with frame pointers (+JPperf true).
-// BB_OTP27_PREFIX overrides where the OTP 27 build is. A missing build fails the tests that use
-// it, saying how to make it: it is never skipped.
+// The test matrix. The VMs: Debian's OTP 25 (/usr/bin); the OTP 27 build of
+// scripts/build-test-vms.sh 27, stripped (its plain beam.smp, and its lock-counting one with
+// -emu_type lcnt); the OTP 29 build of scripts/build-test-vms.sh 29, stripped ("otp29": no
+// symbol of the VM's globals left) and as `make install` leaves it ("otp29_dwarf": symbols and
+// DWARF); each without and with frame pointers ("_fp": +JPperf true). BB_OTP27_PREFIX and
+// BB_OTP29_DIR override where the builds are. A missing build fails the tests that use it,
+// saying how to make it: it is never skipped.
+//
+// Which VMs a suite runs on (CI's time is bounded: each VM costs every test of the suite):
+//  - test_vms(): a test of what differs between releases and builds (the stack walk and its
+//    shares, struct offsets, pids, process names and memory, the JIT index, native frames,
+//    perf maps). Every release, both forms of 29, frame pointers on and off, lock counting.
+//  - probe_vms(): the same for tests that need the VM's own C functions by name (uprobes for
+//    blame and -e alloc, a native frame checked by name): all but the stripped 29, which has no
+//    symbol for them (DebugFileTest covers it: refused in one line, then profiled with its
+//    debug file from a local debuginfod).
+//  - release_vms(): one VM of each release, for the rest (hostile input, churn, reloads,
+//    reports): what they test does not depend on the build beyond its release.
 const std::vector<TestVm>& test_vms();
+const std::vector<TestVm>& probe_vms();
+const std::vector<TestVm>& release_vms();
+// Every VM above and the combinations the matrix leaves out (otp27_fp, otp27_lcnt, otp29_fp,
+// otp29_dwarf), for a test that needs one by name.
+const std::vector<TestVm>& known_vms();
+const TestVm& vm_named(const std::string& name);
 const TestVm& debian_vm();  // the first of them: OTP 25, no frame pointers
 // gtest prints a TestVm parameter by its name.
 void PrintTo(const TestVm& vm, std::ostream* os);

@@ -60,7 +60,7 @@ protected:
 // What depends on the VM (its libraries, unwinding through them) on every test VM; what
 // depends only on the tool on Debian's OTP 25.
 class HostileFilesVmTest : public WithHostileVm<VmTest> {};
-INSTANTIATE_TEST_SUITE_P(Vms, HostileFilesVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, HostileFilesVmTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 class HostileFilesTest : public WithHostileVm<RootTest> {};
 
 const std::string kSample = std::string(BB_BIN_DIR) + "/beam-bpf-sample";

@@ -52,7 +52,7 @@ uint64_t process_address(const bb::Vm& vm, uint64_t pid) {
 }
 
 class HostileMemTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, HostileMemTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, HostileMemTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     const std::string dir = ::testing::TempDir() + "bb-hostile-mem-" + std::to_string(getpid());
@@ -185,7 +185,9 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     EXPECT_GT(spin, 0) << sample.out;
     EXPECT_GT(stat(sample, "records").value_or(0), 0);
     ok(finish_tool(pstack, false, 60s), "sample --pstack");
-    ok(finish_tool(blame, false, 60s), "blame");
+    // Without the VM's function names (the stripped 29) blame refuses in its one line.
+    if (vm().functions_named) ok(finish_tool(blame, false, 60s), "blame");
+    else clean(finish_tool(blame, false, 60s), "blame");
 
     erl.send_line("exec_ranges 0");  // the VM survived its own corruption
     EXPECT_EQ(erl.wait_line("exec_ranges"), "exec_ranges 0");

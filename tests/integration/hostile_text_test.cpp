@@ -53,7 +53,7 @@ const std::vector<std::string> kEscapedNames = {"'bb_clear\\e[2J'", "'bb_title\\
                                                 "'bb_rtl\\x{202E}txt.exe'", "'bb_nl\\nfake line'"};
 
 class HostileTextTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, HostileTextTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, HostileTextTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
     ErlVm erl(vm(), "bb_hostile:main()");
@@ -114,7 +114,13 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
     ToolResult pstack = run_tool("beam-bpf-sample", {"--pstack", pid}, 30s);
     clean(pstack, "--pstack");
     EXPECT_NE(pstack.out.find("bb_evil:'spin"), std::string::npos) << pstack.out;
-    clean(run_tool("beam-bpf-blame", {"-d", "2", "erts_garbage_collect", pid}, 60s), "blame");
+    ToolResult blame = run_tool("beam-bpf-blame", {"-d", "2", "erts_garbage_collect", pid}, 60s);
+    if (vm().functions_named) {
+        clean(blame, "blame");
+    } else {  // the stripped 29: refused in one line, which is printable too
+        expect_one_line_error(blame, "beam-bpf-blame");
+        EXPECT_EQ(control_bytes_in(blame.err), "") << "blame stderr";
+    }
 }
 
 // 3,000 dictionary values that are one list: one row, each key's flat size the list's (as

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "target/elf_file.hpp"
+#include "target/vm.hpp"
 #include "harness.hpp"
 #include "symbols/jit_code.hpp"
 #include "native/native_symbols.hpp"
@@ -132,18 +133,12 @@ const bb::JitRange* range_named(const bb::JitModule& m, const std::string& name)
 }
 
 struct Attached {
-    uint64_t bias = 0, descriptor = 0;
+    uint64_t descriptor = 0;
 };
 
-Attached attach(pid_t pid) {
-    bb::ElfFile elf(exe_of(pid));
-    auto sym = elf.find("__jit_debug_descriptor");
-    if (!sym) throw std::runtime_error("no __jit_debug_descriptor in " + elf.path());
-    Attached a;
-    a.bias = load_bias(pid, elf);
-    a.descriptor = a.bias + sym->value;
-    return a;
-}
+// The descriptor as the tools find it (target/vm.hpp): its symbol, or, in a stripped OTP 29,
+// the VM's memory. The perf map the VM writes itself is then the oracle for what it leads to.
+Attached attach(pid_t pid) { return {bb::Vm::attach(pid).symbol_address("__jit_debug_descriptor")}; }
 
 TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     Erl vm;

@@ -123,8 +123,7 @@ class PerfmapTest : public RootTest {};
 // anonymously with +JPperf (any mode) or +JMsingle true, and by default from a memfd, which they
 // take for a file. OTP 27 has +JPperf fp: frame pointers, no map.
 TEST_F(PerfmapTest, PerfNamesErlangCodeFromOurMap) {
-    const TestVm& otp27 = test_vms()[1];
-    ASSERT_EQ(otp27.name, "otp27");
+    const TestVm& otp27 = vm_named("otp27");
     ASSERT_EQ(access((otp27.bin_dir + "/erl").c_str(), X_OK), 0) << "no OTP 27 test VM: scripts/build-test-vms.sh";
     const auto started = std::filesystem::file_time_type::clock::now();
     ErlVm erl(otp27, "bb_work:main(busy2)", {"+JPperf", "fp"});

@@ -93,12 +93,6 @@ void flip_build_id(std::string& image) {
     image[at + 16 + 19] ^= 0x5a;
 }
 
-const TestVm& vm_named(const std::string& name) {
-    for (const auto& v : test_vms())
-        if (v.name == name) return v;
-    throw std::runtime_error("no test VM " + name);
-}
-
 // Profiles `erl` running split532 for 3 s: the tool must work and see the workload.
 ToolResult profile_split532(const TestVm& vm, std::vector<std::string> extra = {}) {
     ErlVm erl(vm, "bb_work:main(split532)");

@@ -122,7 +122,7 @@ Verdict classify(const std::vector<std::string>& frames) {
 class ReloadTest : public VmTest {};
 // Run on every test VM (harness.hpp): OTP 25 keeps purged modules in the JIT's debugger list
 // (their memory reused by newer ones), OTP 27 unlinks them; frame pointers change the walk.
-INSTANTIATE_TEST_SUITE_P(Vms, ReloadTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, ReloadTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
     // One scheduler: a load then waits for no other scheduler at the code barrier. With the

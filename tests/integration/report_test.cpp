@@ -145,7 +145,7 @@ TEST_F(ReportTest, FormatErrorsAreOneLine) {
 // gives for the same interval; pprof carries the same names as each sample's `process` label
 // (read by go tool pprof); --process takes a registered name.
 class ProcessReportTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, ProcessReportTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, ProcessReportTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 TEST_P(ProcessReportTest, ByProcessMatchesTheVmsTrace) {
     ErlVm erl(vm(), "bb_work:main(named)", {"+S", "2"});

@@ -101,7 +101,7 @@ void expect_error(const ToolResult& r, const std::vector<std::string>& needles) 
 }
 
 class SampleTest : public RootTest {};
-// Run on every test VM (harness.hpp: OTP 25 and 27 builds, with and without frame pointers).
+// Run on every test VM of harness.hpp's matrix (test_vms()): OTP 25, 27 and 29, both forms of 29.
 class SampleVmTest : public VmTest {};
 INSTANTIATE_TEST_SUITE_P(Vms, SampleVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
 

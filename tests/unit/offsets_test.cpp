@@ -25,6 +25,8 @@ constexpr const char* kDebugVm =
 // scripts/build-test-vms.sh keeps the unstripped OTP 27 builds here before stripping.
 constexpr const char* kDebugVm27 = "/var/tmp/beam-bpf-otp27/debug/beam.smp";
 constexpr const char* kDebugVm27Lcnt = "/var/tmp/beam-bpf-otp27/debug/beam.lcnt.smp";
+// scripts/build-test-vms.sh 29 keeps the OTP 29 build as `make install` left it (-g).
+constexpr const char* kDebugVm29 = "/var/tmp/beam-bpf-otp29/debug/beam.smp";
 
 // The fields in field-list order, as pointers into o.
 std::vector<uint32_t*> all_fields(VmOffsets& o) {
@@ -142,7 +144,7 @@ TEST(BuiltinOffsets, EveryShippedTableParses) {
         n++;
     }
     EXPECT_EQ(bb::builtin_tables().size(), n);
-    EXPECT_GE(n, 3u);  // OTP 25, OTP 27, OTP 27 with lock counting
+    EXPECT_GE(n, 4u);  // OTP 25, OTP 27, OTP 27 with lock counting, OTP 29
 }
 
 void expect_otp25_cross_check_values(const VmOffsets& o) {
@@ -233,7 +235,8 @@ TEST_P(ShippedTable, MatchesDwarfOfItsBuild) {
 
 INSTANTIATE_TEST_SUITE_P(Releases, ShippedTable,
                          ::testing::Values(std::tuple{kDebugVm, "25", ""}, std::tuple{kDebugVm27, "27", ""},
-                                           std::tuple{kDebugVm27Lcnt, "27", "lock-counting"}),
+                                           std::tuple{kDebugVm27Lcnt, "27", "lock-counting"},
+                                           std::tuple{kDebugVm29, "29", ""}),
                          [](const auto& info) {
                              return std::string("otp") + std::get<1>(info.param) +
                                     (*std::get<2>(info.param) ? "_lcnt" : "");

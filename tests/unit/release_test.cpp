@@ -102,6 +102,7 @@ TEST(Releases, SupportedRange) {
     EXPECT_EQ(bb::find_release(25)->support, bb::Support::Tested);
     EXPECT_EQ(bb::find_release(27)->support, bb::Support::Tested);
     EXPECT_EQ(bb::find_release(28)->support, bb::Support::Described);
+    EXPECT_EQ(bb::find_release(29)->support, bb::Support::Tested);
 }
 
 }  // namespace

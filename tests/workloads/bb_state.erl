@@ -6,7 +6,8 @@
 %% prints one `expect <what> <flat size in words> <term as ~p prints it>` line per value the tool
 %% must find (the state, the dictionary value, each message, then a hash map and a fun held in
 %% the dictionary, whose sizes only are compared; from the VM's own
-%% erts_debug:flat_size/1 and io_lib:format/2), then `ready <state pid> <mailbox pid>`, then serves
+%% erts_debug:flat_size/1 and io_lib:format/2), then `waits_in M:F/A` (the server's current function,
+%% from process_info), then `ready <state pid> <mailbox pid>`, then serves
 %% bb_work's commands (`quit`, or end of input, halts).
 -module(bb_state).
 -behaviour(gen_server).
@@ -61,6 +62,10 @@ main() ->
                                       {dict, gen_server:call(bb_state, {dict, bb_key})} |
                                       [{message, M} || M <- Msgs]] ++
                                      [{K, gen_server:call(bb_state, {dict, K})} || K <- [bb_big_map, bb_fun]]],
+    % Where the server waits, as the VM says (gen_server's loop has another arity in 29).
+    timer:sleep(50),
+    {current_function, {M, F, A}} = erlang:process_info(Pid, current_function),
+    io:format("waits_in ~s:~s/~p~n", [M, F, A]),
     bb_work:serve([Pid, Box]).
 
 expect(What, Term) ->

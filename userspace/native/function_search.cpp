@@ -73,6 +73,9 @@ std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func
         });
         std::string near;
         for (size_t i = 0; i < all.size() && i < 5; i++) near += (i ? ", " : "") + all[i];
+        if (auto why = vm.missing_local_symbols(); !why.empty())
+            throw UserError(fmt::format("no function {}{} in {} or its libraries: {}", func, exact ? "" : "*",
+                                        vm.exe(), why));
         throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func,
                                     exact ? "" : "*", vm.exe(), near));
     }

@@ -60,8 +60,9 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
     // Paths and names in these lines are the target's text: printable (base/text.hpp).
     fmt::print(stderr, "{}\n",
                printable(fmt::format(
-                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}, {} JIT modules{}, {}, {}{}", tool,
+                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}{}, {} JIT modules{}, {}, {}{}", tool,
                    vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
+                   vm.symbols_origin().empty() ? "" : ", globals from the " + vm.symbols_origin(),
                    sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
                    sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
     if (unwind)

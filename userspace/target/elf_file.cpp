@@ -104,19 +104,22 @@ void ElfFile::read(int fd) {
 
     size_t phnum = 0;
     if (elf_getphdrnum(elf.get(), &phnum) != 0) phnum = 0;
-    bool have_load = false;
+    bool have_load = false, have_zero = false;
     for (size_t i = 0; i < phnum; i++) {
         GElf_Phdr phdr;
         if (!gelf_getphdr(elf.get(), int(i), &phdr)) continue;
+        if (phdr.p_type == PT_LOAD && segments_.size() < 64)
+            segments_.push_back({phdr.p_vaddr, phdr.p_memsz, phdr.p_offset, phdr.p_filesz, (phdr.p_flags & PF_W) != 0,
+                                 (phdr.p_flags & PF_X) != 0});
         if (phdr.p_type == PT_LOAD && !have_load) {
             // Normally the first PT_LOAD maps offset 0; if not, p_vaddr - p_offset is still the
             // address that offset 0 would have, which is what the load bias is measured against.
             first_load_vaddr_ = phdr.p_vaddr - phdr.p_offset;
             have_load = true;
         }
-        if (phdr.p_type == PT_LOAD && phdr.p_offset == 0) {
+        if (phdr.p_type == PT_LOAD && phdr.p_offset == 0 && !have_zero) {
             first_load_vaddr_ = phdr.p_vaddr;
-            break;
+            have_zero = true;
         }
     }
     // Files without section headers still carry the build-id in a PT_NOTE segment.
@@ -158,7 +161,12 @@ void ElfFile::read(int fd) {
             });
         }
     }
-    // A symbol in both .symtab and .dynsym is one symbol; keep the first copy.
+    set_symbols(std::move(symbols));
+}
+
+void ElfFile::set_symbols(std::vector<ElfSymbol> symbols) {
+    // A symbol in both .symtab and .dynsym (or in a file and its debug file) is one symbol;
+    // keep the first copy.
     auto key = [](const ElfSymbol& s) { return std::tie(s.name, s.value); };
     std::stable_sort(symbols.begin(), symbols.end(),
                      [&](const ElfSymbol& a, const ElfSymbol& b) { return key(a) < key(b); });
@@ -170,6 +178,30 @@ void ElfFile::read(int fd) {
     for (const ElfSymbol& s : symbols) h = h * 1000003 ^ (s.value + s.size * 31 + s.name.size());
     static Interner<std::vector<ElfSymbol>> shared;
     symbols_ = shared.get(std::move(symbols), h);
+}
+
+void ElfFile::adopt_symbols(const ElfFile& debug) {
+    std::vector<ElfSymbol> all = *symbols_;
+    for (ElfSymbol s : debug.symbols()) {
+        const ElfSegment* home = nullptr;
+        for (const ElfSegment& g : segments_)
+            if (s.value >= g.vaddr && s.value - g.vaddr < g.filesz) home = &g;
+        if (!home && s.is_func) continue;
+        s.file_offset = home ? s.value - home->vaddr + home->offset : 0;
+        all.push_back(std::move(s));
+    }
+    set_symbols(std::move(all));
+}
+
+bool ElfFile::add_symbol(const std::string& name, uint64_t value, uint64_t size, bool is_func) {
+    for (const ElfSegment& g : segments_)
+        if (value >= g.vaddr && value - g.vaddr < g.filesz) {
+            std::vector<ElfSymbol> all = *symbols_;
+            all.push_back({name, value, size, value - g.vaddr + g.offset, is_func});
+            set_symbols(std::move(all));
+            return true;
+        }
+    return false;
 }
 
 std::optional<ElfSymbol> ElfFile::find(const std::string& name) const {

@@ -17,6 +17,13 @@ struct ElfSymbol {
     bool operator==(const ElfSymbol&) const = default;
 };
 
+// A PT_LOAD segment: where a part of the file is mapped (vaddr, filesz from offset) and how
+// much memory it takes (memsz: .bss is the part past filesz).
+struct ElfSegment {
+    uint64_t vaddr = 0, memsz = 0, offset = 0, filesz = 0;
+    bool writable = false, executable = false;
+};
+
 class ElfFile {
 public:
     // Throws std::runtime_error with a one-line message when the file cannot be read as ELF.
@@ -36,17 +43,28 @@ public:
     // Virtual address of the first PT_LOAD segment with file offset 0 (the load bias is
     // mapping start minus this).
     uint64_t first_load_vaddr() const { return first_load_vaddr_; }
+    const std::vector<ElfSegment>& segments() const { return segments_; }
+    // This file's symbols with those of its separate debug file (`debug`, found by this file's
+    // build-id): a stripped file's local symbols are only there. A debug file's code sections
+    // are NOBITS, so each of its symbols takes its file offset from this file's segments; a
+    // function outside them is left out.
+    void adopt_symbols(const ElfFile& debug);
+    // A symbol found some other way (target/vm_globals.hpp), at link-time address `value`; its
+    // file offset from this file's segments. False when no segment of the file holds it.
+    bool add_symbol(const std::string& name, uint64_t value, uint64_t size, bool is_func);
     // e_machine (EM_X86_64, EM_AARCH64, ...) and its name for messages.
     unsigned machine() const { return machine_; }
     std::string machine_name() const;
 
 private:
     void read(int fd);
+    void set_symbols(std::vector<ElfSymbol> symbols);
     std::string path_;
     std::string build_id_;
     bool has_debug_info_ = false;
     std::shared_ptr<const std::vector<ElfSymbol>> symbols_;
     uint64_t first_load_vaddr_ = 0;
+    std::vector<ElfSegment> segments_;
     unsigned machine_ = 0;
 };
 

@@ -1,4 +1,5 @@
 #include "target/offsets.hpp"
+#include "target/debug_file.hpp"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -392,12 +393,13 @@ std::optional<VmOffsets> offsets_from_dwarf(const std::string& elf_path, std::st
     std::string source = elf_path;
     if (!open_dwarf(elf_path, file, err)) {
         // A stripped binary: its DWARF may be installed separately, found by build-id.
-        if (build_id.size() < 4) {
-            *err = elf_path + " has no usable DWARF, and no build-id to find a separate debug file by";
+        std::string tried;
+        auto d = find_debug_file(build_id, &tried);
+        if (!d) {
+            *err = elf_path + " has no usable DWARF, and no separate debug file was found (" + tried + ")";
             return std::nullopt;
         }
-        source = "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) +
-                 ".debug";
+        source = d->path;
         std::string why;
         if (!open_dwarf(source, debug, &why)) {
             *err = elf_path + " has no usable DWARF, nor has its separate debug file (" + why + ")";

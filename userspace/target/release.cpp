@@ -76,10 +76,11 @@ constexpr ThreadNaming kOldNormal{"", "_scheduler"}, kOldDirtyCpu{"", "_dirty_cp
 constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_", ""},
     kNewDirtyIo{"erts_dios_", ""};
 
-// Releases 26, 28 and 29 are written from their sources (struct process in erl_process.h, thread
+// Releases 26 and 28 are written from their sources (struct process in erl_process.h, thread
 // names in erl_process.c, pids in erl_term.h, atoms in atom.h, the JIT's gdb interface in
 // beam_jit_metadata.cpp); see README "Releases". OTP 27 reordered struct process (heap moved
-// from 128 to 192): 26 still has 25's order, 28 and 29 have 27's.
+// from 128 to 192): 26 still has 25's order, 28 and 29 have 27's. 29 is built and tested here
+// (scripts/build-test-vms.sh 29), its table read from its DWARF.
 constexpr PidLayout kPids28{28, 15, false}, kPids60{60, 28, true};
 
 // Every way into garbage_collect() (erl_gc.c; read in OTP 25's and 27's source, the same in
@@ -108,9 +109,9 @@ constexpr std::array<OtpRelease, 5> kReleases{{
      .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
      .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 27,
      .gc_entry_points = kGcEntries},
-    {.major = 29, .support = Support::Described,
+    {.major = 29, .support = Support::Tested,
      .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 27,
+     .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 29,
      .gc_entry_points = kGcEntries},
 }};
 

@@ -1,6 +1,7 @@
 #include "target/vm.hpp"
 #include "target/proc_maps.hpp"
 #include "target/target_file.hpp"
+#include "target/debug_file.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -99,6 +100,7 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
     }
     vm.identify();
     vm.load_bias_ = exe_map->start - vm.elf_->first_load_vaddr();
+    vm.find_debug_symbols();
 
     vm.choose_offsets(offsets_file);
     return vm;
@@ -122,13 +124,16 @@ void Vm::identify() {
                                     build_.describe(), elf_->machine_name()));
     release_ = find_release(build_.otp_release);
     if (!release_) {
-        std::string tested;
+        std::vector<int> majors;
         for (const OtpRelease& r : known_releases())
-            if (r.support == Support::Tested) tested += fmt::format("{}{}", tested.empty() ? "" : " and ", r.major);
+            if (r.support == Support::Tested) majors.push_back(r.major);
+        std::string tested;
+        for (size_t i = 0; i < majors.size(); i++)
+            tested += fmt::format("{}{}", i == 0 ? "" : i + 1 == majors.size() ? " and " : ", ", majors[i]);
         throw UserError(fmt::format("process {} runs {} (build-id {}): beam-bpf supports {} (tested: {})", pid_,
                                     build_.describe(), id, supported_range(), tested));
     }
-    if (build_.flavor != "jit" || !build_.native_stack || !elf_->find("__jit_debug_descriptor"))
+    if (build_.flavor != "jit" || !build_.native_stack)
         throw UserError(fmt::format("process {} runs {}: beam-bpf walks the stacks of the x86-64 JIT "
                                     "(flavor jit), not the {} flavor; start the VM without -emu_flavor emu",
                                     pid_, build_.describe(), build_.flavor));
@@ -136,6 +141,50 @@ void Vm::identify() {
         caveat_ = fmt::format("OTP {} is described from its sources but untested; the offsets passed the "
                               "live checks",
                               release_->major);
+}
+
+// The globals every tool reads are the process table's; a binary without that symbol is
+// stripped of its local symbols (OTP 28 on hide them all), and its debug file, found by
+// build-id, has them.
+void Vm::find_debug_symbols() {
+    if (elf_->find("erts_proc")) return;
+    if (auto d = find_debug_file(elf_->build_id(), &debug_tried_)) {
+        try {
+            elf_->adopt_symbols(ElfFile(d->path));
+            symbols_origin_ = fmt::format("debug file {} ({})", d->path, d->source);
+            return;
+        } catch (const std::exception& e) {
+            debug_tried_ = e.what();
+        }
+    }
+}
+
+void Vm::find_globals(const VmOffsets& o) {
+    if (elf_->find("erts_proc")) return;
+    GlobalsScan scan;
+    scan.mem = &mem_;
+    for (const ElfSegment& g : elf_->segments())
+        if (g.writable) scan.data.emplace_back(g.vaddr + load_bias_, g.vaddr + load_bias_ + g.memsz);
+    scan.maps = read_maps(pid_);
+    scan.o = &o;
+    for (const auto& t : threads()) {
+        scan.normal += release_->normal.number(t.name) > 0;
+        scan.dirty_cpu += release_->dirty_cpu.number(t.name) > 0;
+        scan.dirty_io += release_->dirty_io.number(t.name) > 0;
+    }
+    scan.atom_text_binary = release_->atom_text == AtomText::binary;
+    globals_ = bb::find_globals(scan);
+    symbols_origin_ = "VM's memory";
+    // The code events' probe (sampling/sampler.cpp) goes on a function, found by the
+    // descriptor's address in the binary's code: without it a reloaded module is named from
+    // the module list re-read, up to a second late.
+    if (auto d = globals_.at.find("__jit_debug_descriptor"); d != globals_.at.end()) {
+        std::string why;
+        if (auto f = find_jit_register_code(exe_file_->fd.get(), elf_->segments(), d->second - load_bias_, &why))
+            elf_->add_symbol("__jit_debug_register_code", *f, 5, true);
+        else
+            globals_.why_not["__jit_debug_register_code"] = why;
+    }
 }
 
 void Vm::choose_offsets(const std::string& offsets_file) {
@@ -158,9 +207,9 @@ void Vm::choose_offsets(const std::string& offsets_file) {
                                         pid_, what));
         off->origin = "table " + offsets_file;
     } else if (auto dwarf = offsets_from_dwarf(exe_file_->fd_path())) {
-        // Its own DWARF, or a separate debug file (/usr/lib/debug/.build-id).
+        // Its own DWARF, or a separate debug file (by build-id: /usr/lib/debug, debuginfod).
         off = std::move(*dwarf);
-        off->origin = elf_->has_debug_info() ? "DWARF of " + exe_ : "separate debug info of " + exe_;
+        if (elf_->has_debug_info()) off->origin = "DWARF of " + exe_;
     } else if (elf_->has_debug_info()) {
         throw UserError(fmt::format("DWARF of {}: {}", exe_, dwarf.error()));
     } else if ((off = builtin_offsets(std::to_string(build_.otp_release), build_.features, build_id))) {
@@ -184,7 +233,13 @@ void Vm::choose_offsets(const std::string& offsets_file) {
     off->otp_release = std::to_string(build_.otp_release);
     off->features = build_.features;
 
-    std::string why = layout_mismatch(*off);
+    find_globals(*off);
+    std::string why;
+    try {
+        why = layout_mismatch(*off);
+    } catch (const UserError& e) {
+        throw UserError(fmt::format("process {} runs {}: {}", pid_, what, e.what()));
+    }
     if (!why.empty() && may_correct && correct_layout(*off)) {
         why = layout_mismatch(*off);
         if (why.empty()) off->origin += ", corrected in the live VM";
@@ -223,9 +278,22 @@ void Vm::choose_offsets(const std::string& offsets_file) {
 }
 
 uint64_t Vm::symbol_address(const std::string& name) const {
-    auto s = elf_->find(name);
-    if (!s) throw UserError(fmt::format("{} has no symbol {}", exe_, name));
-    return s->value + load_bias_;
+    if (auto s = elf_->find(name)) return s->value + load_bias_;
+    if (auto it = globals_.at.find(name); it != globals_.at.end()) return it->second;
+    auto why = globals_.why_not.find(name);
+    throw UserError(fmt::format(
+        "{} has no symbol {} (stripped; OTP 28 and later hide it), no debug file for build-id {} ({}){}", exe_, name,
+        elf_->build_id().empty() ? "none" : elf_->build_id(), debug_tried_.empty() ? "not looked for" : debug_tried_,
+        why != globals_.why_not.end() ? ", and it was not found in the VM's memory: " + why->second
+                                      : ", and it is not one beam-bpf can find in the VM's memory"));
+}
+
+std::string Vm::missing_local_symbols() const {
+    if (elf_->find("erts_proc")) return "";
+    return fmt::format("{} is stripped, and OTP 28 and later keep the VM's functions out of its dynamic symbols; no "
+                       "debug file for build-id {} was found ({}): install the build's debug file there (a "
+                       "distribution's -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has it",
+                       exe_, elf_->build_id().empty() ? "none" : elf_->build_id(), debug_tried_);
 }
 
 bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
@@ -372,7 +440,13 @@ bool Vm::correct_layout(VmOffsets& o) const {
     // shift at which scheduler 1 names itself (no 1, type normal, current_process 0 or a
     // pointer), then the stride at which the others do.
     uint64_t arr = mem_.read<uint64_t>(symbol_address("erts_aligned_scheduler_data")).value_or(0);
-    uint64_t nsched = elf_->find("erts_no_schedulers") ? mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0) : 0;
+    // How many: erts_no_schedulers, or where it has no symbol (a stripped 29) the scheduler
+    // threads by name, one for each.
+    uint64_t nsched = 0;
+    if (elf_->find("erts_no_schedulers"))
+        nsched = mem_.read<uint64_t>(symbol_address("erts_no_schedulers")).value_or(0);
+    else
+        for (const auto& t : threads()) nsched += release_->normal.number(t.name) > 0;
     auto names_itself = [&](uint64_t esdp, uint64_t no, const VmOffsets& t) {
         auto cur = mem_.read<uint64_t>(esdp + t.esd_current_process);
         return esd_names_itself(esdp, no, BB_SCHED_NORMAL, t) && cur && (*cur & 7) == 0;

@@ -17,6 +17,7 @@
 #include "target/offsets.hpp"
 #include "target/release.hpp"
 #include "target/remote_memory.hpp"
+#include "target/vm_globals.hpp"
 
 namespace bb {
 
@@ -50,8 +51,15 @@ public:
     const std::string& caveat() const { return caveat_; }
     const RemoteMemory& mem() const { return mem_; }
     uint64_t load_bias() const { return load_bias_; }
-    // Runtime address of a beam.smp symbol; UserError if absent.
+    // Runtime address of a beam.smp global: its symbol (the binary's, or its debug file's), else
+    // where it was found in the VM's memory (target/vm_globals.hpp); UserError if neither.
     uint64_t symbol_address(const std::string& name) const;
+    // Where the binary's missing symbols came from, for the attach line: "" when it has them
+    // all, "debug file PATH (SOURCE)", or "VM's memory" (target/vm_globals.hpp).
+    const std::string& symbols_origin() const { return symbols_origin_; }
+    // No symbols for the VM's local functions either (blame and -e alloc probe those): why, and
+    // what would give them; "" when the binary or its debug file has them.
+    std::string missing_local_symbols() const;
 
     bool alive() const;
     // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
@@ -85,6 +93,8 @@ private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
     void identify();
     void choose_offsets(const std::string& offsets_file);
+    void find_debug_symbols();
+    void find_globals(const VmOffsets& o);
     std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
     bool esd_names_itself(uint64_t esdp, uint64_t no, uint8_t type, const VmOffsets& o) const;
     struct RunningSeen {
@@ -103,6 +113,9 @@ private:
     VmBuild build_;
     const OtpRelease* release_ = nullptr;
     std::string caveat_;
+    std::string symbols_origin_;
+    std::string debug_tried_;  // where a debug file was looked for, when none was found
+    GlobalsFound globals_;     // found in memory, for a binary without their symbols
     PidLayout::Pix pix_;  // the process table's index permutation (OTP 26 on)
 };
 
