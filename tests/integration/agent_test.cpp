@@ -170,13 +170,14 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     const size_t held_a = kernel_objects(agent.pid), loaded_a = kernel_objects(agent.pid, true);
     EXPECT_GT(loaded_a, 0u);
 
-    // VM B: the OTP 27 build, `deep`, started while the agent runs.
-    ErlVm b(otp27_vm(), "bb_work:main(deep, 10)", {"-sname", "bbagent_b"});
+    // VM B: the stripped OTP 29 build (its globals found in its memory), `deep`, started while
+    // the agent runs.
+    ErlVm b(vm_named("otp29"), "bb_work:main(deep, 10)", {"-sname", "bbagent_b"});
     b.wait_line("ready", 60s);
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(b.os_pid()) + ",", 30s, &err)) << err;
     const size_t held_b = kernel_objects(agent.pid) - held_a;  // B's perf events and code probe
     EXPECT_GT(held_b, 0u);
-    // One walker samples A (OTP 25) and B (OTP 27, other offsets): B loaded no program or map.
+    // One walker samples A (OTP 25) and B (OTP 29, other offsets): B loaded no program or map.
     EXPECT_EQ(kernel_objects(agent.pid, true), loaded_a);
 
     // VM C: OTP 25 in its own pid and mount namespace (pid 1 there), busy2.
@@ -255,7 +256,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     };
     const std::vector<Expect> vms{
         {a.os_pid(), "bbagent_a", "25", "bbagent_a-", {"bb_work:f5/2"}, {"bb_work:deep_leaf", "bb_work:spin_"}},
-        {b_pid, "bbagent_b", "27", "bbagent_b-", {"bb_work:deep_leaf"}, {"bb_work:f5/2", "bb_work:spin_"}},
+        {b_pid, "bbagent_b", "29", "bbagent_b-", {"bb_work:deep_leaf"}, {"bb_work:f5/2", "bb_work:spin_"}},
         {c_pid, "bbagent_c", "25", "svc_c-", {"bb_work:spin_a"}, {"bb_work:f5/2", "bb_work:deep_leaf"}},
     };
     std::map<std::string, std::string> file_of_bytes;  // profile bytes -> the file holding them
