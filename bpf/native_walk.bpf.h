@@ -122,7 +122,15 @@ static long native_step(__u32 i, struct native_walk_ctx *ctx)
 		w->flags |= BB_F_NATIVE_BAD;
 		return 1;
 	}
-	cfa = (row.cfa_rule == BB_CFA_RSP ? w->sp : w->bp) + 8 * (__u64)row.cfa_words;
+	if (row.cfa_rule == BB_CFA_RSP_DEREF) {
+		if (bpf_probe_read_user(&cfa, 8, (void *)(w->sp + 8 * (__s64)(__s16)row.cfa_words))) {
+			w->flags |= BB_F_READ_FAULT;
+			return 1;
+		}
+		cfa += 8;
+	} else {
+		cfa = (row.cfa_rule == BB_CFA_RSP ? w->sp : w->bp) + 8 * (__u64)row.cfa_words;
+	}
 	/* Each caller's frame is further up the stack: garbage cannot make the walk go round. */
 	if (cfa <= w->sp || (cfa & 7)) {
 		w->flags |= BB_F_NATIVE_BAD;

@@ -174,6 +174,10 @@ enum bb_cfa_rule {
 	BB_CFA_RBP = 2,   /* CFA = rbp + 8 * cfa_words */
 	BB_CFA_END = 3,   /* the return address is undefined: the thread's outermost frame */
 	BB_CFA_BAD = 4,   /* an expression or register the walker does not follow (BB_F_NATIVE_BAD) */
+	BB_CFA_RSP_DEREF = 5, /* CFA = *(rsp + 8 * (__s16)cfa_words) + 8: code that realigns its
+			       * stack keeps the entry rsp in a slot, above rsp or in the red zone below
+			       * it (OpenSSL's perlasm: .cfi_cfa_expression %rsp+N,deref,+8, in its AVX2
+			       * SHA and other routines) */
 };
 
 struct bb_unwind_row {

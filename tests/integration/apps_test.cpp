@@ -27,6 +27,8 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "target/debug_file.hpp"
+#include "target/elf_file.hpp"
 
 namespace {
 
@@ -178,16 +180,54 @@ std::string module_of(std::string f) {
 }
 
 // One name for a C function's aliases, as the tool and perf may pick different ones for the same
-// address: `__pthread_mutex_lock@GLIBC_2.2.5` and `pthread_mutex_lock@@GLIBC_2.2.5`.
-std::string alias_key(std::string f) {
-    if (auto at = f.find('@'); at != std::string::npos) f.resize(at);
-    return f.substr(std::min(f.find_first_not_of('_'), f.size()));
-}
+// address: `__pthread_mutex_lock@GLIBC_2.2.5` and `pthread_mutex_lock@@GLIBC_2.2.5`, and on
+// CPUs whose glibc runs its EVEX copy routines `__memcpy_evex_unaligned_erms` and
+// `__memmove_evex_unaligned_erms`, one address. Compared by address: every name of a symbol of
+// the files the VM maps (with their debug files, by build-id, where the tools find names) goes
+// to the first name at its address.
+class Aliases {
+public:
+    explicit Aliases(pid_t pid) {
+        std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+        std::set<std::string> files;
+        for (std::string line; std::getline(maps, line);) {
+            std::istringstream ls(line);
+            std::string range, perms, offset, dev, inode, path;
+            ls >> range >> perms >> offset >> dev >> inode >> path;
+            if (path.starts_with("/") && std::stoull(offset, nullptr, 16) == 0) files.insert(path);
+        }
+        for (const auto& path : files) {
+            std::optional<bb::ElfFile> elf;
+            try {
+                elf.emplace(path);
+                if (auto d = bb::find_debug_file(elf->build_id())) elf->adopt_symbols(bb::ElfFile(d->path));
+            } catch (const std::exception&) {
+                continue;  // not ELF
+            }
+            std::map<uint64_t, std::string> first;
+            for (const auto& sym : elf->symbols())
+                if (sym.is_func) {
+                    auto [it, fresh] = first.emplace(sym.value, sym.name);
+                    if (!fresh && sym.name < it->second) it->second = sym.name;
+                }
+            for (const auto& sym : elf->symbols())
+                if (sym.is_func) canon_.emplace(sym.name, first[sym.value]);
+        }
+    }
+    std::string key(std::string f) const {
+        if (auto at = f.find('@'); at != std::string::npos) f.resize(at);
+        if (auto it = canon_.find(f); it != canon_.end()) f = it->second;
+        return f.substr(std::min(f.find_first_not_of('_'), f.size()));
+    }
+
+private:
+    std::map<std::string, std::string> canon_;
+};
 
 // The leaf shares perf gives for the same seconds: "[kernel]" for the kernel, else the symbol
 // (C functions of beam.smp and the libraries); JIT code (perf's map) and unnamed code are left
 // out, as are exported symbols' versions: they are named the same by both.
-std::map<std::string, long> perf_leaves(const std::string& data, long* total) {
+std::map<std::string, long> perf_leaves(const std::string& data, const Aliases& aliases, long* total) {
     ToolResult script = run_command({"perf", "script", "-i", data, "-F", "ip,sym,dso"}, 180s);
     EXPECT_EQ(script.exit_code, 0) << describe(script);
     std::map<std::string, long> leaves;
@@ -198,7 +238,7 @@ std::map<std::string, long> perf_leaves(const std::string& data, long* total) {
         ++*total;
         std::string sym = m[1], dso = m[2];
         if (dso.find("kernel") != std::string::npos) leaves["[kernel]"]++;
-        else if (!dso.starts_with("/tmp/perf-") && sym != "[unknown]") leaves[alias_key(sym)]++;
+        else if (!dso.starts_with("/tmp/perf-") && sym != "[unknown]") leaves[aliases.key(sym)]++;
     }
     return leaves;
 }
@@ -249,6 +289,7 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
             if (share(leaves[f], tool_all, perf_leaf[f], perf_all).three_sd > 1.0) return false;
         return true;
     };
+    const Aliases aliases(app.pid());
     int rounds = 0;
     while (rounds < max_rounds && !(rounds > 0 && precise_enough())) {
         rounds++;
@@ -275,7 +316,7 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
             tool_all += n;
             roots[frames.front()] += n;
             const std::string& leaf = frames.back();
-            leaves[is_c_function(leaf) ? alias_key(leaf) : leaf] += n;
+            leaves[is_c_function(leaf) ? aliases.key(leaf) : leaf] += n;
             for (const auto& f : frames) frames_seen.insert(f);
             // SELF of an Erlang function: the leaf-most Erlang frame (with the C code it called).
             for (auto f = frames.rbegin(); f + 1 != frames.rend(); ++f)
@@ -284,7 +325,7 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
                     break;
                 }
         }
-        for (const auto& [f, n] : perf_leaves(data, &perf_all)) perf_leaf[f] += n;
+        for (const auto& [f, n] : perf_leaves(data, aliases, &perf_all)) perf_leaf[f] += n;
         // [kernel] and every C function over 0.5% in either.
         for (const auto& [f, n] : leaves)
             if (is_c_function(f) && 100.0 * double(n) / double(tool_all) >= 0.5) compared.insert(f);

@@ -184,6 +184,13 @@ TEST(Names, ElixirModulesAsElixirWritesThem) {
     EXPECT_EQ(bb::display_name("'Elixir.MyApp':'-run/1-fun-0-'/1"), "anonymous fn/1 in MyApp.run/1");
     EXPECT_EQ(bb::display_name("'Elixir.Enum':'reduce_range'/5"), "Enum.reduce_range/5");
     EXPECT_EQ(bb::display_name("'Elixir.Kernel':'=='/2"), "Kernel.==/2");
+    // The JIT's pseudo-ranges of a module (a sample can land in them) name it the same way.
+    EXPECT_EQ(bb::display_name("Elixir.Enum::codeHeader"), "Enum::codeHeader");
+    EXPECT_EQ(bb::display_name("'Elixir.Enum'::codeHeader"), "Enum::codeHeader");
+    EXPECT_EQ(bb::display_name("'Elixir.Enum':take/2-CodeInfoPrologue"), "Enum.take/2-CodeInfoPrologue");
+    EXPECT_EQ(bb::display_name("lists::codeHeader"), "lists::codeHeader");
+    EXPECT_EQ(bb::display_name("lists:keyfind/3-CodeInfoPrologue"), "lists:keyfind/3-CodeInfoPrologue");
+    EXPECT_EQ(bb::display_name("Elixir.::codeHeader"), "Elixir.::codeHeader");
     // Erlang stays as the VM writes it, quotes and all.
     EXPECT_EQ(bb::display_name("lists:foldl/3"), "lists:foldl/3");
     EXPECT_EQ(bb::display_name("m:'-f/0-fun-0-'/0"), "m:'-f/0-fun-0-'/0");

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,11 +36,42 @@ std::string run(const std::string& cmd) {
     return out;
 }
 
+// The CFA expressions of each FDE (its start address), as `readelf --debug-dump=frames` prints
+// them: frames-interp only says "exp" where one is in force.
+std::map<uint64_t, std::vector<std::string>> cfa_expressions(const std::string& path) {
+    std::istringstream in(run("readelf --debug-dump=frames '" + path + "' 2>/dev/null"));
+    std::map<uint64_t, std::vector<std::string>> out;
+    std::string line;
+    uint64_t fde = ~0ull;
+    while (std::getline(in, line)) {
+        if (size_t pc = line.find(" FDE "); pc != std::string::npos && line.find("pc=") != std::string::npos)
+            fde = std::stoull(line.substr(line.find("pc=") + 3, 16), nullptr, 16);
+        else if (line.find(" CIE") != std::string::npos)
+            fde = ~0ull;
+        else if (size_t at = line.find("DW_CFA_def_cfa_expression ("); at != std::string::npos && fde != ~0ull)
+            out[fde].push_back(line.substr(at + 27, line.rfind(')') - at - 27));
+    }
+    return out;
+}
+
+// The stack offset of the one expression the walker follows (BB_CFA_RSP_DEREF), or nullopt.
+std::optional<int> deref_offset(const std::string& expr) {
+    int n = 0, used = 0;
+    if (sscanf(expr.c_str(), "DW_OP_breg7 (rsp): %d; DW_OP_deref; DW_OP_plus_uconst: 8%n", &n, &used) == 1 &&
+        used == int(expr.size()) && n % 8 == 0 && n / 8 >= INT16_MIN && n / 8 <= INT16_MAX)
+        return n;
+    return std::nullopt;
+}
+
 // Every row `readelf --debug-dump=frames-interp` prints for `path`, checked against the table:
-// the CFA rule and offset, where rbp is saved, and the return address at CFA-8. Returns the rows
-// compared.
-size_t compare_with_readelf(const std::string& path) {
+// the CFA rule and offset, where rbp is saved, and the return address at CFA-8. Where readelf
+// says the CFA is an expression ("exp"), the FDE's expressions from the raw dump: a row of the
+// one form the walker follows (rsp+N, deref, +8) must be BB_CFA_RSP_DEREF with one of the FDE's
+// N, any other BB_CFA_BAD. Returns the rows compared; `deref_rows` counts the former.
+size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullptr) {
     UnwindTable t = compile_unwind_table(path);
+    const auto exprs = cfa_expressions(path);
+    uint64_t fde_start = 0;
     EXPECT_EQ(t.error, "") << path;
     std::istringstream in(run("readelf --debug-dump=frames-interp '" + path + "' 2>/dev/null"));
     std::string line;
@@ -53,6 +85,7 @@ size_t compare_with_readelf(const std::string& path) {
             // An FDE with no instructions of its own has the CIE's rule: CFA rsp+8.
             size_t pc = line.find("pc=");
             uint64_t start = std::stoull(line.substr(pc + 3, 16), nullptr, 16);
+            fde_start = start;
             if (auto f = t.function_at(start)) EXPECT_EQ(f->first, start) << path;
             else ADD_FAILURE() << path << ": no function at FDE start " << std::hex << start;
             continue;
@@ -86,6 +119,18 @@ size_t compare_with_readelf(const std::string& path) {
         bool same = r->cfa_rule == want_rule &&
                     (want_rule != BB_CFA_RSP && want_rule != BB_CFA_RBP ? true
                                                                         : 8 * r->cfa_words == want_off && r->rbp_slot == want_slot);
+        if (cfa == "exp" && ra == "c-8" && exprs.count(fde_start)) {
+            bool followed = false, offset_listed = false;
+            for (const auto& e : exprs.at(fde_start)) {
+                auto n = deref_offset(e);
+                followed |= n.has_value();
+                offset_listed |= n && *n == 8 * static_cast<int16_t>(r->cfa_words);
+            }
+            if (r->cfa_rule == BB_CFA_RSP_DEREF) {
+                same = followed && offset_listed && r->rbp_slot == want_slot;
+                if (deref_rows) ++*deref_rows;
+            }
+        }
         // A register rule readelf prints for rbp that the table cannot follow makes the row BAD.
         if (!same && r->cfa_rule == BB_CFA_BAD && col.count("rbp") && col["rbp"] != "u" && !col["rbp"].starts_with("c-"))
             same = true;
@@ -105,6 +150,18 @@ TEST(UnwindTable, AgreesWithReadelfOnThisBinaryAndLibc) {
     // Real files have thousands of rows: a parser that read none would compare nothing.
     EXPECT_GT(self, 1000u);
     EXPECT_GT(libc, 10000u);
+}
+
+// OpenSSL realigns its stack in its AVX2 routines (SHA-256 where the CPU has no SHA extensions)
+// and says so with `.cfi_cfa_expression %rsp+N,deref,+8`: those rows are followed, the rest of
+// libcrypto as readelf interprets it.
+TEST(UnwindTable, OpenSslStackRealigningRowsAreFollowed) {
+    const std::string libcrypto = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3";
+    ASSERT_TRUE(std::filesystem::exists(libcrypto)) << "libssl3 is not installed (erlang-crypto needs it)";
+    size_t deref = 0;
+    size_t rows = compare_with_readelf(libcrypto, &deref);
+    EXPECT_GT(rows, 10000u);
+    EXPECT_GT(deref, 20u) << "no row of OpenSSL's stack-realigning code is followed";
 }
 
 TEST(UnwindTable, RowsAreSortedAndGapsEndTheWalk) {

@@ -191,10 +191,13 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
     // A process in a collection has its heap pointers rewritten one by one while we read them:
     // the copy is torn (heap past htop, stop past hend) for the few microseconds the scheduler
     // takes, and a spinning process collects often (1 in 50 listings of bb_hostile's lost one).
-    // Its struct is read again after a pause, within one budget for the whole table so that a
-    // table of garbage costs at most 50 ms more.
+    // Its struct is read again after a pause, doubled each time (0.1 to 12.8 ms: the scheduler
+    // thread can be preempted mid-collection on a loaded machine, and then the heap stays torn
+    // for as long as the OS keeps it off its CPU; one listing of bb_hostile's five spinners on a
+    // busy CI machine lost one so), within one time budget for the whole table so that a table
+    // of garbage costs at most 100 ms more.
     constexpr int kRereads = 8;
-    int reread_budget = 500;
+    const auto reread_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     std::vector<uint64_t> slots;
     std::vector<std::byte> proc(o.proc_size);
     for (uint32_t first = 0; first < *max; first += kChunk) {
@@ -209,8 +212,8 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
             bool read = false;  // `proc` holds this slot's Process (not the last slot's)
             for (int n = 0; !e && !(p & 7) && (read = mem.read(p, proc)); n++) {
                 e = parse_process(proc, p, o);
-                if (e || n == kRereads || reread_budget-- <= 0 || !torn(proc, o)) break;
-                std::this_thread::sleep_for(std::chrono::microseconds(100));
+                if (e || n == kRereads || std::chrono::steady_clock::now() > reread_until || !torn(proc, o)) break;
+                std::this_thread::sleep_for(std::chrono::microseconds(100 << n));
             }
             if (e && e->reg) {
                 auto name = mem.read<uint64_t>(e->reg + o.regproc_name);

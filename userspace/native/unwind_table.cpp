@@ -69,7 +69,14 @@ bb_unwind_row row_of(Dwarf_Frame* frame) {
     }
     if (auto off = cfa_plus(ops, nops); !off || *off != -8) return row;
 
-    if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 1) return row;
+    if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops == 0) return row;
+    // One expression is followed: the entry rsp kept in a stack slot, plus the return
+    // address's word (DW_OP_breg7 N; DW_OP_deref; DW_OP_plus_uconst 8: OpenSSL's perlasm
+    // `.cfi_cfa_expression %rsp+N,deref,+8`, in code that realigns its stack for AVX2; N is
+    // negative where the slot is in the red zone, as in most of its SHA-256 AVX2 loop).
+    const bool deref = nops == 3 && ops[0].atom == DW_OP_breg0 + kRsp && ops[1].atom == DW_OP_deref &&
+                       ops[2].atom == DW_OP_plus_uconst && ops[2].number == 8;
+    if (nops != 1 && !deref) return row;
     int reg;
     int64_t off;
     if (ops[0].atom == DW_OP_bregx) {
@@ -81,7 +88,10 @@ bb_unwind_row row_of(Dwarf_Frame* frame) {
     } else {
         return row;
     }
-    if ((reg != kRsp && reg != kRbp) || off < 0 || off % 8 || off / 8 > UINT16_MAX) return row;
+    if (reg != kRsp && reg != kRbp) return row;
+    // The slot of a deref may be in the red zone below rsp: a signed word count.
+    if (deref ? off % 8 || off / 8 < INT16_MIN || off / 8 > INT16_MAX : off < 0 || off % 8 || off / 8 > UINT16_MAX)
+        return row;
 
     // The caller's rbp: unchanged, or saved in the frame. In another register: not followed.
     if (dwarf_frame_register(frame, kRbp, ops_mem, &ops, &nops) != 0) return row;
@@ -91,8 +101,8 @@ bb_unwind_row row_of(Dwarf_Frame* frame) {
         if (!saved || *saved >= 0 || *saved % 8 || *saved / 8 < INT8_MIN) return row;
         slot = *saved / 8;
     }
-    row.cfa_rule = reg == kRsp ? BB_CFA_RSP : BB_CFA_RBP;
-    row.cfa_words = static_cast<uint16_t>(off / 8);
+    row.cfa_rule = deref ? BB_CFA_RSP_DEREF : reg == kRsp ? BB_CFA_RSP : BB_CFA_RBP;
+    row.cfa_words = deref ? static_cast<uint16_t>(static_cast<int16_t>(off / 8)) : static_cast<uint16_t>(off / 8);
     row.rbp_slot = static_cast<int8_t>(slot);
     return row;
 }

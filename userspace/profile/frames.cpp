@@ -55,8 +55,19 @@ std::optional<Mfa> parse_mfa(std::string_view s) {
 }  // namespace
 
 std::string display_name(std::string_view vm_name) {
+    constexpr std::string_view kElixir = "Elixir.", kPrologue = "-CodeInfoPrologue";
+    // The JIT's pseudo-ranges: a module's code header, "M::codeHeader" (M as the JIT writes it,
+    // unquoted), and a function's "M:f/A-CodeInfoPrologue": the module named as Elixir names it.
+    if (size_t colons = vm_name.find("::"); colons != std::string_view::npos) {
+        std::string_view mod = vm_name.substr(0, colons);
+        if (mod.size() >= 2 && mod.front() == '\'' && mod.back() == '\'') mod = mod.substr(1, mod.size() - 2);
+        if (mod.starts_with(kElixir) && mod.size() > kElixir.size())
+            return std::string(mod.substr(kElixir.size())) + std::string(vm_name.substr(colons));
+        return std::string(vm_name);
+    }
+    if (vm_name.ends_with(kPrologue) && vm_name.size() > kPrologue.size())
+        return display_name(vm_name.substr(0, vm_name.size() - kPrologue.size())) + std::string(kPrologue);
     auto m = parse_mfa(vm_name);
-    constexpr std::string_view kElixir = "Elixir.";
     if (!m || !m->module.starts_with(kElixir)) return std::string(vm_name);
     std::string mod = m->module.substr(kElixir.size());
     // The compiler names a fun "-outer/N-fun-K-"; Elixir's own stack traces say
