@@ -45,20 +45,16 @@ write_table "$root/userspace/target/offsets/otp25.txt" \
   "(a -g build of the same Debian source and configure flags, scripts/build-debug-vm.sh)" \
   -- --build-id "$build_id" "$debug25"
 
-prefix=$("$root/scripts/build-test-vms.sh" 27 | tail -n 1)
-work=$(dirname "$prefix")
-write_table "$root/userspace/target/offsets/otp27.txt" \
-  "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh 27)" \
-  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
-  -- "$work/debug/beam.smp"
-write_table "$root/userspace/target/offsets/otp27-lock-counting.txt" \
-  "OTP 27.3.4.1, --enable-lock-counter: the lcnt emulator (erl -emu_type lcnt)" \
-  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.lcnt.smp" \
-  -- "$work/debug/beam.lcnt.smp"
-
-prefix=$("$root/scripts/build-test-vms.sh" 29 | tail -n 1)
-work=$(dirname "$prefix")
-write_table "$root/userspace/target/offsets/otp29.txt" \
-  "OTP 29.1.1, plain ./configure (scripts/build-test-vms.sh 29)" \
-  "Made by scripts/make-offsets.sh from the DWARF of $work/debug/beam.smp" \
-  -- "$work/debug/beam.smp"
+# test_vm_table MAJOR FLAVOUR-BINARY TABLE HEADER: a table from the DWARF of a test VM's
+# unstripped emulator, which scripts/build-test-vms.sh keeps in its debug/.
+test_vm_table() {
+  local work
+  work=$(dirname "$("$root/scripts/build-test-vms.sh" "$1" | tail -n 1)")
+  write_table "$root/userspace/target/offsets/$3" "$4" \
+    "Made by scripts/make-offsets.sh from the DWARF of $work/debug/$2" \
+    -- "$work/debug/$2"
+}
+test_vm_table 27 beam.smp otp27.txt "OTP 27.3.4.1, plain ./configure (scripts/build-test-vms.sh 27)"
+test_vm_table 27 beam.lcnt.smp otp27-lock-counting.txt \
+  "OTP 27.3.4.1, --enable-lock-counter: the lcnt emulator (erl -emu_type lcnt)"
+test_vm_table 29 beam.smp otp29.txt "OTP 29.1.1, plain ./configure (scripts/build-test-vms.sh 29)"

@@ -5,10 +5,7 @@
 // is missing and what would provide it; with the build's debug file served by a real debuginfod
 // on loopback (DEBUGINFOD_URLS), they find the functions there and work. These tests load BPF:
 // they need root and never skip.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,20 +34,6 @@ struct ScopedEnv {
     ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) { setenv(name.c_str(), value.c_str(), 1); }
     ~ScopedEnv() { unsetenv(name.c_str()); }
 };
-
-// A loopback port nobody listens on now.
-int free_port() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        throw std::runtime_error("no free port");
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 // debuginfod (elfutils) serving dir/files on a free loopback port, killed with the test.
 class Debuginfod {

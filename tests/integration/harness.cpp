@@ -2,14 +2,17 @@
 // the test through pipes read with poll().
 #include "harness.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +276,19 @@ RunningTool start_argv(const std::vector<std::string>& argv, const std::optional
 }  // namespace
 
 // --- workloads ---------------------------------------------------------------------------
+
+int free_port() {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+        throw std::runtime_error("cannot find a free port");
+    close(s);
+    return ntohs(a.sin_port);
+}
 
 const std::vector<TestVm>& known_vms() {
     static const std::vector<TestVm> vms = [] {

@@ -98,6 +98,9 @@ private:
     std::string seen_;  // all output
 };
 
+// A loopback port nobody listens on now (for a server a test starts).
+int free_port();
+
 // The directory holding the workloads compiled by `vm`'s erlc (compiled on first use).
 const std::string& workload_beam_dir(const TestVm& vm);
 

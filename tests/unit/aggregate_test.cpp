@@ -202,6 +202,11 @@ TEST(Names, ElixirModulesAsElixirWritesThem) {
     EXPECT_EQ(raw.function(raw.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).name, "'Elixir.A':b/0");
     EXPECT_EQ(nice.function(nice.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).name, "A.b/0");
     EXPECT_EQ(nice.function(nice.erlang("'Elixir.A':b/0", "Elixir.A", nullptr, 0, 0)).system_name, "'Elixir.A':b/0");
+    // A sample in a module's header is VM code of that module, named as its functions are.
+    const auto& header = nice.function(nice.erlang("Elixir.Enum::codeHeader", "Elixir.Enum", nullptr, 0, 0));
+    EXPECT_EQ(header.name, "Enum::codeHeader");
+    EXPECT_EQ(header.kind, FrameKind::vm);
+    EXPECT_EQ(nice.function(nice.erlang("global::call_nif_shared", "global", nullptr, 0, 0)).name, "global::call_nif_shared");
 }
 
 TEST(PidTerm, FormatAndParseRoundTripPerRelease) {

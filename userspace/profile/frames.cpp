@@ -121,7 +121,9 @@ uint32_t FrameTable::erlang(const std::string& vm_name, const std::string& modul
     // ("lists::codeHeader") are JIT code, but not Erlang functions.
     bool real = vm_name.find("::") == std::string::npos;
     f.kind = real ? FrameKind::erlang : FrameKind::vm;
-    f.name = real && !raw_names_ ? display_name(vm_name) : vm_name;
+    // Module headers are named as their module is ("Enum::codeHeader"); display_name() leaves
+    // the shared code's "global::" as it is.
+    f.name = raw_names_ ? vm_name : display_name(vm_name);
     f.system_name = vm_name;
     if (file) f.file = *file;
     f.start_line = start_line;

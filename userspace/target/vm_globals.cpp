@@ -23,6 +23,7 @@ constexpr std::array<int16_t, 4> kFirstAtomLengths{5, 4, 1, 13};
 // Bounds on what the checks walk: no VM has more JIT entries or a larger scheduler element.
 constexpr int kMaxJitEntries = 1 << 16;
 constexpr uint64_t kMaxEsdSize = 1 << 16;
+constexpr uint64_t kMaxReads = 1'000'000;  // about a second of process_vm_readv
 
 // The binary's writable segments, word by word, as read once.
 struct Segment {
@@ -68,6 +69,21 @@ public:
     }
 
 private:
+    // Reads of candidates, at most kMaxReads for the whole search: a binary whose data is all
+    // pointers into the VM's memory must not make the attach take minutes. A search cut short
+    // proves no candidate the only one, so then nothing is taken (take()).
+    template <class T>
+    std::optional<T> read(uint64_t addr) {
+        if (reads_ >= kMaxReads) return std::nullopt;
+        reads_++;
+        return mem_.read<T>(addr);
+    }
+    std::optional<std::vector<std::byte>> read_bytes(uint64_t addr, size_t len) {
+        if (reads_ >= kMaxReads) return std::nullopt;
+        reads_++;
+        return mem_.read_bytes(addr, len);
+    }
+
     // A pointer into readable memory of the VM, aligned to `align`.
     bool pointer(uint64_t v, uint64_t align = 8) const {
         if (v == 0 || v % align) return false;
@@ -84,7 +100,11 @@ private:
     void take(const std::string& name, const std::map<uint64_t, uint64_t>& candidates, const std::string& wanted) {
         std::set<uint64_t> values;
         for (auto [at, value] : candidates) values.insert(value);
-        if (candidates.empty())
+        if (reads_ >= kMaxReads)
+            found_.why_not[name] = fmt::format("the search for {} stopped after {} reads of the VM's memory (the "
+                                               "binary's data holds too many candidates)",
+                                               wanted, kMaxReads);
+        else if (candidates.empty())
             found_.why_not[name] = fmt::format("no word of the binary's data is {}", wanted);
         else if (values.size() > 1)
             found_.why_not[name] = fmt::format("{} words of the binary's data could be {}, and they disagree",
@@ -96,13 +116,13 @@ private:
     // The list of JIT code entries from `first`: linked both ways, each symfile of kind 0 (the
     // emulator) or 1 (a module), the emulator's once (the first modules are registered before
     // it: it is not the oldest entry).
-    bool jit_list(uint64_t first) const {
+    bool jit_list(uint64_t first) {
         uint64_t e = first, prev = 0;
         int n = 0, emulators = 0;
         for (; e && n < kMaxJitEntries; n++) {
-            auto ent = pointer(e) ? mem_.read<std::array<uint64_t, 4>>(e) : std::nullopt;
+            auto ent = pointer(e) ? read<std::array<uint64_t, 4>>(e) : std::nullopt;
             if (!ent || (*ent)[1] != prev || (*ent)[3] < 16 || (*ent)[3] > (1u << 30)) return false;
-            auto kind = mem_.read<uint32_t>((*ent)[2]);
+            auto kind = read<uint32_t>((*ent)[2]);
             if (!kind || *kind > 1) return false;
             emulators += *kind == 0;
             prev = e;
@@ -131,9 +151,9 @@ private:
             if (!max_word) return;
             const uint32_t max = uint32_t(*max_word >> (8 * ((ptab + o_.ptab_max) & 7)));
             if (max < 16 || max > (1u << 27)) return;
-            auto init = mem_.read<uint64_t>(tab);
+            auto init = read<uint64_t>(tab);
             if (!init || !pointer(*init)) return;
-            if (mem_.read<uint64_t>(*init + o_.proc_id) == kInitPid) c[ptab] = ptab;
+            if (read<uint64_t>(*init + o_.proc_id) == kInitPid) c[ptab] = ptab;
         });
         take("erts_proc", c, "a process table holding <0.0.0> in slot 0");
     }
@@ -141,14 +161,14 @@ private:
     // Element `k` of a scheduler data array at `arr` says it is scheduler k + 1 of `type`: a
     // normal one by `no`, and it holds its own address (aux_work_data.esdp); a dirty one keeps
     // no = 0 and its number in dirty_no, the word after `no` (erl_process.h, 25 to 29).
-    bool esd_fits(uint64_t arr, uint64_t k, uint8_t type) const {
+    bool esd_fits(uint64_t arr, uint64_t k, uint8_t type) {
         const uint64_t esdp = arr + k * o_.aligned_esd_size;
-        auto no = mem_.read<std::array<uint64_t, 2>>(esdp + o_.esd_no);
-        auto t = mem_.read<uint32_t>(esdp + o_.esd_type);
+        auto no = read<std::array<uint64_t, 2>>(esdp + o_.esd_no);
+        auto t = read<uint32_t>(esdp + o_.esd_type);
         if (!no || !t || *t != type) return false;
         if (type != BB_SCHED_NORMAL) return (*no)[0] == 0 && (*no)[1] == k + 1;
         if ((*no)[0] != k + 1) return false;
-        auto all = mem_.read_bytes(esdp, o_.aligned_esd_size);
+        auto all = read_bytes(esdp, o_.aligned_esd_size);
         if (!all) return false;
         for (size_t i = 0; i + 8 <= all->size(); i += 8) {
             uint64_t w;
@@ -177,9 +197,9 @@ private:
     }
 
     // The Atom of index `ix` through an IndexTable's pages at `seg_table`.
-    std::optional<uint64_t> atom(uint64_t seg_table, uint64_t ix) const {
-        auto page = mem_.read<uint64_t>(seg_table + 8 * (ix >> 10));  // INDEX_PAGE_SHIFT
-        auto a = page && pointer(*page) ? mem_.read<uint64_t>(*page + 8 * (ix & 1023)) : std::nullopt;
+    std::optional<uint64_t> atom(uint64_t seg_table, uint64_t ix) {
+        auto page = read<uint64_t>(seg_table + 8 * (ix >> 10));  // INDEX_PAGE_SHIFT
+        auto a = page && pointer(*page) ? read<uint64_t>(*page + 8 * (ix & 1023)) : std::nullopt;
         return a && pointer(*a) ? a : std::nullopt;
     }
     void atom_table() {
@@ -192,8 +212,8 @@ private:
             if (entries < 256 || entries > (1u << 27)) return;
             for (uint64_t ix = 0; ix < kFirstAtomLengths.size(); ix++) {
                 auto a = atom(*seg_table, ix);
-                if (!a || mem_.read<int32_t>(*a + kIndexSlotIndex) != int32_t(ix) ||
-                    mem_.read<int16_t>(*a + o_.atom_len) != kFirstAtomLengths[ix])
+                if (!a || read<int32_t>(*a + kIndexSlotIndex) != int32_t(ix) ||
+                    read<int16_t>(*a + o_.atom_len) != kFirstAtomLengths[ix])
                     return;
             }
             c[at] = at;
@@ -214,10 +234,10 @@ private:
             return;
         }
         std::vector<uint64_t> texts;
-        auto seg_table = mem_.read<uint64_t>(table->second + o_.itab_seg_table);
+        auto seg_table = read<uint64_t>(table->second + o_.itab_seg_table);
         for (uint64_t ix = 0; seg_table && ix < kFirstAtomLengths.size(); ix++)
             if (auto a = atom(*seg_table, ix))
-                if (auto bin = mem_.read<uint64_t>(*a + o_.atom_name); bin && (*bin & 3) == 2) texts.push_back(*bin - 2);
+                if (auto bin = read<uint64_t>(*a + o_.atom_name); bin && (*bin & 3) == 2) texts.push_back(*bin - 2);
         std::map<uint64_t, uint64_t> c;  // the start's address -> the size's
         each_word([&](const Segment& seg, uint64_t at, uint64_t lo) {
             if (texts.size() != kFirstAtomLengths.size() || lo == 0 || lo % 4096) return;
@@ -228,7 +248,7 @@ private:
                     c[at] = len_at;
             }
         });
-        if (c.size() == 1) {
+        if (c.size() == 1 && reads_ < kMaxReads) {
             found_.at[start] = c.begin()->first;
             found_.at[size] = c.begin()->second;
         } else {
@@ -244,6 +264,7 @@ private:
     std::vector<Segment> segs_;
     std::vector<std::pair<uint64_t, uint64_t>> readable_;  // sorted: /proc/PID/maps is
     GlobalsFound found_;
+    uint64_t reads_ = 0;
 };
 
 }  // namespace
@@ -252,7 +273,7 @@ GlobalsFound find_globals(const GlobalsScan& scan) { return Scanner(scan).run();
 
 std::optional<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& segments,
                                                 uint64_t descriptor_vaddr, std::string* why) {
-    constexpr uint64_t kMaxCodeBytes = 256ull << 20;
+    constexpr uint64_t kMaxCodeBytes = 64ull << 20;  // beam.smp's code is about 5 MiB
     std::set<uint64_t> targets;
     int stores = 0;
     for (const ElfSegment& g : segments) {
