@@ -7,7 +7,7 @@ scripts/setup.sh
 # A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
 # first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
 echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tail -n 1)"
-# The OTP 27 and OTP 29 test VMs, built as kerl/asdf users build theirs (about 7 minutes each
+# The OTP 27 and OTP 29 test VMs, built as kerl/asdf users build theirs (about 4 and 3.5 minutes
 # the first time on 2 cores, then cached in /var/tmp): the test matrix (tests/integration/
 # harness.hpp) runs on them too.
 echo "test.sh: OTP 27 test VMs: $(scripts/build-test-vms.sh 27 | tail -n 1)"
