@@ -143,11 +143,12 @@ void Vm::identify() {
                               release_->major);
 }
 
-// The globals every tool reads are the process table's; a binary without that symbol is
-// stripped of its local symbols (OTP 28 on hide them all), and its debug file, found by
-// build-id, has them.
+// Every tool reads the process table: a binary without its symbol is stripped of its local
+// symbols (OTP 29 hides them all), and its debug file, found by build-id, has them.
+bool Vm::lacks_local_symbols() const { return !elf_->find("erts_proc"); }
+
 void Vm::find_debug_symbols() {
-    if (elf_->find("erts_proc")) return;
+    if (!lacks_local_symbols()) return;
     if (auto d = find_debug_file(elf_->build_id(), &debug_tried_)) {
         try {
             elf_->adopt_symbols(ElfFile(d->path));
@@ -160,7 +161,7 @@ void Vm::find_debug_symbols() {
 }
 
 void Vm::find_globals(const VmOffsets& o) {
-    if (elf_->find("erts_proc")) return;
+    if (!lacks_local_symbols()) return;
     GlobalsScan scan;
     scan.mem = &mem_;
     for (const ElfSegment& g : elf_->segments())
@@ -289,7 +290,7 @@ uint64_t Vm::symbol_address(const std::string& name) const {
 }
 
 std::string Vm::missing_local_symbols() const {
-    if (elf_->find("erts_proc")) return "";
+    if (!lacks_local_symbols()) return "";
     return fmt::format("{} is stripped, and OTP 28 and later keep the VM's functions out of its dynamic symbols; no "
                        "debug file for build-id {} was found ({}): install the build's debug file there (a "
                        "distribution's -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has it",

@@ -93,6 +93,7 @@ private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
     void identify();
     void choose_offsets(const std::string& offsets_file);
+    bool lacks_local_symbols() const;
     void find_debug_symbols();
     void find_globals(const VmOffsets& o);
     std::vector<SchedThread> sched_threads(const VmOffsets& o) const;
