@@ -196,7 +196,9 @@ TEST_P(NativeNamedVmTest, BlameHasNoStaleSlotFalsePositives) {
         long held = 0, not_held = 0, in_decode = 0;
         for (const auto& [stack, n] : parse_folded(r.out)) {
             auto frames = split_frames(stack);
-            (std::count(frames.begin(), frames.end(), func) ? held : not_held) += n;
+            bool has = std::count(frames.begin(), frames.end(), func);
+            (has ? held : not_held) += n;
+            if (!has && !scan_only) std::cout << "  blamed without " << func << " on the stack: " << stack << " " << n << "\n";
             if (std::count(frames.begin(), frames.end(), "bb_native:decode/1")) in_decode += n;
         }
         return std::tuple{held, not_held, in_decode};

@@ -63,15 +63,29 @@ std::optional<int> deref_offset(const std::string& expr) {
     return std::nullopt;
 }
 
+// N and K of a lazily bound PLT's rule (CFA = rsp + N, + 8 from the K-th byte of each 16-byte
+// entry), or nullopt.
+std::optional<std::pair<int, int>> plt_rule(const std::string& expr) {
+    int n = 0, k = 0, used = 0;
+    if (sscanf(expr.c_str(),
+               "DW_OP_breg7 (rsp): %d; DW_OP_breg16 (rip): 0; DW_OP_lit15; DW_OP_and; DW_OP_lit%d; DW_OP_ge; "
+               "DW_OP_lit3; DW_OP_shl; DW_OP_plus%n",
+               &n, &k, &used) == 2 &&
+        used == int(expr.size()))
+        return std::pair{n, k};
+    return std::nullopt;
+}
+
 // Every row `readelf --debug-dump=frames-interp` prints for `path`, checked against the table:
 // the CFA rule and offset, where rbp is saved, and the return address at CFA-8. Where readelf
 // says the CFA is an expression ("exp"), the FDE's expressions from the raw dump: a row of the
 // one form the walker follows (rsp+N, deref, +8) must be BB_CFA_RSP_DEREF with one of the FDE's
-// N, any other BB_CFA_BAD. Returns the rows compared; `deref_rows` counts the former.
-size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullptr) {
+// N, a PLT's rule rsp+N or rsp+N+8 at every byte to the FDE's end, any other BB_CFA_BAD.
+// Returns the rows compared; `deref_rows` counts the first kind, `plt_bytes` the bytes of the second.
+size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullptr, size_t* plt_bytes = nullptr) {
     UnwindTable t = compile_unwind_table(path);
     const auto exprs = cfa_expressions(path);
-    uint64_t fde_start = 0;
+    uint64_t fde_start = 0, fde_end = 0;
     EXPECT_EQ(t.error, "") << path;
     std::istringstream in(run("readelf --debug-dump=frames-interp '" + path + "' 2>/dev/null"));
     std::string line;
@@ -86,6 +100,7 @@ size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullpt
             size_t pc = line.find("pc=");
             uint64_t start = std::stoull(line.substr(pc + 3, 16), nullptr, 16);
             fde_start = start;
+            fde_end = std::stoull(line.substr(pc + 3 + 18, 16), nullptr, 16);
             if (auto f = t.function_at(start)) EXPECT_EQ(f->first, start) << path;
             else ADD_FAILURE() << path << ": no function at FDE start " << std::hex << start;
             continue;
@@ -130,6 +145,15 @@ size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullpt
                 same = followed && offset_listed && r->rbp_slot == want_slot;
                 if (deref_rows) ++*deref_rows;
             }
+            if (auto plt = exprs.at(fde_start).size() == 1 ? plt_rule(exprs.at(fde_start)[0]) : std::nullopt) {
+                same = true;
+                for (uint64_t pc = loc; pc < fde_end && same; pc++) {
+                    const bb_unwind_row* p = row_at(t, pc);
+                    int want = plt->first + ((pc & 15) >= uint64_t(plt->second) ? 8 : 0);
+                    same = p && p->cfa_rule == BB_CFA_RSP && 8 * p->cfa_words == want && p->rbp_slot == 0;
+                    if (plt_bytes) ++*plt_bytes;
+                }
+            }
         }
         // A register rule readelf prints for rbp that the table cannot follow makes the row BAD.
         if (!same && r->cfa_rule == BB_CFA_BAD && col.count("rbp") && col["rbp"] != "u" && !col["rbp"].starts_with("c-"))
@@ -150,6 +174,17 @@ TEST(UnwindTable, AgreesWithReadelfOnThisBinaryAndLibc) {
     // Real files have thousands of rows: a parser that read none would compare nothing.
     EXPECT_GT(self, 1000u);
     EXPECT_GT(libc, 10000u);
+}
+
+// A lazily bound .plt (Debian's beam.smp has 270 entries) has one CFA expression for all its
+// entries: compiled to two rows an entry, so that a sample in a stub (a BIF calling memcpy)
+// unwinds on to the function that called it.
+TEST(UnwindTable, PltRowsAreFollowed) {
+    const std::string beam = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";  // erlang-base
+    ASSERT_TRUE(std::filesystem::exists(beam)) << beam;
+    size_t plt = 0;
+    compare_with_readelf(beam, nullptr, &plt);
+    EXPECT_GT(plt, 16u * 200) << "bytes of .plt compared";
 }
 
 // OpenSSL realigns its stack in its AVX2 routines (SHA-256 where the CPU has no SHA extensions)

@@ -107,6 +107,32 @@ bb_unwind_row row_of(Dwarf_Frame* frame) {
     return row;
 }
 
+// The rule of a lazily bound .plt, as ld writes it for every PLT entry: CFA = rsp + N + 8 past
+// the K-th byte of the 16-byte entry (its `push $index` done), i.e. DW_OP_breg7 N; DW_OP_breg16 0;
+// DW_OP_lit15; DW_OP_and; DW_OP_litK; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus. A sample in a
+// PLT stub (a call to memcpy from a BIF, say) unwinds on through its caller.
+struct PltRule {
+    uint16_t words;  // N / 8
+    unsigned k;
+};
+
+std::optional<PltRule> plt_rule(Dwarf_Frame* frame) {
+    Dwarf_Op ops_mem[3];
+    Dwarf_Op* ops = nullptr;
+    size_t nops = 0;
+    if (dwarf_frame_register(frame, kReturnAddress, ops_mem, &ops, &nops) != 0) return std::nullopt;
+    if (auto off = cfa_plus(ops, nops); !off || *off != -8) return std::nullopt;
+    if (dwarf_frame_register(frame, kRbp, ops_mem, &ops, &nops) != 0 || nops != 0) return std::nullopt;
+    if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 9) return std::nullopt;
+    const bool shape = ops[0].atom == DW_OP_breg0 + kRsp && ops[1].atom == DW_OP_breg0 + kReturnAddress &&
+                       ops[1].number == 0 && ops[2].atom == DW_OP_lit15 && ops[3].atom == DW_OP_and &&
+                       ops[4].atom >= DW_OP_lit1 && ops[4].atom <= DW_OP_lit15 && ops[5].atom == DW_OP_ge &&
+                       ops[6].atom == DW_OP_lit3 && ops[7].atom == DW_OP_shl && ops[8].atom == DW_OP_plus;
+    const auto n = static_cast<int64_t>(ops[0].number);
+    if (!shape || n <= 0 || n % 8 || n / 8 >= UINT16_MAX) return std::nullopt;
+    return PltRule{static_cast<uint16_t>(n / 8), static_cast<unsigned>(ops[4].atom - DW_OP_lit0)};
+}
+
 bool same_rules(const bb_unwind_row& a, const bb_unwind_row& b) {
     return a.cfa_rule == b.cfa_rule && a.cfa_words == b.cfa_words && a.rbp_slot == b.rbp_slot;
 }
@@ -234,11 +260,25 @@ UnwindTable compile(Elf* elf) {
             bool signal = false;
             dwarf_frame_info(frame, &lo, &hi, &signal);
             bb_unwind_row row = row_of(frame);
+            auto plt = row.cfa_rule == BB_CFA_BAD ? plt_rule(frame) : std::nullopt;
             std::free(frame);
             if (hi <= addr || lo > addr) break;  // garbage: the range must move on
-            if (row.cfa_rule == BB_CFA_BAD) t.bad_rows++;
-            add(addr, row);
-            addr = std::min<uint64_t>(hi, UINT32_MAX);
+            hi = std::min<uint64_t>(hi, UINT32_MAX);
+            if (plt) {
+                // Two rows per entry: before and after its push.
+                for (uint64_t pc = addr; pc < hi && t.rows.size() < kMaxRowsPerFile;) {
+                    bool pushed = (pc & 15) >= plt->k;
+                    bb_unwind_row r{};
+                    r.cfa_rule = BB_CFA_RSP;
+                    r.cfa_words = static_cast<uint16_t>(plt->words + pushed);
+                    add(pc, r);
+                    pc = (pc & ~uint64_t{15}) + (pushed ? 16 : plt->k);
+                }
+            } else {
+                if (row.cfa_rule == BB_CFA_BAD) t.bad_rows++;
+                add(addr, row);
+            }
+            addr = hi;
         }
         if (addr > starts[i]) t.functions.emplace_back(starts[i], addr);
         // Up to the next FDE, no row: an unwind that lands there stops.

@@ -60,7 +60,8 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "writes them (MyApp.Repo.all/2)");
     app.add_flag("--only-erlang", o.only_erlang,
                  "show Erlang frames only; samples without an Erlang process are left out (and no native "
-                 "frames are unwound)");
+                 "frames are unwound); a process in GC or exiting, whose stack is not walked, shows as [gc] or "
+                 "[exiting]");
     app.add_option("--native-depth", o.native_depth,
                    fmt::format("native frames unwound in the kernel per sample, from the .eh_frame of beam.smp and "
                                "every library it maps, below the Erlang ones (0 to {}; 0: the native leaf only)",
