@@ -23,6 +23,7 @@
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
 #include "agent/metrics.hpp"
+#include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
 #include "run/session.hpp"
 

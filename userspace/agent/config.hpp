@@ -38,6 +38,14 @@ struct AgentConfig {
     std::string host;               // the host label; "" -> gethostname()
     std::string service;            // every VM's service name, over the release and node names
     std::map<std::string, std::string> service_by_node;  // service.NODE=NAME
+    // Whether a name the target supplies (RELEASE_NAME in its environment, -name/-sname) may
+    // become its service name; false: only service / service.NODE, else "beam.smp".
+    bool target_names = true;
+    // Sample labels of Erlang process identity in the profiles (see README, Agent: labels):
+    // "none" (default), or "registered": the registered name, at most process_label_cap
+    // distinct values per profile, the rest as one value.
+    std::string process_labels = "none";
+    size_t process_label_cap = 50;
     std::vector<std::pair<std::string, std::string>> labels;  // label.KEY=VALUE: added to every profile
 };
 

@@ -1,5 +1,5 @@
-// Where the agent's profiles go: a directory of pprof files, Grafana Pyroscope's ingest API, and
-// an OTLP/HTTP receiver of the profiles signal.
+// Where the agent's profiles go, besides its directory (profile_dir.hpp): Grafana Pyroscope's
+// ingest API and an OTLP/HTTP receiver of the profiles signal.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -29,22 +29,6 @@ struct FinishedProfile {
     std::string otlp;        // the OTLP export request (report/otlp.hpp), gzipped, when --otlp is on
 };
 
-// DIR/<dir_name>/<kind>-<start, UTC>.pb.gz (cpu-..., alloc-...), written to a temporary name in
-// the same directory and renamed, so a reader never sees half a file; then only the newest
-// `retention` files of that kind in that directory are kept.
-class ProfileDir {
-public:
-    ProfileDir(std::string dir, size_t retention);
-    // The path written; throws UserError when it cannot be written.
-    std::string write(const FinishedProfile& p);
-    void set_retention(size_t n) { retention_ = n; }
-    const std::string& dir() const { return dir_; }
-
-private:
-    std::string dir_;
-    size_t retention_;
-};
-
 // Label keys and values as Pyroscope's application name takes them: keys of [A-Za-z0-9_],
 // values without the characters that delimit the name ({ } , = ") or control bytes.
 std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels);
@@ -53,6 +37,13 @@ struct PushConfig {
     std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added), or OTLP's
     std::string auth_file;   // "user:password" (basic) or "Bearer TOKEN"; "" for none
     std::vector<std::string> headers;  // "Name: value" on every request (--push-tenant: X-Scope-OrgID)
+    // Headers that may hold secrets: a file of "Name: value" lines, read at each request.
+    std::string headers_file;
+    std::string ca_file;                   // PEM CAs to verify the store with ("": the system's)
+    std::string client_cert, client_key;   // PEM, for mutual TLS ("": none)
+    // A profile is given up (counted and logged) after this many failed tries or this age.
+    unsigned max_tries = 10;
+    std::chrono::seconds max_age{3600};
     size_t queue_bytes = 64 << 20;  // profiles waiting to be pushed, at most this many bytes
     std::chrono::milliseconds max_backoff{30'000};
     std::chrono::milliseconds timeout{10'000};  // one request, connection included
