@@ -12,6 +12,7 @@
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
 #include "agent/push_protocol.hpp"
+#include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
 #include "base/error.hpp"
 
