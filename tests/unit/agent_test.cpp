@@ -78,7 +78,7 @@ TEST(AgentSinks, DirectoryKeepsTheNewestFiles) {
     char tmpl[] = "/tmp/bb-agent-unit-XXXXXX";
     ASSERT_TRUE(mkdtemp(tmpl));
     const std::filesystem::path dir = tmpl;
-    ProfileDir d(dir.string(), 3);
+    ProfileDir d(dir.string(), Retention{3});
     FinishedProfile p;
     p.dir_name = "svc-1";
     for (int i = 0; i < 5; i++) {
@@ -113,7 +113,7 @@ TEST(AgentSinks, PlantedSymlinksAreNotFollowed) {
     const std::filesystem::path name = vm_dir / "cpu-20231114T221320.000Z.pb.gz";
     std::filesystem::create_symlink(secret, name);
     std::filesystem::create_symlink(secret, name.string() + ".tmp");
-    ProfileDir d(dir.string(), 0);
+    ProfileDir d(dir.string(), Retention{0});
     EXPECT_EQ(d.write(p), name.string());
     EXPECT_FALSE(std::filesystem::is_symlink(name));
     EXPECT_TRUE(std::filesystem::is_regular_file(name));
@@ -204,13 +204,16 @@ TEST(AgentConfig, FileAndErrors) {
     }
     // OTLP: its own URL, auth and headers; the queue bound and backoff apply to both stores.
     set_option(c, "otlp", "http://collector:4318");
-    set_option(c, "otlp-header", "X-Api-Key: k");
+    EXPECT_THROW(set_option(c, "otlp-header", "X-Api-Key: k"), UserError);  // headers come from files
+    set_option(c, "otlp-headers-file", "/etc/beam-bpf/otlp.headers");
     set_option(c, "push-tenant", "t1");
-    set_option(c, "queue-bytes", "1000");
-    EXPECT_EQ(c.otlp.headers, std::vector<std::string>{"X-Api-Key: k"});
+    set_option(c, "queue-bytes", "2000000");
+    EXPECT_EQ(c.otlp.headers_file, "/etc/beam-bpf/otlp.headers");
     EXPECT_EQ(c.push.headers, std::vector<std::string>{"X-Scope-OrgID: t1"});
-    EXPECT_EQ(c.otlp.queue_bytes, 1000u);
-    EXPECT_EQ(c.push.queue_bytes, 1000u);
+    EXPECT_EQ(c.otlp.queue_bytes, 2000000u);
+    EXPECT_EQ(c.push.queue_bytes, 2000000u);
+    check(c);
+    c.otlp.headers = {"X-Api-Key: k"};
     check(c);
     c.otlp.headers = {"X-Api-Key: k\r\nX-Other: injected"};
     EXPECT_THROW(check(c), UserError);

@@ -40,6 +40,8 @@ constexpr uint64_t kAttachRetryNs = 5 * kSecond;
 // VMs the one walker samples at most (a slot each: 7 KiB of kernel memory, 1.7 MiB in all,
 // allocated when the walker is loaded). A VM past them is refused.
 constexpr uint32_t kMaxVms = 256;
+// The directory's bounds in bytes and age are enforced this often (and the count at each write).
+constexpr uint64_t kSweepNs = 10 * kSecond;
 
 void log(const std::string& line) { fmt::print(stderr, "beam-bpf-agent: {}\n", line); }
 
@@ -62,6 +64,8 @@ void reload_pusher(std::unique_ptr<Pusher>& p, const PushConfig& cfg, std::uniqu
     else
         p = std::make_unique<Pusher>(protocol(), cfg);
 }
+
+Retention retention_of(const AgentConfig& c) { return {c.retention, c.retention_bytes, c.retention_age_s}; }
 
 uint64_t rss_kib() {
     std::ifstream f("/proc/self/statm");
@@ -136,7 +140,10 @@ Agent::Agent(AgentConfig cfg) {
         gethostname(h, sizeof h - 1);
         host_ = clean(h);
     }
-    if (cfg.output != "none") dir_.emplace(cfg.output, cfg.retention);
+    if (cfg.output != "none") {
+        dir_.emplace(cfg.output, retention_of(cfg), cfg.output_group);
+        if (!dir_->warning().empty()) log("warning: " + dir_->warning());
+    }
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
     if (cfg.metrics_port >= 0) {
@@ -403,7 +410,7 @@ void Agent::apply(AgentConfig cfg) {
     if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
     if (cfg.alloc != cfg_.alloc || cfg.alloc_period != cfg_.alloc_period) kept.push_back("events, alloc-period");
     if (cfg.unwind_rows != cfg_.unwind_rows) kept.push_back("unwind-rows");
-    if (cfg.output != cfg_.output) kept.push_back("output");
+    if (cfg.output != cfg_.output || cfg.output_group != cfg_.output_group) kept.push_back("output, output-group");
     if (cfg.metrics_port != cfg_.metrics_port) kept.push_back("metrics");
     cfg.metrics_port = cfg_.metrics_port;
     cfg.every = cfg_.every;
@@ -413,9 +420,10 @@ void Agent::apply(AgentConfig cfg) {
     cfg.alloc_period = cfg_.alloc_period;
     cfg.unwind_rows = cfg_.unwind_rows;
     cfg.output = cfg_.output;
+    cfg.output_group = cfg_.output_group;
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
-    if (dir_) dir_->set_retention(cfg.retention);
+    if (dir_) dir_->set_retention(retention_of(cfg));
     cfg_ = std::move(cfg);
     host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);
     log(fmt::format("configuration reloaded{}", kept.empty() ? "" : "; needs a restart to change: " + fmt::format("{}", fmt::join(kept, ", "))));
@@ -515,17 +523,21 @@ void Agent::write_stats() const {
         metrics_->set(std::move(text));
     }
     if (cfg_.stats_file.empty()) return;
-    // Whole or not at all: a reader never sees half a file.
+    // Whole or not at all: a reader never sees half a file. As private as the profiles.
+    std::string error;
     try {
-        write_file_atomically(cfg_.stats_file, json_text(j, 2) + "\n");
-    } catch (const UserError&) {
-        // A full disk must not stop the profiling; the next second tries again.
+        write_file_atomically(cfg_.stats_file, json_text(j, 2) + "\n", dir_ ? dir_->file_access() : FileAccess{0600});
+    } catch (const UserError& e) {
+        error = e.what();  // a full disk must not stop the profiling; the next second tries again
     }
+    // Said when it starts failing, when the reason changes, and when it works again.
+    if (error != stats_error_) log(error.empty() ? fmt::format("--stats {} written again", cfg_.stats_file) : error);
+    stats_error_ = error;
 }
 
 void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
                 const std::function<AgentConfig()>& reconfigure) {
-    uint64_t last_scan = 0, last_stats = 0;
+    uint64_t last_scan = 0, last_stats = 0, last_sweep = 0;
     while (!stop) {
         uint64_t now = monotonic_ns();
         if (reload.exchange(false)) {
@@ -566,6 +578,12 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         if (now - last_stats >= kSecond) {
             last_stats = now;
             write_stats();
+        }
+        if (dir_ && now - last_sweep >= kSweepNs) {
+            last_sweep = now;
+            std::set<std::string> live;
+            for (const auto& [pid, f] : vms_) live.insert(f->dir_name);
+            dir_->sweep(live, static_cast<int64_t>(unix_now_ns() / kSecond));
         }
         // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty.
         timespec ts{0, 100'000'000};

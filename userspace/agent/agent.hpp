@@ -86,6 +86,7 @@ private:
     std::set<Key> refused_, ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while
     AgentCounters c_;
+    mutable std::string stats_error_;  // why --stats could not be written last, "" if it was
 };
 
 }  // namespace bb::agent

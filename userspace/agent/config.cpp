@@ -1,13 +1,19 @@
 #include "agent/config.hpp"
 
 #include <fmt/format.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
 #include "base/error.hpp"
+#include "beam_bpf.h"
 
 namespace bb::agent {
 
@@ -18,13 +24,37 @@ T number(const std::string& key, const std::string& v) {
     T out{};
     auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     if (ec != std::errc() || end != v.data() + v.size()) throw UserError(fmt::format("{}={}: not a number", key, v));
+    // from_chars reads "nan" and "inf": neither is a time.
+    if constexpr (std::is_floating_point_v<T>)
+        if (!std::isfinite(out)) throw UserError(fmt::format("{}={}: not a finite number", key, v));
     return out;
+}
+
+bool boolean(const std::string& key, const std::string& v) {
+    if (v == "true" || v == "yes" || v == "1") return true;
+    if (v == "false" || v == "no" || v == "0") return false;
+    throw UserError(fmt::format("{}={}: true or false", key, v));
 }
 
 std::string trim(const std::string& s) {
     size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
+
+bool has_control(const std::string& s) {
+    return std::any_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
+}
+
+template <typename T>
+void in_range(const char* option, T v, T lo, T hi, const char* unit) {
+    if (v < lo || v > hi) throw UserError(fmt::format("--{} {}: {} to {} {}", option, v, lo, hi, unit));
+}
+
+// The settings that only mean something with another one, and that other one.
+constexpr std::pair<const char*, const char*> kNeeds[] = {
+    {"push-auth", "push"},          {"push-tenant", "push"},        {"push-headers-file", "push"},
+    {"otlp-auth", "otlp"},          {"otlp-headers-file", "otlp"},  {"process-label-cap", "process-labels"},
+};
 
 }  // namespace
 
@@ -39,33 +69,59 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     } else if (key == "alloc-period") c.alloc_period = number<uint64_t>(key, v);
     else if (key == "unwind-rows") c.unwind_rows = number<uint32_t>(key, v);
     else if (key == "output") c.output = v;
+    else if (key == "output-group") c.output_group = v;
     else if (key == "retention") c.retention = number<size_t>(key, v);
+    else if (key == "retention-bytes") c.retention_bytes = number<uint64_t>(key, v);
+    else if (key == "retention-age") c.retention_age_s = number<uint64_t>(key, v);
     else if (key == "push") c.push.url = v;
     else if (key == "push-auth") c.push.auth_file = v;
     else if (key == "push-tenant") c.push.headers.push_back("X-Scope-OrgID: " + v);
+    else if (key == "push-headers-file") c.push.headers_file = v;
     else if (key == "otlp") c.otlp.url = v;
     else if (key == "otlp-auth") c.otlp.auth_file = v;
-    else if (key == "otlp-header") c.otlp.headers.push_back(v);
+    else if (key == "otlp-headers-file") c.otlp.headers_file = v;
+    else if (key == "otlp-header")
+        // A header often carries a key; a command line is every user's to read (ps), and a
+        // configuration file is often world-readable.
+        throw UserError("otlp-header: headers may hold secrets: put them in a file named by otlp-headers-file "
+                        "(one 'Name: value' line each, mode 0600)");
+    // TLS for both stores: the CAs that sign them, and the agent's certificate where they ask.
+    else if (key == "ca-file") c.push.ca_file = c.otlp.ca_file = v;
+    else if (key == "client-cert") c.push.client_cert = c.otlp.client_cert = v;
+    else if (key == "client-key") c.push.client_key = c.otlp.client_key = v;
     // Each store has its own queue, of this bound and backoff.
     else if (key == "queue-bytes") c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v);
     else if (key == "max-backoff")
-        c.push.max_backoff = c.otlp.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(number<double>(key, v) * 1000));
+        c.push.max_backoff = c.otlp.max_backoff = std::chrono::milliseconds(static_cast<int64_t>(
+            std::min(number<double>(key, v), 1e9) * 1000));
+    else if (key == "push-tries") c.push.max_tries = c.otlp.max_tries = number<unsigned>(key, v);
+    else if (key == "push-max-age") c.push.max_age = c.otlp.max_age = std::chrono::seconds(number<uint32_t>(key, v));
     else if (key == "match") c.match.push_back(v);
     else if (key == "stats") c.stats_file = v;
     else if (key == "metrics") c.metrics_port = number<int>(key, v);
     else if (key == "host") c.host = v;
     else if (key == "service") c.service = v;
+    else if (key == "target-names") c.target_names = boolean(key, v);
+    else if (key == "process-labels") {
+        if (v != "none" && v != "registered") throw UserError(fmt::format("process-labels={}: none or registered", v));
+        c.process_labels = v;
+    } else if (key == "process-label-cap") c.process_label_cap = number<size_t>(key, v);
     else if (key.starts_with("service.") && key.size() > 8) c.service_by_node[key.substr(8)] = v;
     else if (key.starts_with("label.") && key.size() > 6) c.labels.emplace_back(key.substr(6), v);
     else throw UserError(fmt::format("unknown setting {}", key));
+    c.given.insert(key.starts_with("service.") ? "service." : key.starts_with("label.") ? "label." : key);
 }
 
 void load_config_file(const std::string& path, AgentConfig& c) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) throw UserError(fmt::format("cannot read the configuration {}: {}", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw UserError(fmt::format("the configuration {} is not a file", path));
     std::ifstream f(path);
     if (!f) throw UserError(fmt::format("cannot read the configuration {}", path));
     std::string line;
     for (int no = 1; std::getline(f, line); no++) {
         if (line.size() > 4096) throw UserError(fmt::format("{}:{}: line too long", path, no));
+        if (no > 10000) throw UserError(fmt::format("{}: more than 10000 lines", path));
         std::string t = trim(line);
         if (t.empty() || t[0] == '#') continue;
         size_t eq = t.find('=');
@@ -79,15 +135,40 @@ void load_config_file(const std::string& path, AgentConfig& c) {
 }
 
 void check(const AgentConfig& c) {
-    if (c.every < 1) throw UserError(fmt::format("--every {}: at least 1 second", c.every));
+    in_range("every", c.every, 1.0, 86400.0, "seconds");
     if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.unwind_rows < (64u << 10) || c.unwind_rows > (64u << 20))
         throw UserError(fmt::format("--unwind-rows {}: 65536 to 67108864 (10 bytes of kernel memory each)", c.unwind_rows));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
+    in_range("native-depth", c.native_depth, 0u, static_cast<uint32_t>(BB_MAX_NATIVE_FRAMES), "frames");
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
         throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));
+    if (c.given.count("alloc-period") && !c.alloc) throw UserError("--alloc-period: only with -e cpu,alloc");
     if (c.output == "none" && c.push.url.empty() && c.otlp.url.empty())
         throw UserError("--output none without --push or --otlp: the profiles would go nowhere");
+    for (const char* k : {"output-group", "retention", "retention-bytes", "retention-age"})
+        if (c.output == "none" && c.given.count(k)) throw UserError(fmt::format("--{}: not with --output none", k));
+    in_range("retention", c.retention, size_t{0}, size_t{100000}, "files per VM and kind (0: no count bound)");
+    in_range("retention-bytes", c.retention_bytes, uint64_t{1} << 20, uint64_t{1} << 40, "bytes");
+    in_range("retention-age", c.retention_age_s, uint64_t{10}, uint64_t{366} * 24 * 3600, "seconds");
+    if (!c.output_group.empty() && !getgrnam(c.output_group.c_str()))
+        throw UserError(fmt::format("--output-group {}: no such group", c.output_group));
+    in_range("queue-bytes", c.push.queue_bytes, size_t{1} << 20, size_t{4} << 30, "bytes");
+    in_range("max-backoff", c.push.max_backoff.count() / 1000.0, 1.0, 3600.0, "seconds");
+    in_range("push-tries", c.push.max_tries, 1u, 1000u, "tries");
+    in_range("push-max-age", static_cast<int64_t>(c.push.max_age.count()), int64_t{10}, int64_t{86400}, "seconds");
+    in_range("process-label-cap", c.process_label_cap, size_t{1}, size_t{1000}, "values");
+    for (const auto& [key, needs] : kNeeds)
+        if (c.given.count(key) && !c.given.count(needs)) throw UserError(fmt::format("--{} needs --{}", key, needs));
+    for (const char* k : {"ca-file", "client-cert", "client-key"})
+        if (c.given.count(k) && c.push.url.empty() && c.otlp.url.empty()) throw UserError(fmt::format("--{} needs --push or --otlp", k));
+    if (c.given.count("client-key") && !c.given.count("client-cert")) throw UserError("--client-key needs --client-cert");
+    if (c.stats_file.size()) {
+        std::filesystem::path dir = std::filesystem::path(c.stats_file).parent_path();
+        if (dir.empty()) dir = std::filesystem::current_path();
+        if (access(dir.c_str(), W_OK) != 0)
+            throw UserError(fmt::format("--stats {}: cannot write in {}: {}", c.stats_file, dir.string(), std::strerror(errno)));
+    }
     for (const std::string& m : c.match) {
         try {
             std::regex re(m);
@@ -96,14 +177,96 @@ void check(const AgentConfig& c) {
         }
     }
     for (const auto& [option, push] : {std::pair{"--push", &c.push}, std::pair{"--otlp", &c.otlp}}) {
-        if (!push->url.empty() && !push->url.starts_with("http://") && !push->url.starts_with("https://"))
-            throw UserError(fmt::format("{} {}: an http:// or https:// URL", option, push->url));
+        if (push->url.empty()) continue;
+        if (!push->url.starts_with("http://") && !push->url.starts_with("https://"))
+            throw UserError(fmt::format("{}: an http:// or https:// URL", option));
+        // user:password@host would be on the command line, in logs and in --check: refused,
+        // without repeating it.
+        std::string authority = push->url.substr(push->url.find("://") + 3);
+        authority = authority.substr(0, authority.find_first_of("/?#"));
+        if (authority.find('@') != std::string::npos)
+            throw UserError(fmt::format("{}: the URL holds credentials (user@ or user:password@): put them in a file named "
+                                        "by {}-auth", option, option));
+        if (has_control(push->url) || push->url.size() > 2048) throw UserError(fmt::format("{}: not a URL", option));
         // A header is one line: no byte that could end it and start another.
         for (const std::string& h : push->headers)
-            if (h.find(':') == std::string::npos || h.find(':') == 0 ||
-                std::any_of(h.begin(), h.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 && ch != '\t'; }))
+            if (h.find(':') == std::string::npos || h.find(':') == 0 || has_control(h))
                 throw UserError(fmt::format("{} header '{}': one line 'Name: value'", option, h));
     }
+    for (const auto& [k, v] : c.labels)
+        if (k.empty() || k.size() > 64 ||
+            !std::all_of(k.begin(), k.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
+            throw UserError(fmt::format("label.{}: a key of letters, digits and _ (at most 64)", k));
+    for (const std::string* s : {&c.host, &c.service})
+        if (has_control(*s) || s->size() > 256) throw UserError("--host and --service: one line of at most 256 bytes");
+}
+
+std::string describe(const AgentConfig& c) {
+    std::string out;
+    auto line = [&](const std::string& k, const auto& v) { out += fmt::format("{}={}\n", k, v); };
+    auto or_none = [](const std::string& s) { return s.empty() ? std::string("(none)") : s; };
+    line("every", c.every);
+    line("frequency", c.frequency);
+    line("events", c.alloc ? "cpu,alloc" : "cpu");
+    if (c.alloc) line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
+    line("native-depth", c.native_depth);
+    line("unwind-rows", c.unwind_rows);
+    line("output", c.output);
+    if (c.output != "none") {
+        line("output-group", c.output_group.empty() ? "(none: files 0600 in 0700 directories)" : c.output_group);
+        line("retention", c.retention);
+        line("retention-bytes", c.retention_bytes);
+        line("retention-age", c.retention_age_s);
+    }
+    for (const auto& [key, p] : {std::pair{"push", &c.push}, std::pair{"otlp", &c.otlp}}) {
+        line(key, or_none(p->url));
+        if (p->url.empty()) continue;
+        line(fmt::format("{}-auth", key), or_none(p->auth_file));
+        line(fmt::format("{}-headers-file", key), or_none(p->headers_file));
+        for (const std::string& h : p->headers) line(fmt::format("{}-header", key), h.substr(0, h.find(':')) + ": (set)");
+    }
+    if (!c.push.url.empty() || !c.otlp.url.empty()) {
+        line("ca-file", c.push.ca_file.empty() ? "(the system's CAs)" : c.push.ca_file);
+        line("client-cert", or_none(c.push.client_cert));
+        line("client-key", or_none(c.push.client_key));
+        line("queue-bytes", c.push.queue_bytes);
+        line("max-backoff", c.push.max_backoff.count() / 1000.0);
+        line("push-tries", c.push.max_tries);
+        line("push-max-age", c.push.max_age.count());
+    }
+    for (const std::string& m : c.match) line("match", m);
+    if (c.match.empty()) line("match", "(none: every VM)");
+    line("stats", or_none(c.stats_file));
+    line("metrics", c.metrics_port < 0 ? "(none)" : std::to_string(c.metrics_port));
+    line("host", c.host.empty() ? "(the host name)" : c.host);
+    line("service", c.service.empty() ? "(per VM)" : c.service);
+    for (const auto& [node, s] : c.service_by_node) line("service." + node, s);
+    line("target-names", c.target_names ? "true" : "false");
+    line("process-labels", c.process_labels);
+    if (c.process_labels != "none") line("process-label-cap", c.process_label_cap);
+    for (const auto& [k, v] : c.labels) line("label." + k, v);
+    return out;
+}
+
+std::vector<std::string> secret_file_warnings(const AgentConfig& c) {
+    std::vector<std::string> out;
+    auto look = [&](const char* option, const std::string& path) {
+        if (path.empty()) return;
+        struct stat st;
+        if (stat(path.c_str(), &st) != 0)
+            out.push_back(fmt::format("--{} {}: {}", option, path, std::strerror(errno)));
+        else if (!S_ISREG(st.st_mode))
+            out.push_back(fmt::format("--{} {}: not a file", option, path));
+        else if (st.st_mode & (S_IRGRP | S_IROTH))
+            out.push_back(fmt::format("--{} {}: readable by {} (mode {:04o}): it holds secrets; chmod 600 it", option, path,
+                                      st.st_mode & S_IROTH ? "every user" : "its group", st.st_mode & 07777));
+    };
+    look("push-auth", c.push.auth_file);
+    look("push-headers-file", c.push.headers_file);
+    look("otlp-auth", c.otlp.auth_file);
+    look("otlp-headers-file", c.otlp.headers_file);
+    look("client-key", c.push.client_key);
+    return out;
 }
 
 }  // namespace bb::agent

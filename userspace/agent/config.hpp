@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +29,12 @@ struct AgentConfig {
     // held adds none). A file that finds no room has no native frames, said in a line.
     uint32_t unwind_rows = 2u << 20;
     std::string output = kDefaultOutput;  // "none": no files
-    size_t retention = 60;          // files kept per VM directory (0: all)
+    // Profiles and stats are the agent's alone (0600 in 0700 directories), or its and this
+    // group's (0640 in 0750): they name functions, processes, nodes and cgroups.
+    std::string output_group;
+    size_t retention = 60;          // files kept per VM directory and kind (0: no count bound)
+    uint64_t retention_bytes = 1ull << 30;  // all VMs' files together, oldest removed first
+    uint64_t retention_age_s = 7 * 24 * 3600;  // files older are removed, then empty VM directories
     PushConfig push;                // Pyroscope; push.url empty: no push
     PushConfig otlp;                // an OTLP/HTTP receiver of profiles; otlp.url empty: none
     std::vector<std::string> match; // ECMAScript regexes; a VM is followed if one matches its
@@ -47,6 +53,7 @@ struct AgentConfig {
     std::string process_labels = "none";
     size_t process_label_cap = 50;
     std::vector<std::pair<std::string, std::string>> labels;  // label.KEY=VALUE: added to every profile
+    std::set<std::string> given;    // the keys set (by the file or the command line), for check()
 };
 
 // Applies the key=value lines of `path` to `c` ('#' starts a comment, blank lines are skipped).
@@ -56,5 +63,11 @@ void load_config_file(const std::string& path, AgentConfig& c);
 void set_option(AgentConfig& c, const std::string& key, const std::string& value);
 // Ranges and combinations; UserError.
 void check(const AgentConfig& c);
+// The effective configuration, one "key=value" line each (every key, defaults included): what
+// --check prints. It holds no secret: credentials and headers are only named by their files.
+std::string describe(const AgentConfig& c);
+// A line for each file of secrets (credentials, headers, the client key) that users other than
+// its owner can read or that cannot be read at all, for the start line and --check.
+std::vector<std::string> secret_file_warnings(const AgentConfig& c);
 
 }  // namespace bb::agent

@@ -65,7 +65,7 @@ void write_in_place(const std::string& path, const struct stat& seen, std::strin
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
+void write_file_atomically(const std::string& path, std::string_view bytes, FileAccess access) {
     // Renaming over a device node would replace it with a regular file: as root, -o /dev/null
     // (the benches' own) turned the host's /dev/null into a file, and the next OTP configure
     // run on the machine failed. A character device or a FIFO is written in place; any other
@@ -86,7 +86,9 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
         ::unlink(tmp.c_str());
         throw UserError(fmt::format("cannot write {}: {}: {}", path, what, std::strerror(err)));
     };
-    if (fchmod(fd, file_mode()) != 0) fail("fchmod");
+    // Before a byte is written: no reader ever sees it with wider rights.
+    if (access.group != static_cast<gid_t>(-1) && fchown(fd, static_cast<uid_t>(-1), access.group) != 0) fail("fchown");
+    if (fchmod(fd, access.mode ? access.mode : file_mode()) != 0) fail("fchmod");
     for (size_t done = 0; done < bytes.size();) {
         ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;

@@ -3,6 +3,8 @@
 // checked before attaching so a bad path fails fast; with --every, open() again for each
 // interval. Reports are written whole or not at all (write_file_atomically).
 #pragma once
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -43,7 +45,13 @@ private:
 // `path` (in a sticky, world-writable /tmp, say) instead of writing through it. A character
 // device or a FIFO at `path` (-o /dev/null) is written in place, never replaced; another file
 // that is not a regular one is refused. UserError on failure, naming `path`.
-void write_file_atomically(const std::string& path, std::string_view bytes);
+// `access`: the file's mode and group when they are not the umask's and the writer's (the
+// agent's private profiles: 0600, or 0640 for --output-group).
+struct FileAccess {
+    mode_t mode = 0;                          // 0: 0666 less the umask
+    gid_t group = static_cast<gid_t>(-1);     // -1: the writer's
+};
+void write_file_atomically(const std::string& path, std::string_view bytes, FileAccess access = {});
 
 // Wall-clock time, ns since the epoch (a report's start).
 uint64_t unix_now_ns();

@@ -51,18 +51,34 @@ int run(int argc, char** argv) {
         "native unwind rows held in the kernel for all VMs, each file's once (default 2097152: 20 MiB)");
     opt("-o,--output", "output",
         fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)", agent::kDefaultOutput));
-    opt("--retention", "retention", "files kept per VM subdirectory (default 60; 0: all)");
-    opt("--push", "push", "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof");
-    opt("--push-auth", "push-auth", "a file holding user:password (basic) or 'Bearer TOKEN'");
-    opt("--push-tenant", "push-tenant", "X-Scope-OrgID for a multi-tenant Pyroscope");
+    opt("--output-group", "output-group",
+        "a group that may read the profiles and stats (files 0640 in 0750 directories; default: none, 0600 in 0700)");
+    opt("--retention", "retention", "files kept per VM subdirectory and kind (default 60; 0: no count bound; up to 100000)");
+    opt("--retention-bytes", "retention-bytes",
+        "bytes of profiles kept, all VMs together, the oldest removed first (default 1073741824; 1 MiB to 1 TiB)");
+    opt("--retention-age", "retention-age",
+        "seconds a profile is kept (default 604800: 7 days; 10 to 31622400); the directory of an exited VM goes "
+        "with its last file");
+    opt("--push", "push",
+        "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof; no credentials in it (--push-auth)");
+    opt("--push-auth", "push-auth", "for --push: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)");
+    opt("--push-tenant", "push-tenant", "for --push: X-Scope-OrgID for a multi-tenant Pyroscope");
+    opt("--push-headers-file", "push-headers-file", "for --push: a file of 'Name: value' headers, one a line (mode 0600)");
     opt("--otlp", "otlp",
         "an OTLP/HTTP receiver of profiles (http://collector:4318; no path: /v1development/profiles): "
         "POST, ExportProfilesServiceRequest as application/x-protobuf, gzip-encoded");
-    opt("--otlp-auth", "otlp-auth", "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN'");
-    opt("--otlp-header", "otlp-header", "for --otlp: a header 'Name: value' on every request (repeatable)")
-        ->allow_extra_args(false);
-    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB)");
-    opt("--max-backoff", "max-backoff", "seconds between retries of a failed push, at most (default 30)");
+    opt("--otlp-auth", "otlp-auth", "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)");
+    opt("--otlp-headers-file", "otlp-headers-file",
+        "for --otlp: a file of 'Name: value' headers (X-Api-Key: ...), one a line, read at each request (mode 0600)");
+    // Kept to refuse it with the way to do it: a header on the command line is every user's (ps).
+    opt("--otlp-header", "otlp-header", "refused: headers come from --otlp-headers-file")->allow_extra_args(false);
+    opt("--ca-file", "ca-file", "PEM certificates of the CAs that sign the stores' https certificates (default: the system's)");
+    opt("--client-cert", "client-cert", "PEM certificate the agent shows a store that asks for one (mutual TLS)");
+    opt("--client-key", "client-key", "the PEM private key of --client-cert, if not in its file (mode 0600)");
+    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB; 1 MiB to 4 GiB)");
+    opt("--max-backoff", "max-backoff", "seconds between retries of a failed push, at most (default 30; 1 to 3600)");
+    opt("--push-tries", "push-tries", "a profile a store fails this many times is given up, and said (default 10; 1 to 1000)");
+    opt("--push-max-age", "push-max-age", "a profile not delivered after this many seconds is given up, and said (default 3600)");
     opt("--match", "match",
         "follow only VMs whose command line, node name or cgroup path this regular expression finds (repeatable)")
         ->allow_extra_args(false);
@@ -70,6 +86,12 @@ int run(int argc, char** argv) {
     opt("--metrics", "metrics", "the counters in Prometheus' text format on http://127.0.0.1:PORT/metrics (0: a free port, said on stderr)");
     opt("--host", "host", "the host label (default: the host name)");
     opt("--service", "service", "the service name of every VM (default: its release name, else its node name)");
+    opt("--target-names", "target-names",
+        "true (default): a VM's release or node name may be its service name; false: only --service and service.NODE");
+    opt("--process-labels", "process-labels",
+        "none (default): no sample label per Erlang process; registered: a 'process' label with the registered "
+        "name, --process-label-cap values at most per profile, the rest 'other'");
+    opt("--process-label-cap", "process-label-cap", "distinct 'process' label values per profile (default 50; 1 to 1000)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -96,11 +118,14 @@ int run(int argc, char** argv) {
         "every {} s, {} Hz{}, {}{}{}{}", cfg.every, cfg.frequency, cfg.alloc ? " and allocation" : "", cfg.output == "none" ? "no files" : "files in " + cfg.output,
         cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url, cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
         cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
+    const std::vector<std::string> warnings = agent::secret_file_warnings(cfg);
     if (check_only) {
-        fmt::print("beam-bpf-agent: configuration ok: {}\n", summary);
+        fmt::print("beam-bpf-agent: configuration ok: {}\n{}", summary, agent::describe(cfg));
+        for (const std::string& w : warnings) fmt::print(stderr, "beam-bpf-agent: warning: {}\n", w);
         return 0;
     }
     check_privileges();
+    for (const std::string& w : warnings) fmt::print(stderr, "beam-bpf-agent: warning: {}\n", w);
 
     struct sigaction sa{};
     sa.sa_handler = on_stop;  // no SA_RESTART: the loop's sleep ends at once
