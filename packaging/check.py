@@ -28,6 +28,9 @@ def agent_check(agent, args, what):
     r = subprocess.run([agent, '--check'] + args, capture_output=True, text=True)
     if r.returncode != 0:
         problem(f'{what}: beam-bpf-agent --check {" ".join(args)}: {r.stderr.strip()}')
+    # Warnings (a secret file others can read) are problems in an example.
+    elif 'warning' in r.stderr and 'no such file' not in r.stderr.lower():
+        problem(f'{what}: beam-bpf-agent --check {" ".join(args)}: {r.stderr.strip()}')
 
 
 def check_daemonset(agent):
@@ -72,16 +75,22 @@ def check_daemonset(agent):
             if '$(' in a and a[a.index('$(') + 2:a.index(')')] not in env:
                 problem(f'{a}: no such env variable in the container')
         with tempfile.TemporaryDirectory() as tmp:
-            cfg_mount = next((m for m in c.get('volumeMounts', []) if volumes.get(m['name'], {}).get('configMap')), None)
+            # The configuration names secrets (credentials): a Secret, mounted readable by its owner only.
+            if any(v.get('configMap') for v in volumes.values()):
+                problem('a ConfigMap volume: the configuration goes in a Secret (it names credentials)')
+            cfg_mount = next((m for m in c.get('volumeMounts', []) if volumes.get(m['name'], {}).get('secret')), None)
             if cfg_mount:
-                cm_name = volumes[cfg_mount['name']]['configMap']['name']
-                cm = by_kind.get('ConfigMap')
-                if not cm or cm['metadata']['name'] != cm_name:
-                    problem(f'the ConfigMap {cm_name} is not in the file')
+                vol = volumes[cfg_mount['name']]['secret']
+                if vol.get('defaultMode', 0o644) & 0o077:
+                    problem(f'the Secret volume has defaultMode {oct(vol.get("defaultMode", 0o644))}: 0400 or 0600')
+                secret = by_kind.get('Secret')
+                if not secret or secret['metadata']['name'] != vol['secretName']:
+                    problem(f'the Secret {vol["secretName"]} is not in the file')
                 else:
-                    for fname, text in cm['data'].items():
-                        with open(os.path.join(tmp, fname), 'w') as f:
-                            f.write(text)
+                    for fname, text in secret['stringData'].items():
+                        path = os.path.join(tmp, fname)
+                        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), 'w') as f:
+                            f.write(text.replace(cfg_mount['mountPath'], tmp))
                     args = [a.replace(cfg_mount['mountPath'], tmp) for a in args]
             args = [a.replace('/var/lib/beam-bpf', tmp) for a in args]
             agent_check(agent, args, 'the DaemonSet')
@@ -99,6 +108,11 @@ def check_systemd(agent):
         out = '\n'.join(l for l in (r.stdout + r.stderr).splitlines() if copy in l)
         if r.returncode != 0 or out:
             problem(f'systemd-analyze verify: {out or r.stderr.strip()}')
+    # What the agent writes is private whatever it is told; agent.conf is installed 0600.
+    text = open(unit).read()
+    for line in ('UMask=0077', 'StateDirectoryMode=0700', 'install -m 600 packaging/agent.conf'):
+        if line not in text:
+            problem(f'packaging/beam-bpf-agent.service: no "{line}"')
     agent_check(agent, ['--config', os.path.join(HERE, 'agent.conf'), '--output', tempfile.gettempdir()],
                 'packaging/agent.conf')
     # Its commented-out examples too, each uncommented: a key the agent does not know is a typo.
