@@ -372,6 +372,8 @@ const std::string& workload_beam_dir(const TestVm& vm) {
             char tmpl[] = "/tmp/bb-workloads-XXXXXX";
             if (!mkdtemp(tmpl)) fail("mkdtemp");
             path = tmpl;
+            // Readable by a VM another user runs (the agent's tests start one as nobody).
+            chmod(path.c_str(), 0755);
             std::vector<std::string> argv{erlc, "-o", path};
             for (const auto& e : std::filesystem::directory_iterator(BB_WORKLOAD_DIR))
                 if (e.path().extension() == ".erl") argv.push_back(e.path());

@@ -94,8 +94,12 @@ int run(int argc, char** argv) {
     opt("--process-label-cap", "process-label-cap", "distinct 'process' label values per profile (default 50; 1 to 1000)");
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        // One line, as every other refusal: an init system's log shows it whole.
+        fmt::print(stderr, "beam-bpf-agent: error: {} (see --help)\n", e.what());
+        return e.get_exit_code();
     }
     auto load = [&] {
         agent::AgentConfig c;

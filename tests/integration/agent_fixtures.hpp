@@ -1,0 +1,53 @@
+// What the tests of beam-bpf-agent share: a directory of their own, files read whole, and the
+// stand-in stores of tests/agent started on a free port.
+#pragma once
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace bbt {
+
+namespace fs = std::filesystem;
+
+inline std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// A directory of the test's own, removed with all it holds at the end.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char tmpl[] = "/tmp/bb-agent-test-XXXXXX";
+        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+// One of tests/agent's receivers on 127.0.0.1 ("--port 0": a free port), once it listens:
+// it writes its port to `port_file`.
+inline std::unique_ptr<ChildProcess> start_receiver(const std::string& script, std::vector<std::string> args,
+                                             const fs::path& port_file) {
+    fs::remove(port_file);
+    args.insert(args.begin(), {"python3", std::string(BB_SOURCE_DIR) + "/tests/agent/" + script});
+    args.insert(args.end(), {"--port-file", port_file.string()});
+    auto c = std::make_unique<ChildProcess>(args);
+    for (int i = 0; i < 200 && !fs::exists(port_file); i++) std::this_thread::sleep_for(50ms);
+    if (!fs::exists(port_file)) throw std::runtime_error(script + " did not start");
+    return c;
+}
+
+}  // namespace bbt
