@@ -27,6 +27,7 @@ packages=(
   erlang-dev strace                           # tests: the hostile fixture's NIF (erl_nif.h), what the tools open
   linux-perf                                  # the incumbent, for scripts/bench.sh
   debuginfod curl                             # tests: a stripped VM's debug file from a real debuginfod
+  libc6-dbg                                   # names libc's frames; tests: versioned names in a debug file
   libcap2-bin                                 # capsh: the non-root capability tests
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
   libmicrohttpd-dev                           # beam-bpf-agent: its /metrics on localhost

@@ -96,6 +96,20 @@ TEST(ElfFile, EqualSymbolsHeldOnce) {
     EXPECT_EQ(a.find("erts_proc")->value, b.find("erts_proc")->value);
 }
 
+// glibc's debug file (libc6-dbg) spells its versioned symbols with their versions in .symtab
+// ("pthread_getspecific@@GLIBC_2.34", 315 of them): named as the source names them.
+TEST(ElfFile, SymbolVersionsAreNotPartOfNames) {
+    ElfFile libc("/lib/x86_64-linux-gnu/libc.so.6");
+    const std::string path = "/usr/lib/debug/.build-id/" + libc.build_id().substr(0, 2) + "/" + libc.build_id().substr(2) + ".debug";
+    ASSERT_TRUE(fs::exists(path)) << path << " (libc6-dbg)";
+    ElfFile debug(path);
+    size_t versioned = 0;
+    for (const auto& s : debug.symbols()) versioned += s.name.find('@') != std::string::npos;
+    EXPECT_EQ(versioned, 0u);
+    ASSERT_TRUE(debug.find("pthread_getspecific"));
+    EXPECT_EQ(debug.find("pthread_getspecific")->value, libc.find("pthread_getspecific")->value);
+}
+
 extern "C" __attribute__((noinline)) int bb_elf_test_probe_target(int x) { return x * 7 + 3; }
 
 // The unit test binary has .symtab and (through vm_structs.c) DWARF; its code is mapped from the

@@ -150,10 +150,13 @@ void ElfFile::read(int fd) {
                 type == STT_SECTION || type == STT_FILE)
                 continue;
             const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
+            // A debug file's .symtab spells versioned symbols "pthread_getspecific@@GLIBC_2.34":
+            // named as the source names them (and their versions one symbol).
+            const size_t name_len = name ? std::strcspn(name, "@") : 0;
             GElf_Shdr home;
-            if (!name || !*name || !gelf_getshdr(elf_getscn(elf.get(), shndx), &home)) continue;
+            if (name_len == 0 || !gelf_getshdr(elf_getscn(elf.get(), shndx), &home)) continue;
             symbols.push_back(ElfSymbol{
-                .name = name,
+                .name = std::string(name, name_len),
                 .value = sym.st_value,
                 .size = sym.st_size,
                 .file_offset = sym.st_value - home.sh_addr + home.sh_offset,
