@@ -37,11 +37,11 @@ protected:
 };
 
 // One run, three formats: go tool pprof's flat counts equal the folded stacks' leaf counts and
-// its flat% the top table's SELF%, for the same samples.
+// its flat% the --flat top table's SELF%, for the same samples.
 TEST_F(ReportTest, PprofReadByGoToolPprof) {
     ErlVm vm("bb_work:main(split532)");
     vm.wait_line("ready");
-    ToolResult r = run_tool(kTool, {"-d", "4", "--format", "top,folded,pprof", "-t", "1000", "-o", prefix, pid_arg(vm)}, 60s);
+    ToolResult r = run_tool(kTool, {"-d", "4", "--format", "top,folded,pprof", "--flat", "-t", "1000", "-o", prefix, pid_arg(vm)}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::ifstream top(prefix + ".txt");
     std::stringstream text;

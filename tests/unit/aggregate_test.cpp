@@ -10,6 +10,7 @@
 #include "profile/aggregate.hpp"
 #include "profile/alloc_strata.hpp"
 #include "profile/frames.hpp"
+#include "report/report.hpp"
 #include "report/text.hpp"
 #include "target/release.hpp"
 #include "target/vm.hpp"
@@ -111,11 +112,45 @@ TEST(Aggregate, ErlangOnlyTableDropsNativeAndSharedCode) {
     a.add(std::vector<uint32_t>{f.root, f.native}, 5);
     a.add(std::vector<uint32_t>{f.root, f.shared}, 5);
     std::ostringstream out;
-    bb::write_top(f.profile(a), out, 0, true, true);
+    bb::write_top(f.profile(a), out, {.rows = 0, .by_total = true, .erlang_only = true});
     EXPECT_NE(out.str().find("m:root/0"), std::string::npos);
     EXPECT_EQ(out.str().find("memcpy"), std::string::npos);
     EXPECT_EQ(out.str().find("global::"), std::string::npos);
-    EXPECT_NE(out.str().find("100.0"), std::string::npos);  // root: in every sample
+    // root: in every sample, and the innermost Erlang function of each (blame's SELF%).
+    EXPECT_NE(out.str().find(" 100.0   100.0  m:root/0"), std::string::npos) << out.str();
+}
+
+// The default table: a sample's self goes to its innermost Erlang function, the C it called
+// included (memcpy under m:leaf/2 is m:leaf/2's); the native code by its own time below.
+// --flat: every frame by its own time, as before.
+TEST(Aggregate, ErlangFirstChargesNativeTimeToItsCaller) {
+    Fixture f;
+    uint32_t gc = f.frames.other(FrameKind::vm, "[gc]", "beam.smp");
+    Aggregator a;
+    a.add(std::vector<uint32_t>{f.root, f.mid, f.leaf, f.native}, 6);
+    a.add(std::vector<uint32_t>{f.root, f.mid}, 3);
+    a.add(std::vector<uint32_t>{gc, f.native}, 1);
+    auto rows = bb::top_rows(f.profile(a), 0, false, true);
+    ASSERT_GE(rows.size(), 3u);
+    EXPECT_EQ(rows[0].label, "m:leaf/2");
+    EXPECT_EQ(rows[0].self, 6u);
+    EXPECT_EQ(rows[1].label, "m:mid/1");
+    EXPECT_EQ(rows[1].self, 3u);
+    EXPECT_EQ(rows[2].label, "[gc]");  // no Erlang frame: its VM frame
+    EXPECT_EQ(rows[2].self, 1u);
+    std::ostringstream out, flat;
+    bb::write_top(f.profile(a), out, {.rows = 20});
+    EXPECT_EQ(out.str(),
+              " SELF%  TOTAL%  FUNCTION\n"
+              "  60.0    60.0  m:leaf/2\n"
+              "  30.0    90.0  m:mid/1\n"
+              "  10.0    10.0  [gc]\n"
+              "   0.0    90.0  m:root/0\n"
+              "\n"
+              " SELF%  TOTAL%  NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)\n"
+              "  70.0    70.0  memcpy\n");
+    bb::write_top(f.profile(a), flat, {.rows = 20, .flat = true});
+    EXPECT_EQ(flat.str().substr(0, flat.str().find('\n', 26) + 1), " SELF%  TOTAL%  FUNCTION\n  70.0    70.0  memcpy\n");
 }
 
 // --by-process: one root frame per process over the same code, none for samples of no process.

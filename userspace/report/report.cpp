@@ -62,7 +62,7 @@ void write_report(const Profile& profile, Format f, std::ostream& out, const Top
     std::optional<Profile> copy = printable_copy(profile);
     const Profile& p = copy ? *copy : profile;
     switch (f) {
-    case Format::top: return write_top(p, out, top.rows, top.by_total, top.erlang_only);
+    case Format::top: return write_top(p, out, top);
     case Format::folded: return write_folded(p, out);
     case Format::pprof: return write_pprof(p, out);
     case Format::speedscope: return write_speedscope(p, out);

@@ -21,6 +21,7 @@ struct TopOptions {
     size_t rows = 20;
     bool by_total = false;     // beam-bpf-blame: "which code is on the stack"
     bool erlang_only = false;  // and only its Erlang functions
+    bool flat = false;         // every frame ranked by its own time (else Erlang first)
 };
 
 // Every string of the profile (names, files, mappings, processes: the target's text) printable

@@ -1,5 +1,7 @@
 #include "report/text.hpp"
 
+#include "report/report.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
@@ -10,7 +12,22 @@
 
 namespace bb {
 
-std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total) {
+namespace {
+
+// The frame a sample's self time goes to when Erlang comes first: its innermost Erlang function
+// (the C it called, a BIF, a NIF, the collector, is that function's doing), else its innermost
+// VM frame ([gc], [no Erlang process]), else its leaf.
+uint32_t charged_location(const Profile& p, const Sample& s) {
+    auto kind = [&](uint32_t l) { return p.functions[p.locations[l].function].kind; };
+    for (FrameKind want : {FrameKind::erlang, FrameKind::vm})
+        for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it)
+            if (kind(*it) == want) return *it;
+    return s.stack.back();
+}
+
+}  // namespace
+
+std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total, bool erlang_first) {
     // One row per label: locations of one function merge unless --lines tells them apart.
     std::vector<TopRow> rows;
     std::vector<uint32_t> row_of(p.locations.size());
@@ -23,7 +40,7 @@ std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total) {
     }
     std::unordered_set<uint32_t> seen;
     for (const Sample& s : p.samples) {
-        rows[row_of[s.stack.back()]].self += s.count;
+        rows[row_of[erlang_first ? charged_location(p, s) : s.stack.back()]].self += s.count;
         seen.clear();
         for (uint32_t l : s.stack)
             if (seen.insert(row_of[l]).second) rows[row_of[l]].total += s.count;  // recursion counts once
@@ -40,14 +57,28 @@ std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total) {
     return rows;
 }
 
-void write_top(const Profile& p, std::ostream& out, size_t n, bool by_total, bool erlang_only) {
+void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     uint64_t total = p.total();
     double all = total ? static_cast<double>(total) : 1.0;
-    auto rows = top_rows(p, 0, by_total);
-    if (erlang_only) std::erase_if(rows, [](const TopRow& r) { return r.kind != FrameKind::erlang; });
-    if (n && rows.size() > n) rows.resize(n);
+    const bool erlang_first = !o.flat;
+    auto rows = top_rows(p, 0, o.by_total, erlang_first);
+    auto native = [](const TopRow& r) { return r.kind == FrameKind::native || r.kind == FrameKind::kernel; };
+    std::vector<TopRow> natives;
+    if (erlang_first && !o.erlang_only) {
+        // The C and kernel code by its own time, for the section below.
+        for (TopRow& r : top_rows(p, 0, false, false))
+            if (native(r) && r.self) natives.push_back(r);
+        if (natives.size() > kNativeRows) natives.resize(kNativeRows);
+    }
+    if (o.erlang_only) std::erase_if(rows, [](const TopRow& r) { return r.kind != FrameKind::erlang; });
+    else if (erlang_first) std::erase_if(rows, [&](const TopRow& r) { return native(r) && !r.self; });
+    if (o.rows && rows.size() > o.rows) rows.resize(o.rows);
     fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");
     for (const auto& r : rows)
+        fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+    if (natives.empty()) return;
+    fmt::print(out, "\n{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)");
+    for (const auto& r : natives)
         fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
 }
 

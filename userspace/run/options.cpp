@@ -44,7 +44,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
                    "-e alloc, words allocated (on average; default 65536)");
     app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
-    app.add_option("-t,--top", o.top, "rows of the function table")->capture_default_str();
+    app.add_option("-t,--top", o.top,
+                   "rows of the function table: Erlang functions first, each with the C code it called "
+                   "(BIFs, NIFs, GC) in its SELF%, the hottest native code in a section below")
+        ->capture_default_str();
+    app.add_flag("--flat", o.flat, "the function table ranks every frame, C and kernel too, by its own time alone");
     app.add_option("-f,--format", o.format,
                    "the report: top (a table of functions), folded (collapsed stacks for flamegraph.pl "
                    "and inferno: root first, ';'-separated, a space and the count), pprof (gzipped "

@@ -38,6 +38,7 @@ struct CommonOptions {
     bool lines = false;
     bool raw_names = false;
     bool only_erlang = false;
+    bool flat = false;  // the top table by each frame's own time, native code ranked with Erlang
     uint32_t max_depth = 512;
     uint32_t native_depth = 64;  // native frames unwound per sample below the leaf (0: the leaf only)
     bool kernel = false;         // the kernel's frames of samples in system calls

@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+
+#include "base/text.hpp"
 
 namespace bb {
 
@@ -26,6 +29,29 @@ void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
         agg_.add(frames, 1, who);
 }
 
+namespace {
+
+// Said once a run when this share of the samples ends in native code with no name.
+constexpr double kUnnamedHint = 0.05;
+
+// How many samples end in native code that has no symbol ("beam.smp+0x203470"), and the file
+// most of them are in.
+std::pair<uint64_t, std::string> unnamed_native(const Profile& p) {
+    std::map<std::string, uint64_t> by_file;
+    uint64_t n = 0;
+    for (const Sample& s : p.samples) {
+        const Function& f = p.functions[p.locations[s.stack.back()].function];
+        if (f.kind != FrameKind::native || (f.name.find("+0x") == std::string::npos && !f.name.starts_with("[")))
+            continue;
+        n += s.count;
+        by_file[f.mapping] += s.count;
+    }
+    auto most = std::max_element(by_file.begin(), by_file.end(), [](auto& a, auto& b) { return a.second < b.second; });
+    return {n, most == by_file.end() ? "" : most->first};
+}
+
+}  // namespace
+
 void Reporter::write(uint64_t now_ns) {
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {})", s_.vm.exe(), s_.vm.pid(), s_.vm.release().major);
@@ -40,6 +66,18 @@ void Reporter::write(uint64_t now_ns) {
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
     strata_.drain_into(agg_, s_.sym.unsampled_alloc());
     Profile p = agg_.profile(s_.sym.frames(), m);
+    if (!hinted_unnamed_ && p.total()) {
+        auto [unnamed, file] = unnamed_native(p);
+        if (unnamed >= kUnnamedHint * static_cast<double>(p.total())) {
+            hinted_unnamed_ = true;
+            fmt::print(stderr,
+                       "{}: {:.0f}% of the samples end in native code of {} that has no symbol: names come from its "
+                       "debug file (Debian: the package's -dbgsym, e.g. erlang-base-dbgsym from the debian-debug "
+                       "archive), or from a debuginfod server (DEBUGINFOD_URLS=https://debuginfod.debian.net)\n",
+                       tool_name(), 100.0 * static_cast<double>(unnamed) / static_cast<double>(p.total()),
+                       printable(file));
+        }
+    }
     if (o_.every > 0) s_.out.open(m.start_unix_ns);
     for (Format f : s_.out.formats()) {
         std::ostream& os = s_.out.stream(f);

@@ -56,6 +56,7 @@ private:
     Aggregator agg_;
     AllocStrata strata_;  // -e alloc's GC entries and watchpoints
     uint64_t interval_start_ns_ = 0;  // monotonic
+    bool hinted_unnamed_ = false;     // the line on unnamed native code, once a run
 };
 
 }  // namespace bb

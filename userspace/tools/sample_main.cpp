@@ -129,7 +129,7 @@ int run(int argc, char** argv) {
         return end_run(s, o, st, "samples");
     }
 
-    Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top});
+    Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top, .flat = o.flat});
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
