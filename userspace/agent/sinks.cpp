@@ -405,6 +405,7 @@ Pusher::Sent Pusher::send(const Item& it, const PushConfig& cfg) {
                                           : fmt::format(": the store refused the credentials of {}", cfg.auth_file);
     } else if (!protocol_->retryable(status)) {
         s.result = Sent::refused;
+        s.detail += ": the store refuses this profile, not sent again";
     }
     return s;
 }
