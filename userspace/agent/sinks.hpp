@@ -54,6 +54,7 @@ struct PushCounters {
     uint64_t failures = 0;      // attempts that failed (each retry counts)
     uint64_t dropped = 0;       // profiles lost: pushed out of a full queue (oldest first)
     uint64_t rejected = 0;      // profiles the store refused with a 4xx other than 429: not retried
+    uint64_t given_up = 0;      // profiles dropped after max_tries failed tries or at max_age
     uint64_t queue_bytes = 0, queue_profiles = 0;
     std::string last_error;
 };
@@ -81,39 +82,81 @@ std::unique_ptr<PushProtocol> otlp_protocol();
 std::vector<OtlpAttribute> otlp_resource(const std::vector<std::pair<std::string, std::string>>& labels);
 
 // Sends each profile to one store. One thread sends; enqueue() never waits for the network. A
-// failure the protocol calls worth retrying (no connection; a 5xx or 429 for Pyroscope) is
-// retried after a backoff that doubles up to max_backoff, or the store's Retry-After if longer
-// (still at most max_backoff); the queue is bounded in bytes and drops its oldest profile first.
+// failure the protocol calls worth retrying (no connection; a 5xx or 429 for Pyroscope; a 401 or
+// 403 a few times, for a rotated credential) is tried again after a backoff of its own that
+// doubles up to max_backoff, or the store's Retry-After if longer (still at most max_backoff);
+// meanwhile the profiles behind it are sent, so one profile the store chokes on blocks no other.
+// When requests fail one after the other the store as a whole is left alone, on the same
+// backoff. A profile is given up after max_tries failed tries or at max_age; the queue is
+// bounded in bytes and drops its oldest profile first. Failures are said on stderr: at the
+// first, at each change of cause, at most once a minute while they last, and when pushes work
+// again; never a credential.
 class Pusher {
 public:
     Pusher(std::unique_ptr<PushProtocol> protocol, PushConfig cfg);
+    // Aborts a request in flight (within about a second: libcurl's progress callback).
     ~Pusher();
     Pusher(const Pusher&) = delete;
     Pusher& operator=(const Pusher&) = delete;
 
     void enqueue(const FinishedProfile& p);
-    // Waits until the queue is empty or `deadline` passed (SIGTERM's last push).
+    // Waits until the queue is empty or `deadline` passed (SIGTERM's last push); returns by the
+    // deadline even while a request hangs.
     void flush(std::chrono::milliseconds deadline);
-    // SIGHUP: a new URL, credentials or bound (the queue is trimmed to it).
+    // SIGHUP: a new URL, credentials or bound (the queue is trimmed to it). Never waits for the
+    // network: the request in flight goes on with the old settings.
     void reconfigure(PushConfig cfg);
     PushCounters counters() const;
 
 private:
     using Item = PushItem;
+    using Clock = std::chrono::steady_clock;
+    // A queued profile and its own tries.
+    struct Queued {
+        std::shared_ptr<const Item> item;
+        uint64_t seq = 0;  // arrival order: the oldest ready one is sent first, dropped first
+        unsigned tries = 0;
+        Clock::time_point enqueued, next_try;
+    };
+    // What one request came to.
+    struct Sent {
+        enum { delivered, refused, failed } result = failed;
+        std::string cause;   // a failure's kind ("HTTP 500", "connection refused"): a new one is said at once
+        std::string detail;  // what it was, for the lines and last_error; never a credential
+        bool auth = false;   // 401 or 403: given up after a few tries
+        std::chrono::milliseconds wait{0};  // the store's Retry-After, 0 if it gave none
+    };
     void run();
-    // Empty: accepted; else why not. `retry`: whether trying again may help; `wait`: how long the
-    // store asked to be left alone (its Retry-After, seconds or an HTTP date), 0 if it did not.
-    std::string send(const Item& it, const PushConfig& cfg, bool& retry, std::chrono::milliseconds& wait);
+    Sent send(const Item& it, const PushConfig& cfg);
     void trim_locked();
+    void done_locked(const Queued& q);  // it leaves the queue's byte count
+    void give_up_locked(const Queued& q, const std::string& why);
+    void failed_locked(const Sent& s);
+    void succeeded_locked();
+    void say(const std::string& line) const;
 
     std::unique_ptr<PushProtocol> protocol_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     PushConfig cfg_;
-    std::deque<std::shared_ptr<const Item>> queue_;
+    std::deque<Queued> queue_;
+    uint64_t next_seq_ = 0;
     std::shared_ptr<const Item> inflight_;  // taken off the queue while it is being sent
     PushCounters c_;
+    // The store as a whole: failed requests in a row, and when it is tried again.
+    unsigned failed_in_row_ = 0;
+    Clock::time_point store_ready_{};
+    // The failure lines: the cause last said, when, and what happened since.
+    struct {
+        bool failing = false, said = false;  // the last request failed; a line said so
+        std::string cause;
+        Clock::time_point at{};
+        uint64_t unsaid = 0;        // failures since the last line
+        uint64_t given_up_unsaid = 0;
+        Clock::time_point given_up_at{};
+    } lines_;
     bool stop_ = false;
+    std::atomic<bool> abort_{false};  // read by libcurl's progress callback: ends a request in flight
     void* curl_ = nullptr;  // CURL*, used by the sending thread only
     std::thread thread_;
 };
