@@ -15,36 +15,16 @@
 
 #include "agent/push_protocol.hpp"
 #include "agent/sinks.hpp"
+#include "agent_fixtures.hpp"
 #include "harness.hpp"
 
 namespace bbt {
 namespace {
 
-namespace fs = std::filesystem;
 using bb::agent::FinishedProfile;
 using bb::agent::PushConfig;
 using bb::agent::Pusher;
 using Clock = std::chrono::steady_clock;
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/bb-push-test-XXXXXX";
-        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 // This process's stderr, into a file while it lives: the Pusher's lines.
 class StderrCapture {

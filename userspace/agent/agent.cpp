@@ -488,6 +488,7 @@ void Agent::write_stats() const {
         j[prefix + "push_failures"] = pc.failures;
         j[prefix + "push_dropped"] = pc.dropped;
         j[prefix + "push_rejected"] = pc.rejected;
+        j[prefix + "push_given_up"] = pc.given_up;
         j[prefix + "push_last_error"] = pc.last_error;
         j[prefix + "queue_bytes"] = pc.queue_bytes;
         j[prefix + "queue_profiles"] = pc.queue_profiles;
@@ -514,6 +515,7 @@ void Agent::write_stats() const {
             metric(p + "push_failures_total", "counter", "push attempts to " + store + " that failed", j[p + "push_failures"]);
             metric(p + "push_dropped_total", "counter", "profiles dropped from the full queue to " + store, j[p + "push_dropped"]);
             metric(p + "push_rejected_total", "counter", "profiles " + store + " refused (not sent again)", j[p + "push_rejected"]);
+            metric(p + "push_given_up_total", "counter", "profiles given up after their tries or age", j[p + "push_given_up"]);
             metric(p + "queue_bytes", "gauge", "bytes of profiles waiting for " + store, j[p + "queue_bytes"]);
             metric(p + "queue_profiles", "gauge", "profiles waiting for " + store, j[p + "queue_profiles"]);
         }
@@ -599,8 +601,8 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         if (!p) continue;
         p->flush(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
         PushCounters pc = p->counters();
-        sent += fmt::format(", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} left unsent",
-                            pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.queue_profiles);
+        sent += fmt::format(", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} given up, {} left unsent",
+                            pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.given_up, pc.queue_profiles);
     }
     write_stats();
     log(fmt::format("stopped: {} profiles{}", c_.profiles, sent));

@@ -399,6 +399,7 @@ Pusher::Sent Pusher::send(const Item& it, const PushConfig& cfg) {
     }
     s.cause = fmt::format("HTTP {}", status);
     s.detail = s.cause;
+    s.answered = true;
     if (status == 401 || status == 403) {
         s.auth = true;
         s.detail += cfg.auth_file.empty() ? ": the store wants credentials"
@@ -457,7 +458,7 @@ void Pusher::run() {
             queue_.push_front(std::move(q));
             break;
         }
-        q.tries++;
+        if (s.result != Sent::failed || s.answered) q.tries++;
         if (s.result == Sent::delivered) {
             c_.pushed++;
             done_locked(q);
@@ -478,7 +479,7 @@ void Pusher::run() {
             // One failure alone may be this profile's: the next one is sent at once. Failures
             // in a row are the store's: it is left alone, longer each time.
             store_ready_ = Clock::now() + backoff(++failed_in_row_, 1, s.wait, cfg.max_backoff);
-            if (q.tries >= (s.auth ? std::min(kAuthTries, cfg.max_tries) : cfg.max_tries)) {
+            if (s.answered && q.tries >= (s.auth ? std::min(kAuthTries, cfg.max_tries) : cfg.max_tries)) {
                 give_up_locked(q, s.detail);
             } else {
                 q.next_try = Clock::now() + backoff(q.tries, 0, s.wait, cfg.max_backoff);

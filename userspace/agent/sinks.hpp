@@ -124,6 +124,10 @@ private:
         std::string cause;   // a failure's kind ("HTTP 500", "connection refused"): a new one is said at once
         std::string detail;  // what it was, for the lines and last_error; never a credential
         bool auth = false;   // 401 or 403: given up after a few tries
+        // The store answered with a status: the failure may be this profile's, and counts
+        // towards its tries. One with no answer (no connection, a timeout, a local file) is the
+        // store's or the agent's: the profile waits, bounded by max_age and the queue's bytes.
+        bool answered = false;
         std::chrono::milliseconds wait{0};  // the store's Retry-After, 0 if it gave none
     };
     void run();
