@@ -31,6 +31,7 @@ packages=(
   libcap2-bin                                 # capsh: the non-root capability tests
   libcurl4-openssl-dev                        # beam-bpf-agent: pushes to Pyroscope
   libmicrohttpd-dev                           # beam-bpf-agent: its /metrics on localhost
+  libre2-dev                                  # beam-bpf-agent: --match in linear time (RE2)
   yamllint                                    # packaging/check.py: the DaemonSet example
   rabbitmq-server python3-pika ejabberd       # real applications: bench/rabbitmq.py, tests/integration/apps_test.cpp
 )

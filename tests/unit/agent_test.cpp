@@ -5,12 +5,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
+#include "agent/agent.hpp"
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
+#include "agent/matcher.hpp"
 #include "agent/push_protocol.hpp"
 #include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
@@ -66,6 +70,205 @@ TEST(AgentDiscovery, CleanRemovesControlBytes) {
 TEST(AgentDiscovery, ReadsThisProcessAsNotABeam) {
     EXPECT_FALSE(read_beam("/proc", getpid()));
     EXPECT_FALSE(read_beam("/proc", 0));
+}
+
+TEST(AgentDiscovery, PodUidFromTheKubeletsCgroupPaths) {
+    const std::string uid = "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d", id(64, 'a');
+    // The systemd cgroup driver: the uid's dashes as underscores, in each QoS class's form.
+    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-" + id + ".scope"), uid);
+    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/crio-" + id + ".scope"), uid);
+    // cgroupfs: with dashes, the container's directory below.
+    EXPECT_EQ(pod_uid("/kubepods/besteffort/pod" + uid + "/" + id), uid);
+    EXPECT_EQ(pod_uid("/kubepods/pod" + uid + "/" + id), uid);
+    EXPECT_EQ(pod_uid("/kubepods/pod" + uid), uid);
+    // Not a pod's.
+    EXPECT_EQ(pod_uid("/system.slice/pod" + uid + ".service"), "");  // no kubepods
+    EXPECT_EQ(pod_uid("/kubepods/burstable/pod1a2b3c4d-5e6f"), "");   // no whole uid
+    EXPECT_EQ(pod_uid("/kubepods/burstable/xpod" + uid), "");
+    EXPECT_EQ(pod_uid("/kubepods/burstable/pod" + uid + "x"), "");
+    EXPECT_EQ(pod_uid("/kubepods/burstable/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6g"), "");  // g
+    EXPECT_EQ(pod_uid(""), "");
+}
+
+TEST(AgentDiscovery, ParsedTextsKeepOnlyWhatNamesTheVm) {
+    // As /proc has them: each string ended by a NUL.
+    auto nul_ended = [](std::initializer_list<std::string> items) {
+        std::string out;
+        for (const std::string& i : items) out += i + '\0';
+        return out;
+    };
+    ProcTexts t;
+    t.exe = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";
+    t.stat = "42 (beam.smp) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 30 0 123456 0 0";
+    t.cmdline = nul_ended({"beam.smp", "--", "-sname", "rabbit"});
+    t.environ = nul_ended({"PATH=/bin", "SECRET_KEY=hunter2", "POD_NAME=shop-7d9c-x", "POD_NAMESPACE=prod", "RELEASE_NAME=shop"});
+    t.cgroup = "1:name=systemd:/old\n0::/kubepods/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d/" + std::string(64, 'c') + "\n";
+    t.status = "Name:\tbeam.smp\nNSpid:\t42\t1\n";
+    auto p = parse_beam(42, t);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->start_time, 123456u);
+    EXPECT_EQ(p->argv, (std::vector<std::string>{"beam.smp", "--", "-sname", "rabbit"}));
+    EXPECT_EQ(p->env, (std::vector<std::string>{"POD_NAME=shop-7d9c-x", "POD_NAMESPACE=prod", "RELEASE_NAME=shop"}));
+    EXPECT_EQ(p->ns_pid, 1);
+    const VmLabels l = labels_of(*p);
+    EXPECT_EQ(l.node, "rabbit");
+    EXPECT_EQ(l.release, "shop");
+    EXPECT_EQ(l.pod_name, "shop-7d9c-x");
+    EXPECT_EQ(l.pod_namespace, "prod");
+    EXPECT_EQ(l.pod_uid, "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d");
+    EXPECT_EQ(l.container_id, std::string(64, 'c'));
+    t.exe = "/usr/bin/sleep";
+    EXPECT_FALSE(parse_beam(42, t));
+    t.exe = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";
+    t.stat = "42 (beam.smp) S";  // cut short: no start time, no VM
+    EXPECT_FALSE(parse_beam(42, t));
+}
+
+TEST(AgentMatcher, SearchesCommandLineNodeAndCgroup) {
+    BeamProcess p;
+    p.argv = {"/usr/lib/erlang/erts-13.1.5/bin/beam.smp", "--", "-sname", "rabbit"};
+    VmLabels l;
+    l.node = "rabbit@host1";
+    l.cgroup = "/kubepods/burstable/pod1/abc";
+    EXPECT_TRUE(Matcher({}).wanted(p, l));  // no pattern: every VM
+    EXPECT_TRUE(Matcher({"rabbit@"}).wanted(p, l));   // the node name
+    EXPECT_TRUE(Matcher({"/kubepods"}).wanted(p, l)); // the cgroup path
+    EXPECT_TRUE(Matcher({"-sname rabbit$"}).wanted(p, l));  // the command line, joined by spaces
+    EXPECT_TRUE(Matcher({"nope", "erts-13"}).wanted(p, l));  // any of them
+    EXPECT_FALSE(Matcher({"bbx@.*"}).wanted(p, l));
+    EXPECT_FALSE(Matcher({"^rabbit$"}).wanted(p, l));
+    // Only the first 4 KiB of the command line count.
+    p.argv = {"beam.smp", std::string(kMatchedCmdline, 'x'), "-sname", "late"};
+    l = {};
+    EXPECT_FALSE(Matcher({"late"}).wanted(p, l));
+    EXPECT_EQ(joined_cmdline(p.argv).size(), kMatchedCmdline);
+    EXPECT_EQ(joined_cmdline({"a", "b"}), "a b");
+}
+
+TEST(AgentMatcher, InvalidPatternsAreErrors) {
+    EXPECT_EQ(Matcher::error("rabbit@"), "");
+    EXPECT_EQ(Matcher::error("bbx@.*"), "");
+    EXPECT_NE(Matcher::error("(unclosed"), "");
+    EXPECT_NE(Matcher::error("a{2,1}"), "");
+    EXPECT_NE(Matcher::error("(a)\\1"), "");  // backreferences: RE2 has none, on purpose
+    EXPECT_THROW(Matcher({"ok", "[z-a]"}), UserError);
+}
+
+// The crash of issue 32: std::regex recursed once per character of a 40 KB command line. RE2
+// is linear in the text, patterns that backtrack without end elsewhere included.
+TEST(AgentMatcher, HugeCommandLinesAndPathologicalPatternsTakeLinearTime) {
+    BeamProcess p;
+    p.argv = {"/x/z", std::string(64 * 1024, 'a'), std::string(64 * 1024, 'x')};
+    VmLabels l;
+    l.cgroup = std::string(1024, 'a');
+    const std::vector<std::string> patterns{"(a*)*b", "(a|aa)*c", "(x+x+)+y", "^(a|a?)+b$", "rabbit@", "/kubepods", "bbx@.*"};
+    const Matcher m(patterns);
+    const std::string all_a(64 * 1024, 'a'), all_x(64 * 1024, 'x');
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; i++) {
+        EXPECT_FALSE(m.wanted(p, l));
+        EXPECT_FALSE(m.found({all_a, all_x}));  // the whole 64 KiB, uncapped
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 2.0) << "10 rounds of 7 patterns over 2 x 64 KiB texts took " << s << " s";
+    // Linear: 8 times the text is at most ~8 times the time (16 with slack for the timer).
+    const std::string big(512 * 1024, 'a');
+    auto timed = [&](const std::string& text) {
+        const auto a = std::chrono::steady_clock::now();
+        for (int i = 0; i < 5; i++) EXPECT_FALSE(m.found({text}));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    };
+    const double small_s = timed(all_a), big_s = timed(big);
+    EXPECT_LT(big_s, 16 * small_s + 0.05) << small_s << " s for 64 KiB, " << big_s << " s for 512 KiB";
+}
+
+TEST(AgentLabels, ServiceNameFromConfigurationThenTheTarget) {
+    AgentConfig cfg;
+    VmLabels l;
+    l.node = "rabbit@h";
+    l.release = "rabbitmq";
+    std::string source;
+    EXPECT_EQ(service_name(cfg, l, &source), "rabbitmq");
+    EXPECT_EQ(source, "release name");
+    l.release.clear();
+    EXPECT_EQ(service_name(cfg, l, &source), "rabbit@h");
+    EXPECT_EQ(source, "node name");
+    cfg.service = "queue";
+    EXPECT_EQ(service_name(cfg, l, &source), "queue");
+    EXPECT_EQ(source, "");
+    cfg.service_by_node["rabbit@h"] = "queue-h";
+    EXPECT_EQ(service_name(cfg, l, &source), "queue-h");
+    EXPECT_EQ(source, "");
+    // target_names=false: what the target says of itself is no service name.
+    cfg = {};
+    cfg.target_names = false;
+    l.release = "rabbitmq";
+    EXPECT_EQ(service_name(cfg, l, &source), "beam.smp");
+    EXPECT_EQ(source, "");
+    cfg.service_by_node["rabbit@h"] = "queue-h";
+    EXPECT_EQ(service_name(cfg, l, &source), "queue-h");
+    cfg = {};
+    EXPECT_EQ(service_name(cfg, VmLabels{}, &source), "beam.smp");
+    EXPECT_EQ(source, "");
+}
+
+// Pyroscope makes a series of each distinct label set: what changes at a restart (pids, container,
+// cgroup path, pod name and uid) stays out of them, and goes to the OTLP resource.
+TEST(AgentLabels, SeriesLabelsAreTheSameAcrossRestarts) {
+    auto run = [](pid_t pid, const std::string& container, const std::string& pod, const std::string& uid) {
+        VmLabels l;
+        l.node = "rabbit@rabbitmq-0";
+        l.release = "rabbit";
+        l.container_id = container;
+        l.cgroup = "/kubepods/pod" + uid + "/" + container;
+        l.pod_uid = uid;
+        l.pod_name = pod;
+        l.pod_namespace = "queues";
+        return label_sets(l, "rabbit", "release name", "host1", pid, 1, 26, "14.2", {{"env", "prod"}});
+    };
+    const VmLabelSets a = run(100, std::string(64, 'a'), "rabbitmq-7d9c-aaaaa", "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d");
+    const VmLabelSets b = run(200, std::string(64, 'b'), "rabbitmq-7d9c-bbbbb", "9a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d");
+    EXPECT_EQ(a.series, b.series);
+    EXPECT_EQ(pyroscope_name("rabbit", a.series),
+              "rabbit{service_name=rabbit,service_source=target,host=host1,node=rabbit@rabbitmq-0,release=rabbit,otp_release=26,"
+              "erts_version=14.2,k8s_namespace=queues,env=prod}");
+    std::map<std::string, std::string> res(a.resource.begin(), a.resource.end());
+    EXPECT_EQ(res["os_pid"], "100");
+    EXPECT_EQ(res["ns_pid"], "1");
+    EXPECT_EQ(res["container_id"], std::string(64, 'a'));
+    EXPECT_EQ(res["k8s.pod.name"], "rabbitmq-7d9c-aaaaa");
+    EXPECT_EQ(res["k8s.pod.uid"], "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d");
+    EXPECT_EQ(res["k8s.namespace.name"], "queues");
+    EXPECT_EQ(res["node"], "rabbit@rabbitmq-0");
+    // As the OTLP resource: the semantic conventions' names.
+    std::set<std::string> keys;
+    for (const OtlpAttribute& attr : otlp_resource(a.resource)) keys.insert(attr.first);
+    for (const char* k : {"process.pid", "process.vpid", "container.id", "process.linux.cgroup", "k8s.pod.uid",
+                          "k8s.pod.name", "k8s.namespace.name", "service.name", "beam.node"})
+        EXPECT_TRUE(keys.count(k)) << k;
+}
+
+TEST(AgentLabels, RegisteredProcessLabelsAreCapped) {
+    // 10,000 processes: 1,000 registered under 1,000 names (every tenth), most samples first.
+    std::unordered_map<uint64_t, uint64_t> samples;
+    for (uint64_t pid = 1; pid <= 10'000; pid++)
+        if (pid % 10 == 0) samples[pid] = pid;  // pid 10,000 has the most
+    auto name = [](uint64_t pid) { return pid % 10 == 0 ? "reg_" + std::to_string(pid) : std::string(); };
+    const auto labels = registered_labels(samples, name, 50);
+    std::set<std::string> values;
+    for (const auto& [pid, v] : labels) values.insert(v);
+    EXPECT_EQ(values.size(), 50u);
+    EXPECT_TRUE(values.count("reg_10000"));
+    EXPECT_TRUE(values.count("reg_9510"));   // the 50th most sampled
+    EXPECT_FALSE(values.count("reg_9500"));  // the 51st: "other"
+    // Two processes under one name (one after the other) are one value; unnamed ones are "other".
+    samples = {{1, 5}, {2, 5}, {3, 100}};
+    auto same = [](uint64_t pid) { return pid == 3 ? std::string() : std::string("server"); };
+    const auto two = registered_labels(samples, same, 1);
+    EXPECT_EQ(two.size(), 2u);
+    EXPECT_EQ(two.at(1), "server");
+    EXPECT_FALSE(two.count(3));
+    EXPECT_TRUE(registered_labels(samples, same, 0).empty());
 }
 
 TEST(AgentSinks, PyroscopeName) {

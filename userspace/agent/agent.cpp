@@ -6,13 +6,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -76,6 +76,63 @@ uint64_t rss_kib() {
 
 }  // namespace
 
+std::string service_name(const AgentConfig& cfg, const VmLabels& l, std::string* source) {
+    if (source) source->clear();
+    if (auto it = cfg.service_by_node.find(l.node); !l.node.empty() && it != cfg.service_by_node.end()) return it->second;
+    if (!cfg.service.empty()) return cfg.service;
+    // Any local user can start a beam.smp that calls itself anything: a name the target chose is
+    // used only if allowed, and says where it came from.
+    if (cfg.target_names && (!l.release.empty() || !l.node.empty())) {
+        if (source) *source = l.release.empty() ? "node name" : "release name";
+        return l.release.empty() ? l.node : l.release;
+    }
+    return "beam.smp";
+}
+
+std::unordered_map<uint64_t, std::string> registered_labels(const std::unordered_map<uint64_t, uint64_t>& samples,
+                                                            const std::function<std::string(uint64_t)>& name, size_t cap) {
+    std::map<std::string, uint64_t> by_name;
+    for (const auto& [pid, n] : samples)
+        if (std::string text = name(pid); !text.empty()) by_name[text] += n;
+    // The most sampled names, ties by name: the same VM gives the same labels.
+    std::vector<std::pair<std::string, uint64_t>> ranked(by_name.begin(), by_name.end());
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (ranked.size() > cap) ranked.resize(cap);
+    std::set<std::string> kept;
+    for (const auto& [text, n] : ranked) kept.insert(text);
+    std::unordered_map<uint64_t, std::string> out;
+    for (const auto& [pid, n] : samples)
+        if (std::string text = name(pid); kept.count(text)) out.emplace(pid, std::move(text));
+    return out;
+}
+
+VmLabelSets label_sets(const VmLabels& l, const std::string& service, const std::string& service_source,
+                       const std::string& host, pid_t os_pid, pid_t ns_pid, int otp_release,
+                       const std::string& erts_version, const Labels& configured) {
+    VmLabelSets out;
+    out.series = {{"service_name", service},
+                  {"service_source", service_source.empty() ? "" : "target"},
+                  {"host", host},
+                  {"node", l.node},
+                  {"release", l.release},
+                  {"otp_release", std::to_string(otp_release)},
+                  {"erts_version", erts_version},
+                  // A Deployment's pods are renamed at each restart, their namespace is not.
+                  {"k8s_namespace", l.pod_namespace}};
+    for (const auto& kv : configured) out.series.push_back(kv);
+    for (const auto& [k, v] : out.series)
+        out.resource.emplace_back(k == "k8s_namespace" ? "k8s.namespace.name" : k, v);
+    // Keys otlp_resource maps to the semantic conventions' names, or already those names.
+    const Labels per_restart{{"os_pid", std::to_string(os_pid)},
+                             {"ns_pid", ns_pid && ns_pid != os_pid ? std::to_string(ns_pid) : ""},
+                             {"container_id", l.container_id},
+                             {"cgroup", l.cgroup},  // holds the container id and the pod uid
+                             {"k8s.pod.name", l.pod_name},
+                             {"k8s.pod.uid", l.pod_uid}};
+    out.resource.insert(out.resource.end(), per_restart.begin(), per_restart.end());
+    return out;
+}
+
 struct Agent::Followed {
     BeamProcess proc;
     VmLabels labels;
@@ -85,6 +142,8 @@ struct Agent::Followed {
     // Process names of this interval only: the session's own table keeps every pid it ever named,
     // which a VM that spawns processes all day would grow without bound.
     std::optional<ProcessNames> names;
+    // Registered processes of this interval: pid term -> samples (--process-labels registered).
+    std::unordered_map<uint64_t, uint64_t> registered;
     Aggregator agg;
     RunStats st;
     uint64_t interval_start_ns = 0, interval_start_unix_ns = 0, last_check_ns = 0, profiles = 0;
@@ -107,6 +166,7 @@ struct Agent::Followed {
         s->sym.frames(r, frames);
         Who who = who_of(r);
         if (who.erl_pid) names->name(r);  // read now, while the process is likely alive
+        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
         agg.add(frames, 1, who);
     }
     void handle_alloc(const bb_record& r) {
@@ -117,6 +177,7 @@ struct Agent::Followed {
         if (!r.alloc_words) return;
         a.s->sym.frames(r, a.frames);
         if (who.erl_pid) names->name(r);
+        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
         add_alloc(r, a.frames, who, a.strata, a.agg);
         a.samples++;
     }
@@ -132,7 +193,7 @@ struct Agent::Followed {
     }
 };
 
-Agent::Agent(AgentConfig cfg) {
+Agent::Agent(AgentConfig cfg) : matcher_(cfg.match) {
     check(cfg);
     shared_.max_vms = kMaxVms;
     if (cfg.host.empty()) {
@@ -156,26 +217,7 @@ Agent::Agent(AgentConfig cfg) {
 
 Agent::~Agent() = default;
 
-std::string Agent::service_of(const VmLabels& l) const {
-    if (auto it = cfg_.service_by_node.find(l.node); !l.node.empty() && it != cfg_.service_by_node.end()) return it->second;
-    if (!cfg_.service.empty()) return cfg_.service;
-    if (!l.release.empty()) return l.release;
-    if (!l.node.empty()) return l.node;
-    return "beam.smp";
-}
-
-bool Agent::wanted(const BeamProcess& p, const VmLabels& l) const {
-    if (cfg_.match.empty()) return true;
-    std::string cmdline;
-    for (const std::string& a : p.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
-    for (const std::string& m : cfg_.match) {
-        std::regex re(m);
-        if (std::regex_search(cmdline, re) || (!l.node.empty() && std::regex_search(l.node, re)) ||
-            (!l.cgroup.empty() && std::regex_search(l.cgroup, re)))
-            return true;
-    }
-    return false;
-}
+bool Agent::wanted(const BeamProcess& p, const VmLabels& l) const { return matcher_.wanted(p, l); }
 
 void Agent::scan(uint64_t now_ns) {
     std::vector<BeamProcess> beams = find_beams();
@@ -220,10 +262,17 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         // Created at the first attach that needs it, for every VM after: each file's rows are
         // held once (native/unwind_store.hpp).
         if (cfg_.native_depth && !shared_.unwind) shared_.unwind = SharedUnwind::create(cfg_.unwind_rows);
+        std::string source;
+        const std::string service = service_of(l, &source);
         f->s->start(sampler_config(f->o),
-                    fmt::format("node {}, service {}, cgroup {}{}; {}", l.node.empty() ? "-" : l.node, service_of(l),
+                    fmt::format("node {}, service {}{}, cgroup {}{}{}; {}", l.node.empty() ? "-" : l.node, service,
+                                source.empty() ? "" : " (from the target's " + source + ")",
                                 l.cgroup.empty() ? "-" : l.cgroup,
                                 l.container_id.empty() ? "" : ", container " + l.container_id.substr(0, 12),
+                                l.pod_name.empty() && l.pod_uid.empty()
+                                    ? ""
+                                    : fmt::format(", pod {}/{} ({})", l.pod_namespace.empty() ? "-" : l.pod_namespace,
+                                                  l.pod_name.empty() ? "-" : l.pod_name, l.pod_uid.empty() ? "-" : l.pod_uid),
                                 describe_event(f->o)),
                     &shared_);
     } catch (const std::exception& e) {
@@ -310,6 +359,7 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     f.agg.clear();
     if (f.alloc) f.alloc->agg.clear();
     f.names.emplace(f.s->vm, false);
+    f.registered.clear();
     f.interval_start_unix_ns += now_ns - f.interval_start_ns;
     f.interval_start_ns = now_ns;
     f.profiles++;
@@ -317,7 +367,8 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
 
 void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggregator& agg, uint64_t now_ns) {
     const VmLabels& l = f.labels;
-    const std::string service = service_of(l);
+    std::string source;
+    const std::string service = service_of(l, &source);
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {}){}{}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
                           l.node.empty() ? "" : " node " + l.node, kind == "alloc" ? ", words allocated" : "");
@@ -326,26 +377,27 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     m.period_ns = kind == "alloc" ? 0 : f.o.ns_per_sample;
     m.start_unix_ns = f.interval_start_unix_ns;
     m.duration_ns = now_ns - f.interval_start_ns;
-    m.pid_text = [&](uint64_t pid) { return s.vm.format_pid(pid); };
-    m.process_text = [&](uint64_t pid) { return f.names->known(pid); };
-    m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
+    // Sample labels: Pyroscope makes a series of each distinct set of them, so by default none
+    // of process identity (pid and scheduler labels made a series of nearly every sample).
+    std::unordered_map<uint64_t, std::string> process_label;
+    if (cfg_.process_labels == "registered") {
+        process_label = registered_labels(f.registered, [&](uint64_t pid) { return f.names->known(pid); },
+                                          cfg_.process_label_cap);
+        m.process_text = [&](uint64_t pid) {
+            auto it = process_label.find(pid);
+            return it == process_label.end() ? std::string("other") : it->second;
+        };
+    }
     Profile prof = agg.profile(s.sym.frames(), m);
 
+    const VmLabelSets sets = label_sets(l, service, source, host_, f.proc.pid, f.proc.ns_pid,
+                                        s.vm.build().otp_release, s.vm.build().erts_version, cfg_.labels);
     FinishedProfile fp;
     fp.kind = kind;
     fp.dir_name = f.dir_name;
     fp.service = service;
-    fp.labels = {{"service_name", service},
-                 {"host", host_},
-                 {"os_pid", std::to_string(f.proc.pid)},
-                 {"ns_pid", f.proc.ns_pid && f.proc.ns_pid != f.proc.pid ? std::to_string(f.proc.ns_pid) : ""},
-                 {"node", l.node},
-                 {"release", l.release},
-                 {"otp_release", std::to_string(s.vm.build().otp_release)},
-                 {"erts_version", s.vm.build().erts_version},
-                 {"container_id", l.container_id},
-                 {"cgroup", l.cgroup}};
-    for (const auto& kv : cfg_.labels) fp.labels.push_back(kv);
+    fp.labels = sets.series;
+    // Every sample carries them too (the files say whose they are): no series more.
     for (const auto& [k, v] : fp.labels)
         if (!v.empty()) prof.labels.emplace_back(k, v);
     fp.start_unix_ns = m.start_unix_ns;
@@ -356,7 +408,7 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     write_report(prof, Format::pprof, os, {});
     fp.pprof_gz = std::move(os).str();
     // Gzipped (OTLP/HTTP's Content-Encoding: gzip), in the queue too: 40% of the bytes of small profiles.
-    if (otlp_) fp.otlp = gzip(otlp_request(prof, otlp_resource(fp.labels)));
+    if (otlp_) fp.otlp = gzip(otlp_request(prof, otlp_resource(sets.resource)));
     c_.profiles++;
     if (dir_) {
         try {
@@ -404,6 +456,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
 
 void Agent::apply(AgentConfig cfg) {
     check(cfg);
+    Matcher matcher(cfg.match);
     std::vector<std::string> kept;
     if (cfg.every != cfg_.every) kept.push_back("every");
     if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
@@ -425,6 +478,7 @@ void Agent::apply(AgentConfig cfg) {
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
     if (dir_) dir_->set_retention(retention_of(cfg));
     cfg_ = std::move(cfg);
+    matcher_ = std::move(matcher);
     host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);
     log(fmt::format("configuration reloaded{}", kept.empty() ? "" : "; needs a restart to change: " + fmt::format("{}", fmt::join(kept, ", "))));
     std::vector<pid_t> unwanted;

@@ -18,10 +18,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "agent/config.hpp"
 #include "agent/discovery.hpp"
+#include "agent/matcher.hpp"
 #include "agent/metrics.hpp"
 #include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
@@ -42,6 +45,31 @@ struct AgentCounters {
     uint64_t profiles = 0;        // profiles finished (written and/or queued): CPU, and allocation
     uint64_t write_errors = 0;    // profiles the directory sink could not write
 };
+
+// --process-labels registered: the `process` sample label of each registered process (pid term ->
+// registered name), given its samples in the profile: the `cap` names with the most samples keep
+// their name, every other process is "other" (its value when absent from the map). Distinct
+// values per profile: at most cap + 1, whatever the VM runs.
+std::unordered_map<uint64_t, std::string> registered_labels(const std::unordered_map<uint64_t, uint64_t>& samples,
+                                                            const std::function<std::string(uint64_t)>& name, size_t cap);
+
+// A VM's service name: configuration first (service.NODE, service), then what the target
+// supplies (its release name, else its node name) if cfg.target_names, else "beam.smp".
+// `source` (if given): "" when configured or the default, else which of the target's names it is.
+std::string service_name(const AgentConfig& cfg, const VmLabels& l, std::string* source = nullptr);
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+// A VM's profile labels, split by what they cost in a store that makes a series of each distinct
+// set (Pyroscope): `series` are the same across restarts of the VM and of its pod; `resource`
+// changes at each (pids, container id, cgroup path, pod name and uid) and goes only where it
+// costs no series: the OTLP resource, under the semantic conventions' names.
+struct VmLabelSets {
+    Labels series, resource;
+};
+// `service_source`: "" when the service name is configured, else where the target supplied it.
+VmLabelSets label_sets(const VmLabels& l, const std::string& service, const std::string& service_source,
+                       const std::string& host, pid_t os_pid, pid_t ns_pid, int otp_release,
+                       const std::string& erts_version, const Labels& configured);
 
 class Agent {
 public:
@@ -72,9 +100,10 @@ private:
     void detach(pid_t pid, const std::string& why);
     void apply(AgentConfig cfg);
     void write_stats() const;
-    std::string service_of(const VmLabels& l) const;
+    std::string service_of(const VmLabels& l, std::string* source = nullptr) const { return service_name(cfg_, l, source); }
 
     AgentConfig cfg_;
+    Matcher matcher_;  // cfg_.match compiled
     std::string host_;
     std::optional<ProfileDir> dir_;
     std::unique_ptr<Pusher> pusher_, otlp_;  // Pyroscope, OTLP

@@ -69,20 +69,34 @@ bool is_beam_exe(const std::string& exe) {
 }
 
 std::optional<BeamProcess> read_beam(const std::string& proc, pid_t pid) {
+    const std::string dir = proc + "/" + std::to_string(pid);
+    ProcTexts t;
+    char link[4096];  // PATH_MAX: readlink writes no more
+    ssize_t n = readlink((dir + "/exe").c_str(), link, sizeof link);
+    if (n <= 0) return std::nullopt;  // gone, a kernel thread, or not ours to read
+    t.exe.assign(link, static_cast<size_t>(n));
+    if (!is_beam_exe(t.exe)) return std::nullopt;  // the other files of every process are not read
+    t.stat = read_bounded(dir + "/stat", 4096);
+    t.cmdline = read_bounded(dir + "/cmdline", kMaxCmdline);
+    t.environ = read_bounded(dir + "/environ", kMaxEnviron);
+    t.cgroup = read_bounded(dir + "/cgroup", 16 * 1024);
+    t.status = read_bounded(dir + "/status", 16 * 1024);
+    return parse_beam(pid, t);
+}
+
+std::optional<BeamProcess> parse_beam(pid_t pid, const ProcTexts& t) {
     BeamProcess p;
     p.pid = pid;
-    const std::string dir = proc + "/" + std::to_string(pid);
-    char link[4096];
-    ssize_t n = readlink((dir + "/exe").c_str(), link, sizeof link - 1);
-    if (n <= 0) return std::nullopt;  // gone, a kernel thread, or not ours to read
-    p.exe.assign(link, static_cast<size_t>(n));
+    p.exe = t.exe;
     if (!is_beam_exe(p.exe)) return std::nullopt;
-    p.start_time = start_time_of(read_bounded(dir + "/stat", 4096));
+    p.start_time = start_time_of(t.stat);
     if (p.start_time == 0) return std::nullopt;
-    p.argv = split_nul(read_bounded(dir + "/cmdline", kMaxCmdline));
-    for (const std::string& e : split_nul(read_bounded(dir + "/environ", kMaxCmdline)))
-        if (e.starts_with("RELEASE_NAME=") || e.starts_with("REL_NAME=")) p.env.push_back(e);
-    std::string cg = read_bounded(dir + "/cgroup", 16 * 1024);
+    p.argv = split_nul(t.cmdline.substr(0, kMaxCmdline));
+    // Only the keys that name the VM are kept: the rest may hold secrets and is no business of ours.
+    for (const std::string& e : split_nul(t.environ.substr(0, kMaxEnviron)))
+        for (const char* key : kEnvKeys)
+            if (e.starts_with(key)) p.env.push_back(e.substr(0, 1024));
+    const std::string& cg = t.cgroup;
     for (size_t at = 0; at < cg.size();) {
         size_t end = cg.find('\n', at);
         if (end == std::string::npos) end = cg.size();
@@ -97,7 +111,7 @@ std::optional<BeamProcess> read_beam(const std::string& proc, pid_t pid) {
         }
         if (p.cgroup.empty()) p.cgroup = path;
     }
-    std::string status = read_bounded(dir + "/status", 16 * 1024);
+    const std::string& status = t.status;
     if (size_t at = status.find("\nNSpid:"); at != std::string::npos) {
         size_t end = status.find('\n', at + 1);
         std::string_view line(status.data() + at + 7, (end == std::string::npos ? status.size() : end) - at - 7);
@@ -128,10 +142,15 @@ std::string node_name(const std::vector<std::string>& argv) {
     return {};
 }
 
+std::string env_value(const std::vector<std::string>& env, std::string_view key) {
+    for (const std::string& e : env)
+        if (e.starts_with(key)) return e.substr(key.size());
+    return {};
+}
+
 std::string release_name(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
     for (const char* key : {"RELEASE_NAME=", "REL_NAME="})
-        for (const std::string& e : env)
-            if (e.starts_with(key) && e.size() > strlen(key)) return e.substr(strlen(key));
+        if (std::string v = env_value(env, key); !v.empty()) return v;
     std::string root, boot;
     for (size_t i = 0; i + 1 < argv.size(); i++) {
         if (argv[i] == "-root" && root.empty()) root = argv[i + 1];
@@ -155,6 +174,39 @@ std::string container_id(const std::string& cgroup) {
     return found;
 }
 
+namespace {
+
+// "1234abcd-..." (8-4-4-4-12 hex digits, '-' or '_' between): the systemd driver writes the
+// uid's dashes as underscores, a dash being its slice hierarchy's separator.
+bool is_uid(std::string_view s) {
+    if (s.size() != 36) return false;
+    for (size_t i = 0; i < 36; i++) {
+        bool sep = i == 8 || i == 13 || i == 18 || i == 23;
+        if (sep ? s[i] != '-' && s[i] != '_' : !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+std::string pod_uid(const std::string& cgroup) {
+    if (cgroup.find("kubepods") == std::string::npos) return {};
+    std::string found;
+    for (size_t at = 0; at < cgroup.size();) {
+        size_t end = cgroup.find('/', at);
+        if (end == std::string::npos) end = cgroup.size();
+        std::string_view seg(cgroup.data() + at, end - at);
+        at = end + 1;
+        if (seg.ends_with(".slice")) seg.remove_suffix(6);
+        // "pod<uid>" alone (cgroupfs) or at the end of "kubepods-<qos>-pod<uid>" (systemd).
+        if (seg.size() >= 39 && seg.substr(seg.size() - 39, 3) == "pod" && is_uid(seg.substr(seg.size() - 36)) &&
+            (seg.size() == 39 || seg[seg.size() - 40] == '-'))
+            found = seg.substr(seg.size() - 36);
+    }
+    std::replace(found.begin(), found.end(), '_', '-');
+    return found;
+}
+
 std::string clean(const std::string& text, size_t max) {
     std::string out = text.substr(0, max);
     for (char& c : out)
@@ -163,7 +215,16 @@ std::string clean(const std::string& text, size_t max) {
 }
 
 VmLabels labels_of(const BeamProcess& p) {
-    return {clean(node_name(p.argv)), clean(release_name(p.argv, p.env)), container_id(p.cgroup), clean(p.cgroup, 1024)};
+    VmLabels l;
+    l.node = clean(node_name(p.argv));
+    l.release = clean(release_name(p.argv, p.env));
+    l.container_id = container_id(p.cgroup);
+    l.cgroup = clean(p.cgroup, 1024);
+    l.pod_uid = pod_uid(p.cgroup);
+    // Kubernetes' own bounds: a pod name is a DNS subdomain (253), a namespace a label (63).
+    l.pod_name = clean(env_value(p.env, "POD_NAME="), 253);
+    l.pod_namespace = clean(env_value(p.env, "POD_NAMESPACE="), 63);
+    return l;
 }
 
 }  // namespace bb::agent
