@@ -18,33 +18,11 @@
 #include <sstream>
 #include <thread>
 
+#include "agent_fixtures.hpp"
 #include "harness.hpp"
 
 namespace bbt {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/bb-agent-labels-XXXXXX";
-        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-        chmod(tmpl, 0755);  // the fake beam.smp runs as nobody from here
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 // The label sets of a profile's samples, as `go tool pprof -traces` prints them (each sample's
 // "key:value" lines before its frames), and its sample count.
@@ -80,15 +58,6 @@ Decoded decode(const fs::path& file) {
     return out;
 }
 
-std::unique_ptr<ChildProcess> start_pyroscope(const fs::path& out, const fs::path& port_file) {
-    auto c = std::make_unique<ChildProcess>(std::vector<std::string>{
-        "python3", std::string(BB_SOURCE_DIR) + "/tests/agent/pyroscope_receiver.py", "--out", out.string(),
-        "--port", "0", "--port-file", port_file.string()});
-    for (int i = 0; i < 200 && !fs::exists(port_file); i++) std::this_thread::sleep_for(50ms);
-    if (!fs::exists(port_file)) throw std::runtime_error("pyroscope_receiver.py did not start");
-    return c;
-}
-
 // A profile file of the VM under `out` (its directory ends in -PID), waited for.
 bool wait_profile(const fs::path& out, pid_t pid, std::chrono::milliseconds timeout) {
     for (auto end = std::chrono::steady_clock::now() + timeout; std::chrono::steady_clock::now() < end;) {
@@ -106,6 +75,7 @@ class AgentLabelsTest : public RootTest {};
 
 TEST_F(AgentLabelsTest, FakeBeamOfNobodyWithA64KiBCommandLineUnderEachExampleMatch) {
     TempDir tmp;
+    chmod(tmp.path.c_str(), 0755);  // the fake beam.smp runs as nobody from here
     const fs::path fake = tmp.path / "beam.smp";
     fs::copy_file("/bin/bash", fake);
     chmod(fake.c_str(), 0755);
@@ -146,7 +116,8 @@ TEST_F(AgentLabelsTest, FakeBeamOfNobodyWithA64KiBCommandLineUnderEachExampleMat
 TEST_F(AgentLabelsTest, TenThousandBusyProcessesMakeOneSeriesPerProfileWithoutPids) {
     TempDir tmp;
     const fs::path out = tmp.path / "profiles", recv = tmp.path / "received", port_file = tmp.path / "port";
-    auto receiver = start_pyroscope(recv, port_file);
+    fs::create_directories(recv);
+    auto receiver = start_receiver("pyroscope_receiver.py", {"--out", recv.string(), "--port", "0"}, port_file);
     ErlVm vm(debian_vm(), "bb_many:main(10000)", {"-sname", "bbmany"});
     vm.wait_line("ready", 60s);
     RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),

@@ -27,7 +27,7 @@ TEST(AgentConfigTest, EachBadValueIsRefusedInOneLine) {
         {{"--every", "1e9"}, "every"},
         {{"--max-backoff", "0"}, "max-backoff"},
         {{"--max-backoff", "nan"}, "max-backoff"},
-        {{"--queue-bytes", "10"}, "queue-bytes"},
+        {{"--queue-bytes", "0"}, "queue-bytes"},
         {{"--retention-age", "1"}, "retention-age"},
         {{"--retention-bytes", "5"}, "retention-bytes"},
         {{"--native-depth", "100000"}, "native-depth"},

@@ -249,8 +249,9 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
                 // in Pyroscope (pids, cgroup and container go to the OTLP resource alone).
                 for (const char* k : {"os_pid", "ns_pid", "cgroup", "container_id", "pid", "process", "scheduler"})
                     EXPECT_FALSE(t.labels.count(k)) << f.path() << " has a sample label " << k;
-                if (e.node == "bbagent_c")
+                if (e.node == "bbagent_c") {
                     EXPECT_EQ(t.labels.count("service_name") ? t.labels.at("service_name") : "", "svc_c") << f.path();
+                }
                 // A service named after the node (the target chose it) says so; a configured one not.
                 const std::string service = t.labels.count("service_name") ? t.labels.at("service_name") : "";
                 EXPECT_EQ(t.labels.count("service_source") ? t.labels.at("service_source") : "",
@@ -532,7 +533,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
                                     "503,503,partial", "--retry-after", "1"},
                                    port_file);
     {
-        std::ofstream(cfg) << "otlp-header=X-Test: yes\nlabel.env=otlp_test\n";
+        std::ofstream(cfg) << "otlp-headers-file=" << (tmp.path / "headers").string() << "\nlabel.env=otlp_test\n";
+        std::ofstream(tmp.path / "headers") << "X-Test: yes\n";
         std::ofstream(auth) << "Bearer t0ken\n";
     }
     // A: Debian's OTP 25 in Erlang code (split532); B: the OTP 27 build in zlib's C code,

@@ -253,6 +253,8 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     auto f = std::make_unique<Followed>();
     f->proc = p;
     f->labels = labels_of(p);
+    // POD_NAME and POD_NAMESPACE are the target's environment: as much its say as its release name.
+    if (!cfg_.target_names) f->labels.pod_name.clear(), f->labels.pod_namespace.clear();
     f->o.pid = p.pid;
     f->o.frequency = cfg_.frequency;
     f->o.native_depth = cfg_.native_depth;

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
+#include "agent/matcher.hpp"
 #include "base/error.hpp"
 #include "beam_bpf.h"
 
@@ -153,7 +153,7 @@ void check(const AgentConfig& c) {
     in_range("retention-age", c.retention_age_s, uint64_t{10}, uint64_t{366} * 24 * 3600, "seconds");
     if (!c.output_group.empty() && !getgrnam(c.output_group.c_str()))
         throw UserError(fmt::format("--output-group {}: no such group", c.output_group));
-    in_range("queue-bytes", c.push.queue_bytes, size_t{1} << 20, size_t{4} << 30, "bytes");
+    in_range("queue-bytes", c.push.queue_bytes, size_t{1}, size_t{4} << 30, "bytes (1: only the newest profile waits)");
     in_range("max-backoff", c.push.max_backoff.count() / 1000.0, 1.0, 3600.0, "seconds");
     in_range("push-tries", c.push.max_tries, 1u, 1000u, "tries");
     in_range("push-max-age", static_cast<int64_t>(c.push.max_age.count()), int64_t{10}, int64_t{86400}, "seconds");
@@ -169,13 +169,9 @@ void check(const AgentConfig& c) {
         if (access(dir.c_str(), W_OK) != 0)
             throw UserError(fmt::format("--stats {}: cannot write in {}: {}", c.stats_file, dir.string(), std::strerror(errno)));
     }
-    for (const std::string& m : c.match) {
-        try {
-            std::regex re(m);
-        } catch (const std::regex_error& e) {
-            throw UserError(fmt::format("--match {}: not a regular expression: {}", m, e.what()));
-        }
-    }
+    for (const std::string& m : c.match)
+        if (std::string e = Matcher::error(m); !e.empty())
+            throw UserError(fmt::format("--match {}: not an RE2 regular expression: {}", m, e));
     for (const auto& [option, push] : {std::pair{"--push", &c.push}, std::pair{"--otlp", &c.otlp}}) {
         if (push->url.empty()) continue;
         if (!push->url.starts_with("http://") && !push->url.starts_with("https://"))

@@ -37,8 +37,9 @@ struct AgentConfig {
     uint64_t retention_age_s = 7 * 24 * 3600;  // files older are removed, then empty VM directories
     PushConfig push;                // Pyroscope; push.url empty: no push
     PushConfig otlp;                // an OTLP/HTTP receiver of profiles; otlp.url empty: none
-    std::vector<std::string> match; // ECMAScript regexes; a VM is followed if one matches its
-                                    // command line, node name or cgroup path (none given: all)
+    std::vector<std::string> match; // RE2 patterns (linear time over target text); a VM is followed
+                                    // if one is found in its command line (its first 4 KiB), node
+                                    // name or cgroup path (none given: all)
     std::string stats_file;
     int metrics_port = -1;          // Prometheus text on 127.0.0.1:PORT/metrics (0: a free port; -1: none)
     std::string host;               // the host label; "" -> gethostname()

@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
     opt("--ca-file", "ca-file", "PEM certificates of the CAs that sign the stores' https certificates (default: the system's)");
     opt("--client-cert", "client-cert", "PEM certificate the agent shows a store that asks for one (mutual TLS)");
     opt("--client-key", "client-key", "the PEM private key of --client-cert, if not in its file (mode 0600)");
-    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB; 1 MiB to 4 GiB)");
+    opt("--queue-bytes", "queue-bytes", "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB; 1 to 4 GiB: 1 keeps only the newest)");
     opt("--max-backoff", "max-backoff", "seconds between retries of a failed push, at most (default 30; 1 to 3600)");
     opt("--push-tries", "push-tries", "a profile a store fails this many times is given up, and said (default 10; 1 to 1000)");
     opt("--push-max-age", "push-max-age", "a profile not delivered after this many seconds is given up, and said (default 3600)");
