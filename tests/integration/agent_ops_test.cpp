@@ -2,6 +2,7 @@
 // value, its secrets (credentials, headers) never in argv, logs, --check, stats, metrics or
 // files, its profiles private even of VMs other users run, and its directory bounded while VMs
 // come and go. Real VMs, real BPF, the real agent; stores are tests/agent's stand-ins.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <regex>
@@ -176,6 +177,42 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     EXPECT_NE(warned.err.find("--otlp-headers-file " + headers.string() + ": readable by every user (mode 0604)"),
               std::string::npos) << describe(warned);
     no_secret("the warning", warned.err);
+}
+
+// A store that takes the connection and never answers: a SIGHUP meanwhile does not hold up the
+// files (a new profile each second goes on being written), and SIGTERM ends the agent within
+// the 5 s the README promises, measured from the signal to its exit.
+TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles", port_file = tmp.path / "port", log = tmp.path / "requests.log";
+    auto store = start_receiver("faulty_store.py", {"--log", log.string(), "--port", "0", "--hang"}, port_file);
+    ErlVm vm(debian_vm(), "bb_work:main(busy2)", {"-bbops_hang"});
+    vm.wait_line("ready", 60s);
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "1", "--output", out.string(), "--match", "bbops_hang",
+                                                      "--push", "http://127.0.0.1:" + slurp(port_file)});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
+    auto files = [&] {
+        size_t n = 0;
+        std::error_code ec;
+        for (auto it = fs::recursive_directory_iterator(out, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
+            n += it->path().string().ends_with(".pb.gz");
+        return n;
+    };
+    for (int i = 0; i < 100 && !fs::exists(log); i++) std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(fs::exists(log)) << "no request reached the store";  // one is in flight, hanging
+    kill(agent.pid, SIGHUP);
+    const size_t at_reload = files();
+    std::this_thread::sleep_for(2500ms);
+    EXPECT_GE(files(), at_reload + 2) << "profiles stopped while a request hung after SIGHUP";
+    const auto signalled = std::chrono::steady_clock::now();
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    std::cout << "SIGTERM with a request hanging: the agent exited in " << took << " s\n";
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_LT(took, 5.0) << r.err;
+    EXPECT_NE(r.err.find("left unsent"), std::string::npos) << r.err;
 }
 
 // VMs that come and go every few seconds for 40 s, profiled each second, files kept 10 s: the

@@ -647,15 +647,18 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         timespec ts{0, 100'000'000};
         nanosleep(&ts, nullptr);
     }
+    // The agent is gone within 5 s of SIGTERM whatever the stores do: the VMs' last intervals,
+    // then both queues' last pushes until 3.5 s after the signal (their threads send at the same
+    // time), then a request still in flight is aborted (libcurl checks within a second).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(3500);
     std::vector<pid_t> pids;
     for (const auto& [pid, f] : vms_) pids.push_back(pid);
     for (pid_t pid : pids) detach(pid, "the agent stops");
-    // One deadline of 5 s for both queues: their threads send at the same time.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     std::string sent;
     for (const auto& [name, p] : {std::pair{"", pusher_.get()}, std::pair{" to OTLP", otlp_.get()}}) {
         if (!p) continue;
-        p->flush(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+        p->flush(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            deadline - std::chrono::steady_clock::now())));
         PushCounters pc = p->counters();
         sent += fmt::format(", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} given up, {} left unsent",
                             pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.given_up, pc.queue_profiles);
