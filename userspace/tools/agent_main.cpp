@@ -80,7 +80,8 @@ int run(int argc, char** argv) {
     opt("--push-tries", "push-tries", "a profile a store fails this many times is given up, and said (default 10; 1 to 1000)");
     opt("--push-max-age", "push-max-age", "a profile not delivered after this many seconds is given up, and said (default 3600)");
     opt("--match", "match",
-        "follow only VMs whose command line, node name or cgroup path this regular expression finds (repeatable)")
+        "follow only VMs in whose command line (its first 4 KiB), node name or cgroup path this RE2 pattern is "
+        "found (repeatable)")
         ->allow_extra_args(false);
     opt("--stats", "stats", "counters as JSON, rewritten every second");
     opt("--metrics", "metrics", "the counters in Prometheus' text format on http://127.0.0.1:PORT/metrics (0: a free port, said on stderr)");
