@@ -16,12 +16,7 @@ namespace bbt {
 
 namespace fs = std::filesystem;
 
-inline std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+inline std::string slurp(const fs::path& p) { return read_file(p.string()); }
 
 // A directory of the test's own, removed with all it holds at the end.
 struct TempDir {

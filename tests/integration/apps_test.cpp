@@ -291,7 +291,7 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
                                 "--", "sleep", std::to_string(round_s)},
                                120s);
         });
-        ToolResult r = run_tool(kSample, {"-d", std::to_string(round_s), "-F", std::to_string(hz), "--by-process",
+        ToolResult r = run_tool(kSample, {"-d", std::to_string(round_s), "-F", std::to_string(hz), "--by-pid",
                                           "--folded", "--stats", stats_file, pid},
                                 120s);
         ToolResult p = perf.get();

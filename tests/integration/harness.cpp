@@ -632,6 +632,13 @@ std::string expect_one_line_error(const ToolResult& r, const std::string& tool) 
     return lines[0];
 }
 
+std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
     std::vector<std::string> lines;
     std::istringstream in(text);

@@ -98,6 +98,9 @@ private:
     std::string seen_;  // all output
 };
 
+// A file's bytes ("" if it cannot be read).
+std::string read_file(const std::string& path);
+
 // A loopback port nobody listens on now (for a server a test starts).
 int free_port();
 

@@ -23,13 +23,6 @@ namespace {
 
 using namespace bbt;
 
-std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 std::string gunzip(const std::string& gz) {
     std::string out;
     z_stream z{};

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -156,7 +157,7 @@ TEST_P(ProcessReportTest, ByProcessMatchesTheVmsTrace) {
     const std::string names[4] = {"bb_alpha", "bb_beta", "{bb_gamma,3}", "bb_work:named_root/3"};
 
     std::string prefix = ::testing::TempDir() + "bb_by_process_" + std::to_string(getpid());
-    RunningTool t = start_tool(kTool, {"--by-process", "--format", "folded,pprof", "-o", prefix, pid_arg(erl)});
+    RunningTool t = start_tool(kTool, {"--by-pid", "--format", "folded,pprof", "-o", prefix, pid_arg(erl)});
     std::string err;
     ASSERT_TRUE(wait_stderr(t, "attached", 30s, &err)) << err;
     erl.send_line("runtime_start");
@@ -209,6 +210,36 @@ TEST_P(ProcessReportTest, ByProcessMatchesTheVmsTrace) {
     EXPECT_GT(beta, 200) << only.out;
     std::string line = expect_one_line_error(run_tool(kTool, {"--process", "bb_nobody", pid_arg(erl)}, 30s), kTool);
     EXPECT_NE(line.find("no process is registered under that name"), std::string::npos) << line;
+}
+
+// --by-process groups processes by name: 190 spinners of one initial call are one root that
+// says how many they were, the 10 registered ones a root each; the top table lists them. A
+// process's samples are its own whichever way (--by-pid: 200 roots).
+TEST_F(ReportTest, ByProcessGroupsByName) {
+    ErlVm erl("bb_many:main(200)");
+    erl.wait_line("ready");
+    const std::string prefix = ::testing::TempDir() + "bb_grouped_" + std::to_string(getpid());
+    ToolResult r = run_tool(kTool, {"-d", "3", "--by-process", "--format", "top,folded", "-o", prefix, pid_arg(erl)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::map<std::string, long> roots;
+    for (const auto& [stack, count] : parse_folded(read_file(prefix + ".folded"))) roots[split_frames(stack)[0]] += count;
+    long pool = roots["bb_many:spin/1 (190 processes)"], all = 0, registered = 0;
+    for (const auto& [root, n] : roots) {
+        all += n;
+        if (root.starts_with("bb_many_")) registered += n;
+    }
+    std::cout << roots.size() << " roots; the pool " << pool << " of " << all << " samples, the 10 registered " << registered << "\n";
+    EXPECT_LE(roots.size(), 20u) << "not grouped: " << roots.size() << " roots";
+    EXPECT_GT(pool, all * 80 / 100);  // 190 of 200 equal spinners
+    EXPECT_GT(registered, 0);
+    const std::string top = read_file(prefix + ".txt");
+    EXPECT_NE(top.find("PROCESSES"), std::string::npos) << top;
+    EXPECT_NE(top.find("bb_many:spin/1 (190 processes)"), std::string::npos) << top;
+    ToolResult per_pid = run_tool(kTool, {"-d", "2", "--by-pid", "--folded", pid_arg(erl)}, 60s);
+    ASSERT_EQ(per_pid.exit_code, 0) << describe(per_pid);
+    std::set<std::string> pid_roots;
+    for (const auto& [stack, count] : parse_folded(per_pid.out)) pid_roots.insert(split_frames(stack)[0]);
+    EXPECT_GT(pid_roots.size(), 100u) << "--by-pid: a root per process";
 }
 
 }  // namespace

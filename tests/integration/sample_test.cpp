@@ -212,7 +212,7 @@ std::vector<TopRow> parse_top(const std::string& out) {
                 lines[0].find("FUNCTION") != std::string::npos)
         << "header: " << lines[0];
     for (size_t i = 1; i < lines.size(); ++i) {
-        if (lines[i].empty()) break;  // the native code's section follows
+        if (lines[i].find("TOTAL%") != std::string::npos) break;  // the native code's section follows
         std::istringstream in(lines[i]);
         TopRow row;
         if (!(in >> row.self >> row.total >> row.function)) {

@@ -56,15 +56,23 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
     // --by-process: a root frame per process, made here rather than in the FrameTable, which
     // lives as long as the run: processes come and go by the million on a busy node.
     std::unordered_map<uint64_t, uint32_t> process_roots;  // pid term -> location
+    std::unordered_map<std::string, uint32_t> roots_by_name;  // root text -> location
+    std::unordered_map<uint32_t, size_t> pids_of_root;        // location -> processes under it
     auto process_root = [&](uint64_t pid) {
-        auto [it, added] = process_roots.try_emplace(pid, static_cast<uint32_t>(p.locations.size()));
+        auto [it, added] = process_roots.try_emplace(pid, 0);
         if (added) {
-            Function f;
-            f.kind = FrameKind::vm;
-            f.name = f.system_name = meta.process_root(pid);
-            f.mapping = "[process]";
-            p.functions.push_back(std::move(f));
-            p.locations.push_back(Location{static_cast<uint32_t>(p.functions.size() - 1)});
+            std::string name = meta.process_root(pid);
+            auto [named, first] = roots_by_name.try_emplace(name, static_cast<uint32_t>(p.locations.size()));
+            if (first) {
+                Function f;
+                f.kind = FrameKind::vm;
+                f.name = f.system_name = std::move(name);
+                f.mapping = "[process]";
+                p.functions.push_back(std::move(f));
+                p.locations.push_back(Location{static_cast<uint32_t>(p.functions.size() - 1)});
+            }
+            it->second = named->second;
+            pids_of_root[named->second]++;
         }
         return it->second;
     };
@@ -80,6 +88,8 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
         if (key.who.sched && meta.sched_text) s.scheduler = meta.sched_text(key.who.sched);
         p.samples.push_back(std::move(s));
     }
+    for (const auto& [root, n] : pids_of_root)
+        if (n > 1) p.functions[p.locations[root].function].name += " (" + std::to_string(n) + " processes)";
     return p;
 }
 

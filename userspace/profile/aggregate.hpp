@@ -30,6 +30,8 @@ struct ProfileMeta {
     std::function<std::string(uint64_t)> pid_text, process_text;
     // --by-process: the root frame of a process's samples ("my_server <0.85.0>"); unset: none.
     // Samples of no process keep their own root ("[no Erlang process]").
+    // --by-process: the root frame of a process's samples; processes of one name share it, and
+    // it says how many there were ("my_pool_worker (312 processes)").
     std::function<std::string(uint64_t)> process_root;
     std::function<std::string(uint32_t)> sched_text;
 };

@@ -76,10 +76,26 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");
     for (const auto& r : rows)
         fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
-    if (natives.empty()) return;
-    fmt::print(out, "\n{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)");
-    for (const auto& r : natives)
-        fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+    if (!natives.empty()) {
+        fmt::print(out, "\n{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%",
+                   "NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)");
+        for (const auto& r : natives)
+            fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+    }
+    // --by-process: the processes' root frames, by their share of the samples.
+    std::map<std::string, uint64_t> by_root;
+    for (const Sample& s : p.samples)
+        if (const Function& f = p.functions[p.locations[s.stack.front()].function]; f.mapping == "[process]")
+            by_root[f.name] += s.count;
+    if (by_root.empty()) return;
+    std::vector<std::pair<uint64_t, std::string>> processes;
+    for (const auto& [label, n] : by_root) processes.emplace_back(n, label);
+    std::sort(processes.begin(), processes.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    if (o.rows && processes.size() > o.rows) processes.resize(o.rows);
+    fmt::print(out, "\n{:>6}  {}\n", "TOTAL%", "PROCESSES (--by-process: one row per name; --by-pid: per process)");
+    for (const auto& [n, label] : processes) fmt::print(out, "{:6.1f}  {}\n", 100.0 * n / all, label);
 }
 
 void write_folded(const Profile& p, std::ostream& out) {

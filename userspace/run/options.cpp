@@ -84,8 +84,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "only samples of this Erlang process: a pid ('<0.85.0>') or a registered name "
                    "(my_server, MyApp.Repo), looked up when sampling starts; filtered in the kernel");
     app.add_flag("--by-process", o.by_process,
-                 "group samples by Erlang process: each stack gets a root frame naming its process "
-                 "(registered name, else process label, else initial call; then the pid), in every format");
+                 "group samples by Erlang process name: each stack gets a root frame naming its processes "
+                 "(registered name, else process label, else initial call) and how many there were, in "
+                 "every format; the top table adds a table of them");
+    app.add_flag("--by-pid", o.by_pid, "as --by-process, a root frame per process: its name and pid");
     app.add_option("--every", o.every,
                    "continuous profiling: write a report every SECONDS, each to the files -o names "
                    "with %t replaced by its start time (e.g. -o 'prof-%t.pb.gz'), for Pyroscope, Parca or "
@@ -138,6 +140,7 @@ void resolve(CommonOptions& o) {
     if (o.native_depth > BB_MAX_NATIVE_FRAMES)
         throw UserError(fmt::format("--native-depth {}: must be 0 to {}", o.native_depth, BB_MAX_NATIVE_FRAMES));
     if (o.kernel && o.only_erlang) throw UserError("--kernel adds kernel frames: not with --only-erlang");
+    if (o.by_pid) o.by_process = true;
     o.formats = formats_of(o);
     bool to_stdout = o.output.empty() || o.output == "-";
     if (o.every < 0 || (o.every > 0 && o.every < 1)) throw UserError(fmt::format("--every {}: at least 1 second", o.every));
