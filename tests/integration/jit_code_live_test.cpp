@@ -308,6 +308,14 @@ TEST(NativeSymbolsLive, ResolvesBeamSmpAndLibc) {
         ASSERT_TRUE(in_libc);
         EXPECT_EQ(in_libc->module, "libc.so.6");
         saw_libc = true;
+        // Its debug file (libc6-dbg) spells it __pthread_mutex_lock@GLIBC_2.2.5: named without.
+        auto lock = bb::ElfFile(m.path).find("__pthread_mutex_lock");
+        ASSERT_TRUE(lock);
+        if (lock->file_offset >= m.offset && lock->file_offset < m.offset + (m.end - m.start)) {
+            auto named = syms.lookup(m.start + (lock->file_offset - m.offset) + 1);
+            ASSERT_TRUE(named);
+            EXPECT_EQ(named->name, "__pthread_mutex_lock");
+        }
     }
     EXPECT_TRUE(saw_libc);
     EXPECT_FALSE(syms.lookup(0x10));

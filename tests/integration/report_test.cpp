@@ -242,4 +242,20 @@ TEST_F(ReportTest, ByProcessGroupsByName) {
     EXPECT_GT(pid_roots.size(), 100u) << "--by-pid: a root per process";
 }
 
+// A process named the way RabbitMQ names its queues (process_name in its dictionary, as
+// rabbit_misc puts it) is named so, as the VM prints the term, not by its initial call.
+TEST_F(ReportTest, RabbitMqProcessNameInTheDictionary) {
+    ErlVm erl("spawn(fun() -> put(process_name, {rabbit_amqqueue_process, {resource, <<\"/\">>, queue, "
+              "<<\"orders\">>}}), bb_many:spin(1) end), io:format(\"ready~n\"), receive stop -> ok end");
+    erl.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-d", "2", "--by-process", "--folded", pid_arg(erl)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    long named = 0, all = 0;
+    for (const auto& [stack, count] : parse_folded(r.out)) {
+        all += count;
+        if (split_frames(stack)[0] == "{rabbit_amqqueue_process,{resource,<<\"/\">>,queue,<<\"orders\">>}}") named += count;
+    }
+    EXPECT_GT(named, all / 2) << r.out;
+}
+
 }  // namespace

@@ -129,6 +129,8 @@ std::string term_layout_mismatch(const Vm& vm) {
 
 ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(raw_names), atoms_(vm) {
     terms_.read = [&vm](uint64_t addr, std::span<std::byte> dst) { return vm.mem().read(addr, dst); };
+    // A name's binaries (RabbitMQ's queue <<"orders">>) are read too: at most a label's 80 bytes.
+    terms_.read_off_heap = terms_.read;
     terms_.atom_text = [this](uint64_t atom) { return atoms_.text(atom); };
     terms_.pid_text = [&vm](uint64_t pid) { return vm.format_pid(pid); };
     terms_.layout = vm.release().terms;
@@ -194,6 +196,8 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
         auto key = atoms_.text(kv[1]);
         if (key == "$process_label") found.label = kv[2];
         else if (key == "$initial_call") found.initial_call = kv[2];
+        // RabbitMQ's name for its queue and channel processes (rabbit_misc): a label by another key.
+        else if (key == "process_name") found.process_name = kv[2];
     };
     for (uint64_t t : slots) {
         take(t);
@@ -203,7 +207,7 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
             take((*cell)[0]);
             t = (*cell)[1];
         }
-        if (found.label && found.initial_call) break;
+        if (found.label && found.initial_call && found.process_name) break;
     }
     return found;
 }
@@ -223,9 +227,10 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
     const RemoteMemory& mem = vm_.mem();
     auto same = [&] { return mem.read<uint64_t>(c_p + vm_.offsets().proc_id) == pid; };
     if (c_p && same()) {
-        auto [label, initial] = read_dictionary(c_p);
+        auto [label, initial, process_name] = read_dictionary(c_p);
         std::string text;
         if (label) text = term::text(terms_, *label).value_or("");
+        if (text.empty() && process_name) text = term::text(terms_, *process_name).value_or("");
         if (text.empty() && initial && is_boxed(*initial)) {
             auto mfa = mem.read<std::array<uint64_t, 4>>(*initial - 2);
             if (mfa && (*mfa)[0] == tuple_header(3) && is_small((*mfa)[3]))

@@ -74,10 +74,10 @@ public:
 
 private:
     std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
-    // The values of '$process_label' and '$initial_call' in the dictionary of the process at
-    // c_p, in one pass over it.
+    // The values of '$process_label', '$initial_call' and process_name (RabbitMQ's) in the
+    // dictionary of the process at c_p, in one pass over it.
     struct DictNames {
-        std::optional<uint64_t> label, initial_call;
+        std::optional<uint64_t> label, initial_call, process_name;
     };
     DictNames read_dictionary(uint64_t c_p);
 

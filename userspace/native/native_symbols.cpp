@@ -221,7 +221,9 @@ std::optional<NativeSymbol> NativeSymbols::lookup(uint64_t addr) {
     GElf_Sym sym;
     const uint64_t link_addr = addr - m.first.start + m.syms->link_base + m.syms->bias;
     if (const char* name = dwfl_module_addrinfo(m.syms->mod, link_addr, &offset, &sym, nullptr, nullptr, nullptr)) {
-        s.name = name;
+        // A debug file's .symtab spells versioned symbols "__pthread_mutex_lock@GLIBC_2.2.5":
+        // named as the source names them.
+        s.name.assign(name, std::strcspn(name, "@"));
         s.offset = offset;
         s.size = sym.st_size;
     }
