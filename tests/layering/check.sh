@@ -30,4 +30,6 @@ check no report inspect/processes.hpp
 check no inspect sampling/sampler.hpp
 check no sampling symbols/symbolizer.hpp
 check ok run run/session.hpp
+check no run find/find_vm.hpp
+check ok find agent/discovery.hpp
 exit $fail

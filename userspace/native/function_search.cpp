@@ -8,29 +8,11 @@
 
 #include <sys/sysmacros.h>
 
+#include "base/closest.hpp"
 #include "target/proc_maps.hpp"
 #include "target/target_file.hpp"
 
 namespace bb {
-
-namespace {
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-    for (size_t i = 1; i <= a.size(); i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); j++) {
-            size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
-}  // namespace
 
 std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func, bool exact) {
     auto matches = [&](const std::string& name) { return exact ? name == func : name.rfind(func, 0) == 0; };
@@ -66,13 +48,7 @@ std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func
         if (!found.empty()) break;  // the first file that has FUNC is the one meant
     }
     if (found.empty()) {
-        std::sort(all.begin(), all.end());
-        all.erase(std::unique(all.begin(), all.end()), all.end());
-        std::stable_sort(all.begin(), all.end(), [&](const std::string& a, const std::string& b) {
-            return edit_distance(func, a) < edit_distance(func, b);
-        });
-        std::string near;
-        for (size_t i = 0; i < all.size() && i < 5; i++) near += (i ? ", " : "") + all[i];
+        const std::string near = join(closest(func, std::move(all), 5));
         if (auto why = vm.missing_local_symbols(); !why.empty())
             throw UserError(fmt::format("no function {}{} in {} or its libraries: {}", func, exact ? "" : "*",
                                         vm.exe(), why));

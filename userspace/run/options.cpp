@@ -19,8 +19,18 @@ const char* event_name(Event e) {
     return "?";
 }
 
+void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::string& node) {
+    // Several words are taken (and refused in one line by find_vm) rather than left to CLI11:
+    // `$(pgrep beam.smp)` on a host with two VMs is a mistake worth its own message.
+    app.add_option("PID", targets,
+                   "OS pid of the running beam.smp; a wrapper's (erl, elixir, rabbitmq-server) or a thread's "
+                   "pid is resolved to its VM");
+    app.add_option("--node", node, "the VM whose node name (-name, -sname) is NAME, instead of a PID")
+        ->option_text("NAME");
+}
+
 void add_common_options(CLI::App& app, CommonOptions& o) {
-    app.add_option("PID", o.pid, "OS pid of the running beam.smp")->required();
+    add_target_options(app, o.targets, o.node);
     app.add_option("-F,--frequency", o.frequency,
                    "samples per second of each of the VM's threads while it runs (cpu-clock event)")
         ->capture_default_str();
@@ -43,7 +53,14 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
                    "-e alloc, words allocated (on average; default 65536)");
-    app.add_option("-d,--duration", o.duration, "seconds to run (default: until Ctrl-C, then report)");
+    // Given or not, not its value: -d 0 is a mistake, not "until Ctrl-C".
+    app.add_option_function<double>(
+        "-d,--duration",
+        [&o](double d) {
+            o.duration = d;
+            o.duration_given = true;
+        },
+        "seconds to run (default: until Ctrl-C, then report)");
     app.add_option("-t,--top", o.top,
                    "rows of the function table: Erlang functions first, each with the C code it called "
                    "(BIFs, NIFs, GC) in its SELF%, the hottest native code in a section below")
@@ -136,7 +153,9 @@ void resolve(CommonOptions& o) {
                                     o.event == Event::cycles ? "cycles" : "ns"));
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
-    if (o.duration < 0) throw UserError("-d must not be negative");
+    if (o.duration_given && !(o.duration >= kMinDuration))
+        throw UserError(fmt::format("-d {}: a duration of at least {} s; omit -d to run until Ctrl-C", o.duration,
+                                    kMinDuration));
     if (o.native_depth > BB_MAX_NATIVE_FRAMES)
         throw UserError(fmt::format("--native-depth {}: must be 0 to {}", o.native_depth, BB_MAX_NATIVE_FRAMES));
     if (o.kernel && o.only_erlang) throw UserError("--kernel adds kernel frames: not with --only-erlang");

@@ -25,13 +25,19 @@ inline bool is_alloc(Event e) { return e == Event::alloc || e == Event::alloc_gc
 // average, Go's and TCMalloc's default for heap profiles.
 constexpr uint64_t kAllocIntervalWords = 65536;
 
+// -d's least: a shorter run is too short to say anything.
+constexpr double kMinDuration = 0.1;
+
 struct CommonOptions {
-    int pid = 0;
+    std::vector<std::string> targets;  // the PID words as given (find/find_vm.hpp resolves them)
+    std::string node;                  // --node NAME instead of a PID
+    int pid = 0;                       // the beam.smp they name, set by the tool before Session
     uint64_t frequency = 999;
     uint64_t period = 0;         // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
     bool per_cpu = false;        // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
     double duration = 0;      // 0: until Ctrl-C
+    bool duration_given = false;
     size_t top = 20;
     std::string format = "top";  // report/report.hpp, comma-separated; --folded: --format folded
     bool folded = false;
@@ -55,6 +61,9 @@ struct CommonOptions {
     uint64_t ns_per_sample = 0;  // the CPU time a cpu-clock sample stands for; 0 for counts
 };
 
+// The positional PID (any number of words: find_vm refuses more than one in one line) and
+// --node NAME, for every tool that attaches to one VM.
+void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::string& node);
 void add_common_options(CLI::App& app, CommonOptions& o);
 // Checks what CLI11 cannot (ranges, combinations, -o) and fills the resolved fields;
 // throws UserError.

@@ -2,9 +2,16 @@
 
 #include <signal.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "base/clock.hpp"
 
@@ -14,6 +21,46 @@ namespace {
 std::atomic<bool> g_stop{false};
 const uint64_t g_launch_ns = monotonic_ns();  // static init: as close to exec as we get
 void on_signal(int) { g_stop = true; }
+
+// The CPU time (user + system) of every thread of `pid`, from /proc/PID/stat; -1 if unreadable.
+// It tells an idle VM (no samples: none were due) from events that never fired.
+double cpu_seconds(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char* close_paren = strrchr(buf, ')');  // the name before it may hold anything
+    unsigned long long utime = 0, stime = 0;
+    if (!close_paren || sscanf(close_paren + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                               &stime) != 2)
+        return -1;
+    return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+// A run with (almost) no samples says why, when the counters tell: an idle VM, events that
+// never fired, or a --process that never ran. Otherwise an empty report is a riddle.
+void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounters& c, const char* what) {
+    constexpr uint64_t kFew = 10;
+    if (st.records >= kFew || !st.error.empty() || st.vm_exited || is_alloc(o.event)) return;
+    const char* tool = tool_name();
+    const double ms = st.vm_cpu_s * 1e3;
+    if (st.records == 0 && c.seen > 0 && c.filtered > 0 && !o.process.empty()) {
+        fmt::print(stderr, "{}: 0 {}: --process {} did not run during the {:.1f} s ({} samples of other processes)\n",
+                   tool, what, o.process, st.seconds, c.filtered);
+    } else if (c.seen == 0 && st.vm_cpu_s >= 0.05) {
+        fmt::print(stderr, "{}: {} {} although the VM's threads used {:.0f} ms of CPU in {:.1f} s: the sampling events "
+                           "did not fire ({} open); --stats has the counters\n",
+                   tool, st.records, what, ms, st.seconds, c.events);
+    } else if (st.vm_cpu_s >= 0 && st.vm_cpu_s < 0.05) {
+        fmt::print(stderr, "{}: {} {}: the VM's schedulers were idle for the whole {:.1f} s (its threads used {:.0f} ms "
+                           "of CPU: next to no Erlang code ran)\n",
+                   tool, st.records, what, st.seconds, ms);
+    }
+}
 }  // namespace
 
 RunStats run_loop(Session& s, const CommonOptions& o,
@@ -30,6 +77,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
     RunStats st;
     std::vector<uint32_t> frames;
     uint64_t start = monotonic_ns(), last_vm_check = start;
+    const double cpu_start = cpu_seconds(vm.pid());
     auto handle = [&](const bb_record& r) {
         if (r.where == BB_WHERE_CODE_EVENT) return sym.code_event(r);
         if (st.records == 0) st.first_record_s = (monotonic_ns() - g_launch_ns) / 1e9;
@@ -72,6 +120,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
         if (stop) break;
     }
     st.interrupted = g_stop;
+    if (double cpu_end = cpu_seconds(vm.pid()); cpu_start >= 0 && cpu_end >= cpu_start) st.vm_cpu_s = cpu_end - cpu_start;
     st.seconds = (monotonic_ns() - start) / 1e9;
     return st;
 }
@@ -79,6 +128,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
 int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what) {
     const SamplerCounters c = s.sampler->counters();
     print_summary(st, c, s.sym, what);
+    explain_few(o, st, c, what);
     write_stats(o, st, c, s.sym, [&](uint64_t pid) { return s.vm.format_pid(pid); });
     return st.error.empty() ? 0 : 1;
 }

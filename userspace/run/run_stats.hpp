@@ -32,6 +32,7 @@ struct RunStats {
     // each heap's exact words (profile/alloc_strata.hpp). One entry per process sampled.
     std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
     double seconds = 0;
+    double vm_cpu_s = -1;     // CPU time the VM's threads used during the run (-1: unknown)
     bool vm_exited = false;
     bool interrupted = false;
     std::string error;        // what stopped the run early after attach ("" if nothing did)

@@ -3,6 +3,7 @@
 #include <fmt/ostream.h>
 
 #include "base/clock.hpp"
+#include "find/find_vm.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/session.hpp"
@@ -35,6 +36,9 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    // The options first (a bad one is the only line), then which VM.
+    resolve(o);
+    o.pid = find_vm(o.targets, o.node);
     Session s(o);
     auto &vm = s.vm;
     auto &sampler_slot = s.sampler;

@@ -16,9 +16,11 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "find/find_vm.hpp"
 #include "inspect/find_process.hpp"
 #include "inspect/heap_inspect.hpp"
 #include "profile/frames.hpp"
+#include "run/options.hpp"
 #include "inspect/process_table.hpp"
 #include "inspect/processes.hpp"
 #include "symbols/symbolizer.hpp"
@@ -29,7 +31,8 @@ using namespace bb;
 namespace {
 
 struct Options {
-    int pid = 0;
+    std::vector<std::string> targets;  // the PID words, or --node (find/find_vm.hpp)
+    std::string node;
     std::string sort = "memory", offsets_file, inspect;
     size_t top = 20;
     bool all = false, json = false, raw_names = false;
@@ -389,7 +392,7 @@ int run(int argc, char** argv) {
         "and lists the terms it holds (its stack's Y registers, dictionary and messages), biggest first,\n"
         "with their flat sizes in words (as erts_debug:flat_size/1 counts them)."};
     Options o;
-    app.add_option("pid", o.pid, "OS pid of beam.smp")->required();
+    add_target_options(app, o.targets, o.node);
     app.add_option("--sort", o.sort, "order: memory, heap, stack, queue, reductions (largest first)")
         ->capture_default_str();
     app.add_option("-t,--top", o.top, "rows to show")->capture_default_str();
@@ -424,7 +427,7 @@ int run(int argc, char** argv) {
     static const std::set<std::string> kSorts{"memory", "heap", "stack", "queue", "reductions"};
     if (!kSorts.count(o.sort))
         throw UserError(fmt::format("--sort {}: the orders are memory, heap, stack, queue, reductions", o.sort));
-    Vm vm = Vm::attach(o.pid, o.offsets_file);
+    Vm vm = Vm::attach(find_vm(o.targets, o.node), o.offsets_file);
     ProcessNames names(vm, o.raw_names);
     Symbolizer sym(vm, {.raw_names = o.raw_names});
     Context c{vm, names, sym, o.raw_names};

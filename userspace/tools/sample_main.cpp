@@ -9,6 +9,7 @@
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
+#include "find/find_vm.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/session.hpp"
@@ -43,6 +44,9 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    // The options first (a bad one is the only line), then which VM.
+    resolve(o);
+    o.pid = find_vm(o.targets, o.node);
     const bool alloc = is_alloc(o.event);
     if (alloc && pstack) throw UserError("--pstack shows where schedulers are now: not with -e alloc");
     // The native leaf of a GC entry record is the probed entry point itself: not allocation.

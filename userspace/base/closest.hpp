@@ -1,0 +1,20 @@
+// "Did you mean ...": the known names nearest to one a user typed (a native function for
+// beam-bpf-blame, a registered process for --process), by edit distance.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bb {
+
+// Levenshtein distance: insertions, deletions and substitutions of one byte each.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// Up to `n` of `names`, nearest to `typed` first (ties in name order), duplicates once.
+std::vector<std::string> closest(std::string_view typed, std::vector<std::string> names, size_t n);
+
+// "a, b, c": for a message.
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
+
+}  // namespace bb
