@@ -1,4 +1,4 @@
-// libFuzzer target: what the agent reads of every beam.smp on the host (agent/discovery.hpp), all
+// libFuzzer target: what the agent reads of every beam.smp on the host (target/discovery.hpp), all
 // of it written by processes the agent does not trust, and --match over the result. The input
 // is split at "\x01\x01" into a command line, an environment, a cgroup file and a status file
 // (NUL-separated as /proc has them); the whole input is then a /proc/PID/stat line. Each
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 #include "agent/matcher.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -31,5 +31,5 @@ check no inspect sampling/sampler.hpp
 check no sampling symbols/symbolizer.hpp
 check ok run run/session.hpp
 check no run find/find_vm.hpp
-check ok find agent/discovery.hpp
+check ok find target/discovery.hpp
 exit $fail

@@ -13,7 +13,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/config.hpp"
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 #include "agent/matcher.hpp"
 #include "agent/push_protocol.hpp"
 #include "agent/profile_dir.hpp"

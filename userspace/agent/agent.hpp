@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "agent/config.hpp"
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 #include "agent/matcher.hpp"
 #include "agent/metrics.hpp"
 #include "agent/profile_dir.hpp"

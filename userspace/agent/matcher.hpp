@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 
 namespace re2 {
 class RE2;

@@ -1,6 +1,6 @@
 #include "agent/sinks.hpp"
 
-#include "agent/discovery.hpp"  // clean()
+#include "target/discovery.hpp"  // clean()
 #include "agent/push_protocol.hpp"
 #include "run/output.hpp"
 

@@ -22,7 +22,7 @@ namespace bb {
 
 namespace {
 
-using agent::clean;
+
 
 // Up to `max` bytes of a /proc file ("" if it cannot be read: gone, or not ours).
 std::string read_proc(const std::string& path, size_t max = 4096) {
@@ -70,7 +70,7 @@ enum class Beam { yes, no, gone };
 Beam is_beam(pid_t pid, const std::string& comm) {
     char link[4096];
     ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), link, sizeof link);
-    if (n > 0) return agent::is_beam_exe(std::string(link, static_cast<size_t>(n))) ? Beam::yes : Beam::no;
+    if (n > 0) return is_beam_exe(std::string(link, static_cast<size_t>(n))) ? Beam::yes : Beam::no;
     if (errno == ENOENT) return Beam::gone;  // exited, or a kernel thread
     return comm.starts_with("beam") ? Beam::yes : Beam::no;
 }
@@ -115,8 +115,8 @@ std::vector<pid_t> beams_under(pid_t root) {
 }
 
 std::string node_of(pid_t pid) {
-    auto p = agent::read_beam("/proc", pid);
-    return p ? agent::labels_of(*p).node : "";
+    auto p = read_beam("/proc", pid);
+    return p ? labels_of(*p).node : "";
 }
 
 // "beam.smp pid 130 (node a@host)" for messages.
@@ -143,8 +143,8 @@ std::optional<pid_t> parse_pid(const std::string& text) {
 
 pid_t by_node(const std::string& name) {
     std::vector<std::pair<pid_t, std::string>> all, match;
-    for (const auto& p : agent::find_beams()) {
-        std::string node = agent::labels_of(p).node;
+    for (const auto& p : find_beams()) {
+        std::string node = labels_of(p).node;
         all.emplace_back(p.pid, node);
         // "a" names a@host: what a user types for a short name.
         if (!node.empty() && (node == name || node.substr(0, node.find('@')) == name)) match.emplace_back(p.pid, node);
@@ -229,9 +229,9 @@ std::vector<VmListing> list_vms() {
     std::vector<VmListing> out;
     const double now = std::strtod(read_proc("/proc/uptime", 64).c_str(), nullptr);
     const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
-    for (auto& p : agent::find_beams()) {
+    for (auto& p : find_beams()) {
         VmListing v;
-        v.labels = agent::labels_of(p);
+        v.labels = labels_of(p);
         // The binary it runs (its inode, whatever its mount namespace calls it): the version
         // string is in it.
         if (auto build = read_vm_build_file(fmt::format("/proc/{}/exe", p.pid))) v.otp_release = build->otp_release;

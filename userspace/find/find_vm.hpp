@@ -1,6 +1,6 @@
 // Finding the VM a user means: the PID words of the command line (a beam.smp, a wrapper script
 // that started one, a thread of one), or --node NAME; and the list of every VM on the host
-// (beam-bpf-vms). Built on the agent's discovery (agent/discovery.hpp): the same /proc reads,
+// (beam-bpf-vms). Built on the discovery the agent uses too (target/discovery.hpp): the same /proc reads,
 // bounded, and the same node and release names.
 //
 // /proc is read as any user may (stat, status, comm), so a mistake is named even where the
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 
 namespace bb {
 
@@ -24,8 +24,8 @@ pid_t find_vm(const std::vector<std::string>& targets, const std::string& node);
 
 // One VM on this host, for beam-bpf-vms.
 struct VmListing {
-    agent::BeamProcess process;
-    agent::VmLabels labels;
+    BeamProcess process;
+    VmLabels labels;
     int otp_release = 0;      // 0 when its binary has no version string (or cannot be read)
     double uptime_s = 0;
 };

@@ -36,7 +36,7 @@ int run(int argc, char** argv) {
                    geteuid() == 0 ? "" : " (as far as this user may see: run as root to see every VM)");
         return 0;
     }
-    // The labels are cleaned of control bytes by labels_of (agent/discovery.hpp).
+    // The labels are cleaned of control bytes by labels_of (target/discovery.hpp).
     fmt::print("{:<8} {:<28} {:<16} {:>3} {:>8} {}\n", "PID", "NODE", "RELEASE", "OTP", "UPTIME", "CONTAINER");
     for (const auto& v : vms)
         fmt::print("{:<8} {:<28} {:<16} {:>3} {:>8} {}\n", v.process.pid, v.labels.node.empty() ? "-" : v.labels.node,

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace bb::agent {
+namespace bb {
 
 // One beam.smp as /proc shows it. (pid, start_time) names it: a pid can be reused.
 struct BeamProcess {
@@ -81,4 +81,4 @@ std::string env_value(const std::vector<std::string>& env, std::string_view key)
 // terminal, a log line and a label.
 std::string clean(const std::string& text, size_t max = 256);
 
-}  // namespace bb::agent
+}  // namespace bb

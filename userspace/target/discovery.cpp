@@ -1,4 +1,4 @@
-#include "agent/discovery.hpp"
+#include "target/discovery.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-namespace bb::agent {
+namespace bb {
 
 namespace {
 
@@ -227,4 +227,4 @@ VmLabels labels_of(const BeamProcess& p) {
     return l;
 }
 
-}  // namespace bb::agent
+}  // namespace bb
