@@ -437,6 +437,27 @@ TEST_P(SampleVmTest, Pstack) {
     EXPECT_EQ(both_inside, 1) << "no snapshot of 5 caught both processes inside spin_a and spin_b";
 }
 
+// Deep recursion in --pstack: a gen_server whose handle_call/3 recurses 3000 deep shows the run
+// as one line "bb_work:deep_rec/3 xN" (N frames kept up to --max-depth), not hundreds of lines.
+TEST_F(SampleTest, PstackFoldsDeepRecursion) {
+    ErlVm vm(workload("deep_server", 3000));
+    std::istringstream ready(vm.wait_line("ready"));
+    std::string word, server;
+    ready >> word >> server;
+    ASSERT_TRUE(server.starts_with("<")) << vm.output();
+    ToolResult r = run_tool(kTool, {"--pstack", pid_arg(vm)}, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto blocks = parse_pstack(r.out);
+    auto b = std::find_if(blocks.begin(), blocks.end(), [&](const SchedulerBlock& x) { return x.what == server; });
+    ASSERT_NE(b, blocks.end()) << r.out;
+    static const std::regex run(R"(^bb_work:deep_rec/3 x(\d+)$)");
+    long folded = 0;
+    for (const std::string& f : b->frames)
+        if (std::smatch m; std::regex_match(f, m, run)) folded = std::max(folded, std::stol(m[1]));
+    EXPECT_GT(folded, 400) << r.out;
+    EXPECT_LT(b->frames.size(), 10u) << r.out;
+}
+
 // A dirty CPU scheduler that has finished a dirty GC still points at the process
 // (current_process) while its thread goes back to sleep, and the process runs again on a normal
 // scheduler meanwhile: without checking the process's state and scheduler, that sleeping

@@ -12,6 +12,8 @@
 -export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0,
          busy_queue/0, busy_queue_sender/3, dirty_hog/0,
          named_root/3, procs_hold/2]).
+%% deep_server's gen_server callbacks.
+-export([init/1, handle_call/3, handle_cast/2]).
 
 %% The endless loops (deep_leaf, spin_a, spin_b) stop when their counter equals `Never`, a
 %% value it never takes (-1) that the compiler cannot see, because it comes from spawn's
@@ -131,6 +133,16 @@ start(split532, _) ->
 %% N = 100000 is deeper than any --max-depth, for the truncation tests.
 start(deep, N) when is_integer(N), N >= 0 ->
     Pid = spawn(?MODULE, deep_root, [N, self(), ?NEVER]),
+    receive {Pid, at_bottom} -> [Pid] end;
+
+%% --- deep_server ------------------------------------------------------------------------
+%% A gen_server whose handle_call/3 body-recurses N levels (deep_rec/3) and then spins in
+%% deep_leaf/2, never replying: every sample of it shows proc_lib and gen_server frames,
+%% handle_call/3, N deep_rec/3 frames and deep_leaf/2. Prints `ready <server pid>`.
+start(deep_server, N) when is_integer(N), N >= 0 ->
+    {ok, Pid} = gen_server:start(?MODULE, ?NEVER, []),
+    Parent = self(),
+    spawn(fun() -> gen_server:call(Pid, {deep, N, Parent}, infinity) end),
     receive {Pid, at_bottom} -> [Pid] end;
 
 %% --- busy2 ------------------------------------------------------------------------------
@@ -400,6 +412,15 @@ deep_rec(N, Parent, Never) ->
 
 deep_leaf(Never, Never) -> 0;
 deep_leaf(Acc, Never) -> deep_leaf((Acc + 1) band 16#ffffff, Never).
+
+%% deep_server: the state is `Never`, unknown to the compiler (see ?NEVER).
+init(Never) -> {ok, Never}.
+
+handle_call({deep, N, Parent}, _From, Never) ->
+    R = deep_rec(N, Parent, Never),
+    {reply, R, Never}.
+
+handle_cast(_, Never) -> {noreply, Never}.
 
 %% busy2 -------------------------------------------------------------------------------------
 caller_a(Never) ->

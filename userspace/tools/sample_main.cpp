@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -125,8 +126,17 @@ int run(int argc, char** argv) {
             const std::string& name = s.names.name(r);
             fmt::print(os, "{} (tid {}): {}{}{}\n", sched_name(r.sched_type, r.sched_no), r.tid,
                        s.vm.format_pid(r.erl_pid), name.empty() ? "" : " ", printable(name));
+            // Leaf first. A run of one function (deep recursion) is one line "NAME xN": 512
+            // equal lines would push everything else out of sight.
+            std::vector<std::string> labels;
             for (auto f = frames.rbegin(); f != frames.rend(); ++f)
-                fmt::print(os, "    {}\n", printable(sym.frames().label(*f, o.lines)));
+                labels.push_back(printable(sym.frames().label(*f, o.lines)));
+            for (auto l = labels.begin(); l != labels.end();) {
+                auto run = std::find_if(l, labels.end(), [&](const std::string& m) { return m != *l; });
+                if (run - l > 1) fmt::print(os, "    {} x{}\n", *l, run - l);
+                else fmt::print(os, "    {}\n", *l);
+                l = run;
+            }
             fmt::print(os, "\n");
         }
         out.commit();
