@@ -15,6 +15,9 @@ vm=$!
 trap 'kill $vm 2>/dev/null || true; rm -f "/tmp/perf-$vm.map"' EXIT
 sleep 2
 
+echo "== beam-bpf-vms: the BEAM VMs on this host"
+build/beam-bpf-vms
+echo
 echo "== beam-bpf-sample -d 10 $vm: the hottest Erlang functions"
 build/beam-bpf-sample -d 10 -t 15 "$vm"
 echo
