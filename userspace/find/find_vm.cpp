@@ -22,23 +22,6 @@ namespace bb {
 
 namespace {
 
-
-
-// Up to `max` bytes of a /proc file ("" if it cannot be read: gone, or not ours).
-std::string read_proc(const std::string& path, size_t max = 4096) {
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return {};
-    std::string out;
-    char buf[4096];
-    while (out.size() < max) {
-        ssize_t n = read(fd, buf, std::min(sizeof buf, max - out.size()));
-        if (n <= 0) break;
-        out.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    return out;
-}
-
 // What any user may read of a process: /proc/PID/stat's name (between the first '(' and the
 // last ')': it may hold either) and parent, /proc/PID/status's Tgid.
 struct ProcBrief {
@@ -48,14 +31,14 @@ struct ProcBrief {
 };
 ProcBrief brief(pid_t pid) {
     ProcBrief b;
-    const std::string stat = read_proc(fmt::format("/proc/{}/stat", pid));
+    const std::string stat = read_bounded(fmt::format("/proc/{}/stat", pid), 4096);
     size_t open = stat.find('('), close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos || close < open || close + 4 >= stat.size()) return b;
     b.exists = true;
     b.comm = clean(stat.substr(open + 1, close - open - 1), 64);
     const char* at = stat.data() + close + 4;  // ") S PPID"
     std::from_chars(at, stat.data() + stat.size(), b.ppid);
-    const std::string status = read_proc(fmt::format("/proc/{}/status", pid));
+    const std::string status = read_bounded(fmt::format("/proc/{}/status", pid), 4096);
     if (size_t t = status.find("\nTgid:"); t != std::string::npos) {
         size_t v = status.find_first_not_of(" \t", t + 6);
         if (v != std::string::npos) std::from_chars(status.data() + v, status.data() + status.size(), b.tgid);
@@ -227,7 +210,7 @@ pid_t find_vm(const std::vector<std::string>& targets, const std::string& node) 
 
 std::vector<VmListing> list_vms() {
     std::vector<VmListing> out;
-    const double now = std::strtod(read_proc("/proc/uptime", 64).c_str(), nullptr);
+    const double now = std::strtod(read_bounded("/proc/uptime", 64).c_str(), nullptr);
     const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
     for (auto& p : find_beams()) {
         VmListing v;

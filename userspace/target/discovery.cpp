@@ -12,9 +12,6 @@
 
 namespace bb {
 
-namespace {
-
-// Up to `max` bytes of a /proc file ("" if it cannot be opened).
 std::string read_bounded(const std::string& path, size_t max) {
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return {};
@@ -28,6 +25,8 @@ std::string read_bounded(const std::string& path, size_t max) {
     close(fd);
     return out;
 }
+
+namespace {
 
 std::vector<std::string> split_nul(const std::string& s) {
     std::vector<std::string> out;

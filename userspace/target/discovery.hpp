@@ -39,6 +39,9 @@ struct ProcTexts {
     std::string stat, cmdline, environ, cgroup, status;
 };
 
+// Up to `max` bytes of a /proc file ("" if it cannot be opened: gone, or not ours).
+std::string read_bounded(const std::string& path, size_t max);
+
 // Whether a readlink of /proc/PID/exe is a BEAM emulator: beam.smp, beam.lcnt.smp,
 // beam.debug.smp ... (" (deleted)" after an upgrade in place counts).
 bool is_beam_exe(const std::string& exe);
