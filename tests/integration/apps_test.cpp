@@ -164,6 +164,9 @@ struct Expect {
 // "BbShop.Stock.handle_call/3" -> BbShop.Stock, "anonymous fn/2 in BbShop.Client.run/2" ->
 // BbShop.Client; "" for native and shared code.
 std::string module_of(std::string f) {
+    // A process named by a term in its dictionary (RabbitMQ's process_name,
+    // {rabbit_amqqueue_process,{resource,...}}): the module that names it comes first.
+    if (f.starts_with("{")) return f.substr(1, f.find_first_of(",}") - 1);
     if (auto in = f.find(" in "); in != std::string::npos) f = f.substr(in + 4);
     if (f.find('/') == std::string::npos || f.starts_with("global::")) return "";
     if (auto colon = f.find(':'); colon != std::string::npos) return f.substr(0, colon);

@@ -128,7 +128,7 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     };
 
     // The three BPF tools run at once, in the background, while procs runs (about 7 s less per VM).
-    RunningTool sampling = start_tool("beam-bpf-sample", {"-d", "2", "--by-process", "--folded", pid});
+    RunningTool sampling = start_tool("beam-bpf-sample", {"-d", "2", "--by-pid", "--folded", pid});
     RunningTool pstack = start_tool("beam-bpf-sample", {"--pstack", "-d", "1", pid});
     RunningTool blame = start_tool("beam-bpf-blame", {"-d", "1", "erts_garbage_collect", pid});
 
@@ -175,7 +175,7 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     // 10,000 others), named by its initial call as an unregistered process is (its registered
     // name does not read).
     ToolResult sample = finish_tool(sampling, false, 60s);
-    ok(sample, "sample --by-process");
+    ok(sample, "sample --by-pid");
     long spin = 0;
     for (const auto& [stack, n] : parse_folded(sample.out)) {
         if (stack.find("bb_hostile_mem:spin/1") == std::string::npos) continue;
