@@ -14,6 +14,7 @@
 #include "agent/matcher.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    using namespace bb;
     using namespace bb::agent;
     static const Matcher matcher({"rabbit@", "/kubepods", "bbx@.*", "(a*)*b", "^[^ ]*beam\\.smp .*-sname (x|y)+$"});
     const std::string_view in(reinterpret_cast<const char*>(data), size);
