@@ -22,7 +22,7 @@ holds (fdinfo memlock) are read from outside, with the VMs it follows (its --sta
     while it followed VMs (nothing of it was any VM's own);
   - every VM that lived long enough was attached (refusals are counted and printed).
 
-Prints the figures and writes JSON; exit 1 if a check fails. Run as root after scripts/setup.sh:
+Prints the figures and writes JSON; exit 1 if a check fails. Run as root after scripts/setup.sh --tests:
 
     bench/agent_soak.py [--seconds 3600] [--churn 4] [--live 3] [--erl PATH ...] [--build DIR] [--json FILE]
 """

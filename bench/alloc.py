@@ -19,7 +19,7 @@ Right answers (bb_alloc_mix, tests/workloads/bb_alloc_mix.erl, truth by construc
   - BIF allocations: bb_alloc's `bias 20000`, 200 words in 100 cells built by Erlang code and 200 in
     one tuple made by a BIF (erlang:make_tuple/2), 50/50.
 
-Run as root after scripts/setup.sh (and scripts/build-test-vms.sh for the OTP 27 part):
+Run as root after scripts/setup.sh --tests (and scripts/build-test-vms.sh for the OTP 27 part):
 
     bench/alloc.py [--rounds 5] [--work 20000] [--seconds 2] [--parts cost,bif,sweep,interval]
                    [--build DIR] [--json FILE]

@@ -155,7 +155,7 @@ def measure(a):
                        stdout=subprocess.DEVNULL, check=True)
     for t in ("erl", "erlc", "perf", "bpftool"):
         if not shutil.which(t):
-            raise SystemExit(f"bench.sh: {t} not found (scripts/setup.sh installs it)")
+            raise SystemExit(f"bench.sh: {t} not found (scripts/setup.sh --tests installs it)")
     with tempfile.TemporaryDirectory(prefix="beam-bpf-bench.") as tmp:
         r = Run(a, tmp)
         machine(r, wait_quiet(a.max_load, a.max_others, a.load_wait))

@@ -7,7 +7,7 @@ The neighbour is one single-threaded, CPU-bound process (`gzip -1` reading /dev/
 the bytes it reads in a fixed wall time (/proc/PID/io); the VM runs one busy Erlang process (split532), so
 both of the machine's CPUs are busy. Rounds rotate the order of the three configurations; the
 figure is the median over rounds of each configuration's throughput relative to the same
-round's unprofiled run. Run as root after scripts/setup.sh:
+round's unprofiled run. Run as root after scripts/setup.sh --tests:
 
     bench/neighbour.py [--rounds 5] [--seconds 5] [--build DIR] [--json FILE]
 """

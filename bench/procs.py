@@ -9,7 +9,7 @@ process_info(P, memory) read right after (a last run with --all): the share of p
 
 Each run is `beam-bpf-procs --json -t 20 PID` (the whole table is read and sorted; 20 rows are
 named and printed). Wall time is measured around the tool's process, RSS from its rusage. Run as
-root after scripts/setup.sh:
+root after scripts/setup.sh --tests:
 
     bench/procs.py [--processes 200000] [--runs 5] [--json FILE]
 """

@@ -15,7 +15,7 @@ spread (min..max) over the rounds:
   program run in the sampled threads' context and perf's interrupts) over the messages it
   handled. This is where an overhead shows when the VM is not the bottleneck.
 
-Run as root after scripts/setup.sh:
+Run as root after scripts/setup.sh --tests:
 
     bench/rabbitmq.py [--rounds 5] [--seconds 10] [--json FILE]
 """

@@ -15,7 +15,7 @@ recognise it (100 loads a second: +1.3 MB of the tool's RSS in 150 s, 0 dropped)
     50/30/20 over the whole run.
 
 Prints the figures and writes JSON; exit 1 if a check fails. Run as root after
-scripts/setup.sh, on demand (scripts/bench.sh --soak [SECONDS]):
+scripts/setup.sh --tests, on demand (scripts/bench.sh --soak [SECONDS]):
 
     bench/soak.py [--seconds 3600] [--hz 999] [--reload-ms 1000] [--build DIR] [--json FILE]
 """

@@ -55,6 +55,7 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->c_p = 0;
 	rec->erl_pid = 0;
 	rec->nframes = 0;
+	rec->nskipped = 0;
 	rec->nkernel = 0;
 	rec->nnative = 0;
 	rec->reg_name = 0;

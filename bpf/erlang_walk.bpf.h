@@ -6,17 +6,44 @@ struct scan {
 	const struct bb_vm *v;
 	__u64 lo, hi;
 	__u32 mode;
-	__u32 limit;    /* frames to collect at most */
-	__u32 n;        /* frames collected */
+	__u32 limit;    /* the record's frames end here */
+	__u32 ring0;    /* from here on, a ring of the root-most frames; == limit: no ring */
+	__u32 n;        /* frames found (beyond limit when the ring turned) */
+	__u32 past;     /* words scanned since the record was full, up to BB_ROOT_SCAN_WORDS */
 	__u32 flags;
 	bool found;     /* blame: a return address into FUNC */
 };
+
+/* Past max_frames, the scan goes on for the root-most frames within BB_ROOT_SCAN_WORDS; false
+ * (and BB_F_SCAN_LIMIT) when that ran out. */
+static __always_inline bool may_scan_on(struct scan *c, __u32 words)
+{
+	if (c->mode != SCAN_ERLANG_STACK || c->n < c->limit)
+		return true;
+	c->past += words;
+	if (c->past <= BB_ROOT_SCAN_WORDS)
+		return true;
+	c->flags |= BB_F_SCAN_LIMIT;
+	return false;
+}
+
+/* Keeps the n-th frame found, the leaf-most up to ring0 and then the root-most in the ring;
+ * false when the record is full and keeps no ring (the walk ends there). */
+static __always_inline bool keep_frame(struct bb_record *rec, __u64 n, __u64 limit, __u64 ring0, __u64 w)
+{
+	if (n >= limit && ring0 >= limit)
+		return false;
+	rec->frames[BB_ROOT_SLOT(n, ring0) & (BB_MAX_FRAMES - 1)] = w;
+	return true;
+}
 
 static long scan_word(__u32 i, struct scan *c)
 {
 	__u32 j = i & (BB_STACK_CHUNK_WORDS - 1);
 	__u64 w;
 
+	if (!may_scan_on(c, 1))
+		return 1;
 	if (j == 0) {
 		__u64 addr = c->lo + (__u64)i * 8;
 		__u64 len = c->hi - addr;
@@ -44,14 +71,11 @@ static long scan_word(__u32 i, struct scan *c)
 	 * tagged and headers never live on the stack. Requiring it to point into JIT code also
 	 * skips the saved frame pointers of a VM that runs with them. */
 	if ((w & 3) == 0 && in_jit_code(c->v, w)) {
-		__u32 n = c->n;
-
-		if (n >= c->limit) {
+		if (!keep_frame(&c->s->rec, c->n, c->limit, c->ring0, w)) {
 			c->flags |= BB_F_TRUNCATED;
 			return 1;
 		}
-		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = w;
-		c->n = n + 1;
+		c->n++;
 	}
 	return 0;
 }
@@ -64,6 +88,7 @@ static long scan_word(__u32 i, struct scan *c)
 struct fp_walk {
 	struct scan *c;
 	__u64 fp;
+	bool full;  /* stopped with frames left, at fp */
 };
 
 static long fp_step(__u32 i, struct fp_walk *w)
@@ -71,6 +96,12 @@ static long fp_step(__u32 i, struct fp_walk *w)
 	struct scan *c = w->c;
 	__u64 frame[2];
 
+	/* Full: the word scan goes on from here for the root-most frames, at a few ns a word
+	 * where a link costs ~25 (3,000 frames deep: 71 us a sample by links). */
+	if (c->n >= c->limit) {
+		w->full = true;
+		return 1;
+	}
 	if (w->fp < c->lo || w->fp + 16 > c->hi || (w->fp & 7))
 		return 1;
 	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp)) {
@@ -78,14 +109,11 @@ static long fp_step(__u32 i, struct fp_walk *w)
 		return 1;
 	}
 	if ((frame[1] & 3) == 0 && in_jit_code(c->v, frame[1])) {
-		__u32 n = c->n;
-
-		if (n >= c->limit) {
+		if (!keep_frame(&c->s->rec, c->n, c->limit, c->ring0, frame[1])) {
 			c->flags |= BB_F_TRUNCATED;
 			return 1;
 		}
-		c->s->rec.frames[n & (BB_MAX_FRAMES - 1)] = frame[1];
-		c->n = n + 1;
+		c->n++;
 	}
 	if (frame[0] <= w->fp)
 		return 1;
@@ -103,6 +131,8 @@ static long scan_chunk(__u32 k, struct scan *c)
 
 	if (len > sizeof(s->words))
 		len = sizeof(s->words);
+	if (!may_scan_on(c, len / 8))
+		return 1;
 	if (bpf_probe_read_user(s->words, len, (void *)addr)) {
 		c->flags |= BB_F_READ_FAULT;
 		return 1;
@@ -111,6 +141,7 @@ static long scan_chunk(__u32 k, struct scan *c)
 	s->j = 0;
 	s->n = c->n;
 	s->limit = c->limit;
+	s->ring0 = c->ring0;
 	s->stop = 0;
 	while (can_loop) {
 		__u64 j = s->j, w;
@@ -125,14 +156,11 @@ static long scan_chunk(__u32 k, struct scan *c)
 				return 1;
 			}
 		} else if ((w & 3) == 0 && in_jit_code(c->v, w)) {
-			__u64 n = s->n;
-
-			if (n >= s->limit) {
+			if (!keep_frame(&s->rec, s->n, s->limit, s->ring0, w)) {
 				s->stop = 1;
 				break;
 			}
-			s->rec.frames[n & (BB_MAX_FRAMES - 1)] = w;
-			s->n = n + 1;
+			s->n++;
 		}
 	}
 	c->n = s->n;
@@ -161,7 +189,9 @@ static __always_inline __u32 scan_words(struct scan *c, __u32 budget, bool fast)
 
 /* The Erlang frames of the process `p` (walkable) into rec->frames from `base` on; the
  * walk's flags. max_frames counts Erlang frames, and in JIT code the running function is one
- * of them. */
+ * of them. A deeper stack is scanned on toward its bottom (BB_ROOT_SCAN_WORDS more at most) so
+ * that its last BB_ROOT_FRAMES slots hold the root-most frames: a deep recursion keeps its
+ * callers. A frame-pointer VM's chain is left for the word scan there (may_scan_on). */
 static __always_inline __u32 walk_erlang(struct scratch *s, const struct bb_vm *v, const struct proc_view *p,
 					 __u32 base, bool jit, __u64 bp, bool fast)
 {
@@ -171,6 +201,7 @@ static __always_inline __u32 walk_erlang(struct scratch *s, const struct bb_vm *
 
 	if (c.limit > BB_MAX_FRAMES)
 		c.limit = BB_MAX_FRAMES;
+	c.ring0 = c.limit >= base + 2 * BB_ROOT_FRAMES ? c.limit - BB_ROOT_FRAMES : c.limit;
 	if (v->frame_layout == 1 && p->e_from_rsp && bp >= p->E && bp < p->hend) {
 		/* Below rbp: the running function's own slots, and the return address of a call
 		 * whose frame is not set up yet. Above: the chain. */
@@ -180,13 +211,23 @@ static __always_inline __u32 walk_erlang(struct scratch *s, const struct bb_vm *
 		scan_words(&c, max_stack_words, fast);
 		c.hi = p->hend;
 		c.flags &= ~(__u32)(BB_F_SCAN_LIMIT | BB_F_TRUNCATED);
-		if (c.n < c.limit)
-			bpf_loop(max_stack_words, fp_step, &w, 0);
-		else
-			c.flags |= BB_F_TRUNCATED;
+		bpf_loop(max_stack_words, fp_step, &w, 0);
+		if (w.full) {
+			if (c.ring0 < c.limit && w.fp >= c.lo && w.fp < c.hi) {
+				c.lo = w.fp;
+				scan_words(&c, max_stack_words, fast);
+			} else {
+				c.flags |= BB_F_TRUNCATED;
+			}
+		}
 		flags |= BB_F_FP_WALK;
 	} else {
 		scan_words(&c, max_stack_words, fast);
+	}
+	if (c.n > c.limit) {
+		s->rec.nskipped = c.n - c.limit;
+		c.n = c.limit;
+		c.flags |= BB_F_TRUNCATED;
 	}
 	s->rec.nframes = c.n;
 	return flags | c.flags;

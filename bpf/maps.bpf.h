@@ -97,7 +97,7 @@ struct scratch {
 	__u64 proc[PROC_SPAN_MAX / 8];
 	/* scan_chunk's loop state, kept in map memory so the verifier does not follow its
 	 * values word by word and the may_goto loop converges. */
-	__u64 j, nw, n, limit, stop;
+	__u64 j, nw, n, limit, ring0, stop;
 	__u32 slot;  /* the sampled VM's (this_vm()): which VM's counters count() adds to */
 };
 

@@ -16,6 +16,14 @@
 /* Ceiling of --max-depth. A record reserves room for this many frames; the
  * ring buffer carries only the frames a sample has (see bb_record_size). */
 #define BB_MAX_FRAMES 1024
+/* The root-most Erlang frames a truncated walk keeps (a power of two), and where the one found
+ * `i`-th (0: the first frame of the record) lives when the ring starts at slot `ring0`. */
+#define BB_ROOT_FRAMES 32
+/* How far past max_frames the walk scans on for them: words of stack (a frame-pointer link
+ * counts as two). Deeper, the record keeps its leaf-most frames and BB_F_SCAN_LIMIT: a
+ * 100,000-deep recursion scanned to its bottom cost 200 us a sample, 3,000 deep costs 7. */
+#define BB_ROOT_SCAN_WORDS 16384
+#define BB_ROOT_SLOT(i, ring0) ((i) < (ring0) ? (i) : (ring0) + (((i) - (ring0)) & (BB_ROOT_FRAMES - 1)))
 /* Executable JIT mappings the walker accepts continuation pointers from. */
 #define BB_MAX_CODE_RANGES 16
 /* Address ranges of the native function beam-bpf-blame looks for. */
@@ -53,7 +61,7 @@ enum bb_flags {
 	BB_F_BAD_PROC = 1u << 2,      /* a candidate c_p failed those checks: no Erlang frames */
 	BB_F_E_FROM_RSP = 1u << 3,    /* E was rsp (JIT code on the Erlang stack): exact */
 	BB_F_E_FROM_STOP = 1u << 4,   /* E was c_p->stop: exact in GC and most BIFs, else maybe stale */
-	BB_F_TRUNCATED = 1u << 5,     /* more frames than max_frames: the leaf-most are kept */
+	BB_F_TRUNCATED = 1u << 5,     /* more frames than max_frames: see bb_record.nskipped */
 	BB_F_SCAN_LIMIT = 1u << 6,    /* the word budget ran out before hend */
 	BB_F_READ_FAULT = 1u << 7,    /* a read of the target's memory failed mid-walk */
 	BB_F_FP_WALK = 1u << 8,       /* frames came from the frame-pointer chain */
@@ -93,6 +101,11 @@ struct bb_record {
 			  * sampled ip, then return addresses; the last one may be the return
 			  * address into JIT code where the walk met the Erlang side */
 	__u32 tgid;      /* the VM's OS pid (the kernel's, not a container's): one walker samples many */
+	/* Erlang frames dropped from the middle of a stack deeper than max_frames (BB_F_TRUNCATED):
+	 * the walk keeps the leaf-most frames and, in the last BB_ROOT_FRAMES slots, a ring of the
+	 * root-most ones (BB_ROOT_SLOT), so a deep recursion keeps its callers. 0 otherwise. */
+	__u32 nskipped;
+	__u32 reserved;
 	/* Who the process is, read at the sample (it may be gone before user space looks):
 	 * its registered name (an atom term, 0 if none) and its initial call (module and
 	 * function atoms, arity), both 0 unless BB_F_PROC. */

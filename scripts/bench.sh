@@ -33,7 +33,7 @@
 # write FILE (bench-results.json) and bench-results-overhead-runs.tsv (the raw overhead runs),
 # then sections 6 to 10 (bench/neighbour.py, procs.py, alloc.py, native.py, agent.py), which write
 # bench-results-neighbour.json and so on.
-# Run as root after scripts/setup.sh (which builds ./build).
+# Run as root after scripts/setup.sh --tests (which builds ./build).
 #
 #   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,10] [--soak [S]] [--agent-soak [S]]
 #                    [--build DIR] [--max-load L] [--max-others PCT] [--load-wait S]

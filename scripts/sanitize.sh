@@ -8,12 +8,12 @@
 #  2. runs each libFuzzer target (tests/fuzz) for FUZZ_SECONDS (default 30) from its committed
 #     seed corpus (tests/fuzz/corpus/TARGET). A crash fails the run and leaves the input in
 #     build-san/fuzz-artifacts/: add it to the corpus and a unit test once fixed.
-# Run as root after scripts/setup.sh (and the test VMs: scripts/test.sh builds them).
+# Run as root after scripts/setup.sh --tests (and the test VMs: scripts/test.sh builds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}
 
-CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBB_SANITIZE=ON -DBB_FUZZ=ON >/dev/null
+CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBB_SANITIZE=ON -DBB_FUZZ=ON -DBB_TESTS=ON >/dev/null
 cmake --build build-san -j"$(nproc)"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -3,7 +3,7 @@
 # the BPF program into this kernel and profile real Erlang VMs. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 # A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
 # first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
 echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tail -n 1)"

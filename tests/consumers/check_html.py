@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Opens a beam-bpf HTML flame graph in headless Chromium, as a person would, and checks it.
 
-    check_html.py FILE [--expect NAME] [--screenshot OUT.png]
+    check_html.py FILE [--expect NAME] [--screenshot OUT.png] [--expect-other] [--max-depth N]
 
 Checks that the file loads nothing from the network, that the page draws frames (in the DOM,
 and as pixels on a screenshot), and that the search given in the URL (#search=...) marks
 frames `match` and fills #matched. NAME is a literal piece of a frame's label that must be
-found that way; without it, the search is for the heaviest frame under the root.
+found that way; without it, the search is for the heaviest frame under the root. With
+--expect-other, the root's callees too narrow to draw (under 0.1% of the width each, counted
+here from the profile data) must be drawn together as one box "other (N)". With --max-depth,
+the call tree the page draws is at most N levels deep.
 
 Prints one line and exits 0 when all is well, or prints one line saying what failed and
 exits 1. Needs the Debian package `chromium`; Python's standard library otherwise.
@@ -222,11 +225,24 @@ def heaviest_frame(data):
     return data["frames"][best]["name"]
 
 
+def narrow_root_callees(data):
+    """How many callees of the root weigh under the page's MIN_WIDTH (0.1%) of all."""
+    tree, totals, current = data["tree"], [], None
+    for i in range(0, len(tree), 3):
+        _, depth, self = tree[i:i + 3]
+        if depth == 1:
+            totals.append(0)
+        if depth >= 1:
+            totals[-1] += self
+    grand = sum(totals)
+    return sum(1 for t in totals if t / grand < 0.001)
+
+
 def js_regex_escape(text):
     return re.sub(r"([.*+?^${}()|\[\]\\/])", r"\\\1", text)
 
 
-def check(path, expect=None, screenshot=None):
+def check(path, expect=None, screenshot=None, expect_other=False, max_depth=None):
     with open(path, "rb") as f:
         raw = f.read()
     for pattern in EXTERNAL:
@@ -237,6 +253,10 @@ def check(path, expect=None, screenshot=None):
     total = sum(data["tree"][2::3])
     if total != data["total"]:
         raise Failed(f"the tree holds {total} samples, the header says {data['total']}")
+
+    depth = max(data["tree"][1::3])
+    if max_depth is not None and depth > max_depth:
+        raise Failed(f"the call tree is {depth} levels deep, more than {max_depth}")
 
     name = expect if expect is not None else heaviest_frame(data)
     url = "file://" + urllib.parse.quote(os.path.abspath(path)) + "#search=" + urllib.parse.quote(js_regex_escape(name), safe="")
@@ -254,6 +274,15 @@ def check(path, expect=None, screenshot=None):
         raise Failed(f"searching {name!r} marked a frame that does not match: {next(t for t in hits if name not in t)!r}")
     if not dom.matched or "%" not in dom.matched:
         raise Failed(f"searching {name!r} left #matched as {dom.matched!r}")
+    other = ""
+    if expect_other:
+        narrow = narrow_root_callees(data)
+        boxes = [text for classes, text in dom.frames if "other" in classes]
+        if narrow < 2:
+            raise Failed(f"only {narrow} callees of the root are too narrow to draw: nothing to gather")
+        if f"other ({narrow})" not in boxes:
+            raise Failed(f"{narrow} callees of the root are too narrow to draw; the 'other' boxes drawn: {boxes}")
+        other = f", 'other ({narrow})' drawn"
 
     with tempfile.TemporaryDirectory(prefix="bb-flamegraph-") as tmp:
         shot = screenshot or os.path.join(tmp, "flamegraph.png")
@@ -262,7 +291,8 @@ def check(path, expect=None, screenshot=None):
         # The matched frames' color (.frame.match in flamegraph.html) is on screen.
         if count.get((0xe8, 0x3e, 0xe8), 0) < 50:
             raise Failed(f"searching {name!r}: no highlighted frame on the screenshot")
-    return f"ok: {len(dom.frames)} frames drawn, {len(hits)} matching {name!r}, {dom.matched.strip()}"
+    return (f"ok: {len(dom.frames)} frames drawn, {len(hits)} matching {name!r}, {dom.matched.strip()}{other}, "
+            f"{depth} levels")
 
 
 def main():
@@ -270,9 +300,11 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--expect", help="a literal piece of a frame label the search must find")
     ap.add_argument("--screenshot", help="keep the screenshot here (PNG)")
+    ap.add_argument("--expect-other", action="store_true", help="the root's narrow callees drawn as one 'other' box")
+    ap.add_argument("--max-depth", type=int, help="the call tree's levels at most")
     args = ap.parse_args()
     try:
-        print(check(args.file, args.expect, args.screenshot))
+        print(check(args.file, args.expect, args.screenshot, args.expect_other, args.max_depth))
     except Failed as e:
         print(f"check_html: {args.file}: {e}")
         sys.exit(1)

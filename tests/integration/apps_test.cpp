@@ -587,8 +587,20 @@ TEST_F(AppsTest, ElixirGenServers) {
     // The script's modules and Elixir's own (GenServer, Registry, Enum...), as Elixir writes them.
     auto mods = modules_in({"/usr/lib/elixir/lib"});
     check_app(app, {"Elixir", [&](const std::string& m) { return m.starts_with("BbShop") || mods.count(m) > 0; },
-                    "Elixir.BbShop.Stock", "orders =>", true},
+                    "Elixir.BbShop.Stock", "orders: ", true},
               4999, 6, 5);
+    // The six client tasks of the BbShop.Clients Task.Supervisor are one group named by whom
+    // they work for ('$callers' and '$ancestors' in their dictionaries): before, each was named
+    // by its closure alone.
+    ToolResult r = run_tool(kSample, {"-d", "3", "--by-process", "--folded", std::to_string(app.pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::map<std::string, long> roots;
+    for (const auto& [stack, n] : parse_folded(r.out)) roots[split_frames(stack).front()] += n;
+    std::string tasks;
+    for (const auto& [root, n] : roots)
+        if (root.find("(task of BbShop.Clients)") != std::string::npos) tasks = root;
+    std::cout << "[          ] the client tasks' root: " << (tasks.empty() ? "none" : tasks) << "\n";
+    EXPECT_TRUE(tasks.ends_with("(task of BbShop.Clients) (6 processes)")) << r.out.substr(0, 4000);
 }
 
 }  // namespace

@@ -346,4 +346,33 @@ TEST_P(ProcsVmTest, WatchShowsGrowth) {
     }
 }
 
+// --watch leaves out processes that neither grew nor ran in the interval (a table padded with
+// +0 rows said nothing), and the VM's end ends the watch with a line saying so, not "cannot read
+// the VM's process table".
+TEST_P(ProcsVmTest, WatchOmitsIdleRowsAndEndsWithTheVm) {
+    ErlVm erl(vm(), "bb_state:main()");
+    erl.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"--watch", "0.5", "--count", "2", "--json", "--all", std::to_string(erl.os_pid())},
+                            60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    for (const auto& line : lines_of(r.out)) {
+        auto j = nlohmann::json::parse(line);
+        EXPECT_FALSE(j["processes"].empty()) << line;  // bb_growing grows
+        EXPECT_LT(j["processes"].size(), j["processes_total"].get<size_t>()) << "no process was left out:\n" << line;
+        for (const auto& p : j["processes"])
+            EXPECT_TRUE(p["new"].get<bool>() || p["memory_growth"].get<long>() > 0 ||
+                        p["message_queue_growth"].get<long>() > 0 || p["reductions_in_interval"].get<long>() > 0)
+                << p.dump();
+    }
+
+    RunningTool t = start_tool(kTool, {"--watch", "0.3", std::to_string(erl.os_pid())});
+    std::this_thread::sleep_for(1500ms);
+    erl.kill_now();
+    ToolResult w = finish_tool(t, false, 15s);
+    std::cout << "after the VM was killed: exit " << w.exit_code << ", " << w.err;
+    EXPECT_EQ(w.exit_code, 0) << describe(w);
+    EXPECT_NE(w.err.find("exited after"), std::string::npos) << describe(w);
+    EXPECT_EQ(w.err.find("cannot read"), std::string::npos) << describe(w);
+}
+
 }  // namespace

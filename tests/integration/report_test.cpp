@@ -64,6 +64,35 @@ TEST_F(ReportTest, HtmlAndSpeedscopeInChromium) {
     check({"python3", kConsumers + "check_speedscope.py", prefix + ".speedscope.json"});
 }
 
+// 3,000 processes of a few samples each, a root each (--by-pid): each too narrow to draw, they
+// left half the flame graph blank. They are drawn as one box "other (N)", in Chromium, beside
+// a high-priority spinner that takes a scheduler to itself.
+TEST_F(ReportTest, HtmlGathersNarrowCalleesIntoOther) {
+    ErlVm vm("spawn_opt(bb_work, caller_a, [-1], [{priority, high}]), bb_many:main(3000)");
+    vm.wait_line("ready", 60s);
+    ToolResult r = run_tool(kTool, {"-d", "3", "--by-pid", "--format", "html", "-o", prefix + "_many.html", pid_arg(vm)},
+                            60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    check({"python3", kConsumers + "check_html.py", prefix + "_many.html", "--expect", "bb_work:spin_a/2",
+           "--expect-other"});
+}
+
+// A gen_server recursing 3,000 deep: in the flame graph the run is one box
+// "bb_work:deep_rec/3 (recursive)" under handle_call/3, not a tower 512 rows tall that pushed
+// everything else off the page; the folded output keeps every frame.
+TEST_F(ReportTest, HtmlCollapsesRecursion) {
+    ErlVm vm("bb_work:main(deep_server, 3000)");
+    vm.wait_line("ready", 60s);
+    ToolResult r = run_tool(kTool, {"-d", "2", "--format", "html,folded", "-o", prefix + "_deep", pid_arg(vm)}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    check({"python3", kConsumers + "check_html.py", prefix + "_deep.html", "--expect", "bb_work:deep_rec/3 (recursive)",
+           "--max-depth", "40"});
+    size_t longest = 0;
+    for (const auto& [stack, n] : parse_folded(read_file(prefix + "_deep.folded")))
+        longest = std::max(longest, split_frames(stack).size());
+    EXPECT_GT(longest, 500u) << "the folded output should keep the recursion's frames";
+}
+
 // Elixir functions as Elixir writes them, and as the VM does with --raw-names.
 TEST_F(ReportTest, ElixirNames) {
     std::string dir = ::testing::TempDir() + "bb_elixir_" + std::to_string(getpid());

@@ -184,6 +184,56 @@ TEST(Terms, MapsFloatsBignumsAndSizes) {
     }
 }
 
+// The same terms as Elixir's inspect/1 writes them (procs --inspect of an Elixir process):
+// checked against `elixir -e 'IO.inspect(...)'` on Debian's Elixir 1.14, but for charlists,
+// written ~c"..." as Elixir 1.15 and later write them (1.14: 'ab"c'), and structs, written
+// %Shop.Item{...} as when their module is loaded (here it is not: %{__struct__: Shop.Item, ...}).
+TEST(Terms, PrintsAsElixirDoes) {
+    for (bool heap_bits : {false, true}) {
+        Heap h;
+        h.words.reserve(512);
+        const Limits ex{.max_chars = 200, .syntax = Syntax::elixir};
+        auto src = h.source(heap_bits);
+        uint64_t label = h.tuple({h.atom("conn"), Heap::small(-7), h.string("ab\"c"), h.binary("d#{b}", heap_bits),
+                                  h.atom("Elixir.MyApp.Repo"), 0x853, kNil, h.atom("nil"), h.atom("with space")});
+        EXPECT_EQ(text(h.source(heap_bits), label, ex),
+                  R"({:conn, -7, ~c"ab\"c", "d\#{b}", MyApp.Repo, #PID<0.133.0>, [], nil, :"with space"})");
+        uint64_t list = h.cons(Heap::small(1), h.cons(h.atom("end"), Heap::small(3)));  // improper
+        EXPECT_EQ(text(src, list, ex), "[1, :end | 3]");
+        EXPECT_EQ(text(src, h.binary(std::string("\x01\x02", 2), heap_bits), ex), "<<1, 2>>");
+        uint64_t kw = h.cons(h.tuple({h.atom("timeout"), Heap::small(5000)}),
+                             h.cons(h.tuple({h.atom("name"), h.atom("x")}), kNil));
+        EXPECT_EQ(text(src, kw, ex), "[timeout: 5000, name: :x]");
+        // A map of atom keys, and a struct: its __struct__ key names it.
+        uint64_t keys = h.tuple({h.atom("a"), h.atom("b")});
+        uint64_t map = h.at() + 2;
+        h.words.insert(h.words.end(), {uint64_t{1} << 8 | (heap_bits ? 0x2cu : 0x3cu), 2, keys, Heap::small(1), kw});
+        EXPECT_EQ(text(src, map, ex), "%{a: 1, b: [timeout: 5000, name: :x]}");
+        uint64_t skeys = h.tuple({h.atom("__struct__"), h.atom("name")});
+        uint64_t item = h.atom("Elixir.Shop.Item"), tea = h.binary("tea", heap_bits);
+        uint64_t st = h.at() + 2;
+        h.words.insert(h.words.end(), {uint64_t{1} << 8 | (heap_bits ? 0x2cu : 0x3cu), 2, skeys, item, tea});
+        EXPECT_EQ(text(src, st, ex), R"(%Shop.Item{name: "tea"})");
+        uint64_t ikeys = h.tuple({Heap::small(1), h.atom("b")});
+        uint64_t mixed = h.at() + 2;
+        h.words.insert(h.words.end(), {uint64_t{1} << 8 | (heap_bits ? 0x2cu : 0x3cu), 2, ikeys, Heap::small(1), kNil});
+        EXPECT_EQ(text(src, mixed, ex), "%{1 => 1, :b => []}");
+        // The Erlang printer is unchanged by all this.
+        EXPECT_EQ(text(src, map), "#{a => 1,b => [{timeout,5000},{name,x}]}");
+    }
+}
+
+TEST(Terms, ElixirAtoms) {
+    EXPECT_EQ(elixir_atom("ok"), ":ok");
+    EXPECT_EQ(elixir_atom("valid?"), ":valid?");
+    EXPECT_EQ(elixir_atom("Foo"), ":Foo");
+    EXPECT_EQ(elixir_atom("true"), "true");
+    EXPECT_EQ(elixir_atom("Elixir.MyApp.Repo"), "MyApp.Repo");
+    EXPECT_EQ(elixir_atom("Elixir.my.mod"), ":\"Elixir.my.mod\"");
+    EXPECT_EQ(elixir_atom("$callers"), ":\"$callers\"");
+    EXPECT_EQ(elixir_atom("with \"quote\""), ":\"with \\\"quote\\\"\"");
+}
+
 TEST(Terms, PrintedAtoms) {
     EXPECT_EQ(printed_atom("init"), "init");
     EXPECT_EQ(printed_atom("gen_server@x"), "gen_server@x");

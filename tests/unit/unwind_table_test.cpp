@@ -267,5 +267,36 @@ TEST(UnwindTable, SurvivesTruncationAndCorruption) {
     }
 }
 
+// What fuzz_unwind found, kept in its seed corpus: rows of a .plt range that ran past the next
+// FDE (unsorted rows), and CFI programs naming a register in the hundreds of millions, for which
+// libdw sized every frame state at up to 2 GiB (out of memory, 25 s a file): refused before
+// libdw runs them (native/cfi_bounds.hpp).
+TEST(UnwindTable, FuzzFindingsStayFixed) {
+    int huge = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(BB_SOURCE_DIR "/tests/fuzz/corpus/unwind")) {
+        std::ifstream in(entry.path(), std::ios::binary);
+        std::string b{std::istreambuf_iterator<char>(in), {}};
+        UnwindTable t = compile_unwind_table(b.data(), b.size());
+        for (size_t i = 1; i < t.rows.size(); i++) ASSERT_LT(t.rows[i - 1].pc, t.rows[i].pc) << entry.path();
+        for (const auto& f : t.functions) ASSERT_LT(f.first, f.second) << entry.path();
+        if (entry.path().filename().string().starts_with("huge-cfi-register")) {
+            huge++;
+            EXPECT_NE(t.error.find("names register"), std::string::npos) << entry.path() << ": " << t.error;
+            EXPECT_TRUE(t.rows.empty()) << entry.path();
+        }
+    }
+    EXPECT_GE(huge, 1);
+}
+
+// The same check passes every file of a real VM: Debian's beam.smp and the libraries it maps.
+TEST(UnwindTable, RealFilesAreWithinTheCfiBounds) {
+    for (const char* path : {"/usr/lib/erlang/erts-13.1.5/bin/beam.smp", "/lib/x86_64-linux-gnu/libc.so.6",
+                             "/lib/x86_64-linux-gnu/libcrypto.so.3", "/lib/x86_64-linux-gnu/libstdc++.so.6"}) {
+        UnwindTable t = compile_unwind_table(std::string(path));
+        EXPECT_EQ(t.error, "") << path;
+        EXPECT_GT(t.rows.size(), 1000u) << path;
+    }
+}
+
 }  // namespace
 }  // namespace bb

@@ -343,6 +343,19 @@ const char* kind_name(Root::Kind k) {
     return "?";
 }
 
+namespace {
+// A root not sized or printed yet.
+Root root(Root::Kind kind, std::string where, std::string function, uint64_t term, uint64_t key = 0) {
+    Root r;
+    r.kind = kind;
+    r.where = std::move(where);
+    r.function = std::move(function);
+    r.term = term;
+    r.key = key;
+    return r;
+}
+}  // namespace
+
 std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_function,
                            const std::function<std::string(uint64_t)>& function_at) {
     std::vector<Root> roots;
@@ -360,11 +373,11 @@ std::vector<Root> root_set(const HeapSnapshot& s, const std::string& current_fun
         }
         int slot = y++;
         if (term::is_catch(w)) continue;  // a catch tag: control, not data
-        roots.push_back({Root::Kind::Stack, fmt::format("y{}", slot), function, w, 0, {}, {}});
+        roots.push_back(root(Root::Kind::Stack, fmt::format("y{}", slot), function, w));
     }
-    for (const auto& [k, v] : s.dictionary) roots.push_back({Root::Kind::Dictionary, "", "", v, k, {}, {}});
+    for (const auto& [k, v] : s.dictionary) roots.push_back(root(Root::Kind::Dictionary, "", "", v, k));
     for (size_t i = 0; i < s.messages.size(); i++)
-        roots.push_back({Root::Kind::Message, fmt::format("#{}", i + 1), "", s.messages[i], 0, {}, {}});
+        roots.push_back(root(Root::Kind::Message, fmt::format("#{}", i + 1), "", s.messages[i]));
     return roots;
 }
 

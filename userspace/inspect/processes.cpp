@@ -198,6 +198,9 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
         else if (key == "$initial_call") found.initial_call = kv[2];
         // RabbitMQ's name for its queue and channel processes (rabbit_misc): a label by another key.
         else if (key == "process_name") found.process_name = kv[2];
+        // Elixir's Task: the processes it works for, nearest first.
+        else if (key == "$callers") found.callers = kv[2];
+        else if (key == "$ancestors") found.ancestors = kv[2];
     };
     for (uint64_t t : slots) {
         take(t);
@@ -207,38 +210,101 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
             take((*cell)[0]);
             t = (*cell)[1];
         }
-        if (found.label && found.initial_call && found.process_name) break;
+        if (found.label && found.initial_call && found.process_name && found.callers && found.ancestors) break;
     }
     return found;
 }
 
+std::string ProcessNames::registered(uint64_t atom) {
+    auto text = atoms_.text(atom);
+    if (!text) return "";
+    constexpr std::string_view kElixir = "Elixir.";
+    if (!raw_names_ && text->starts_with(kElixir) && text->size() > kElixir.size()) return text->substr(kElixir.size());
+    return printed_atom(*text);
+}
+
 std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
                                     const std::array<uint64_t, 3>& initial_call) {
-    if (reg_name) {
-        if (auto text = atoms_.text(reg_name)) {
-            constexpr std::string_view kElixir = "Elixir.";
-            if (!raw_names_ && text->starts_with(kElixir) && text->size() > kElixir.size())
-                return text->substr(kElixir.size());
-            return printed_atom(*text);
-        }
-    }
+    if (reg_name)
+        if (std::string text = registered(reg_name); !text.empty()) return text;
     // The label and proc_lib's initial call are in the process dictionary, read now: only
     // while the Process at c_p is still the one sampled.
     const RemoteMemory& mem = vm_.mem();
     auto same = [&] { return mem.read<uint64_t>(c_p + vm_.offsets().proc_id) == pid; };
     if (c_p && same()) {
-        auto [label, initial, process_name] = read_dictionary(c_p);
+        auto [label, initial, process_name, callers, ancestors] = read_dictionary(c_p);
         std::string text;
         if (label) text = term::text(terms_, *label).value_or("");
         if (text.empty() && process_name) text = term::text(terms_, *process_name).value_or("");
-        if (text.empty() && initial && is_boxed(*initial)) {
+        if (!text.empty() && same()) return text;
+        if (initial && is_boxed(*initial)) {
             auto mfa = mem.read<std::array<uint64_t, 4>>(*initial - 2);
             if (mfa && (*mfa)[0] == tuple_header(3) && is_small((*mfa)[3]))
                 text = mfa_text((*mfa)[1], (*mfa)[2], static_cast<uint64_t>(small_value((*mfa)[3])));
         }
+        if (text.empty()) text = mfa_text(initial_call[0], initial_call[1], initial_call[2]);
+        // A task's initial call is often a closure's name (BbShop.-main/0-fun-1-/0), or
+        // proc_lib's: whom it works for says more, and groups the tasks of one owner.
+        if (callers && same())
+            if (std::string owner = task_owner(*callers, ancestors.value_or(kNil)); !owner.empty())
+                text = text.empty() ? "task of " + owner : text + " (task of " + owner + ")";
         if (!text.empty() && same()) return text;
     }
     return mfa_text(initial_call[0], initial_call[1], initial_call[2]);
+}
+
+std::string ProcessNames::task_owner(uint64_t callers, uint64_t ancestors) {
+    const RemoteMemory& mem = vm_.mem();
+    // The first few elements of a list in the VM's memory (a bounded walk: the target is hostile).
+    auto elements = [&](uint64_t list) {
+        std::vector<uint64_t> out;
+        for (int n = 0; is_list(list) && n < 8; n++) {
+            auto cell = mem.read<std::array<uint64_t, 2>>(list - 1);
+            if (!cell) break;
+            out.push_back((*cell)[0]);
+            list = (*cell)[1];
+        }
+        return out;
+    };
+    std::vector<uint64_t> who = elements(callers), up = elements(ancestors);
+    who.insert(who.end(), up.begin(), up.end());
+    // A registered name as an atom ($ancestors holds a supervisor's so) or as its process's.
+    for (uint64_t t : who) {
+        const ProcessEntry* e = is_local_pid(t) ? entry_of(t) : nullptr;
+        uint64_t atom = is_atom(t) ? t : e ? e->reg_name : 0;
+        if (atom)
+            if (std::string text = registered(atom); !text.empty()) return text;
+    }
+    if (who.empty() || !is_local_pid(who[0])) return "";
+    std::string caller = name_of_pid(who[0]);
+    return caller.empty() ? vm_.format_pid(who[0]) : caller;
+}
+
+const ProcessEntry* ProcessNames::entry_of(uint64_t pid) {
+    auto it = table_.find(pid);
+    const auto now = std::chrono::steady_clock::now();
+    if (it == table_.end() && now - table_read_ > std::chrono::seconds(1)) {
+        table_read_ = now;
+        table_.clear();
+        try {
+            for (const ProcessEntry& e : read_process_table(vm_).processes) table_.emplace(e.pid, e);
+        } catch (const UserError&) {
+            // A table that cannot be read now names no caller: the task keeps its own name.
+        }
+        it = table_.find(pid);
+    }
+    return it == table_.end() ? nullptr : &it->second;
+}
+
+std::string ProcessNames::name_of_pid(uint64_t pid) {
+    if (auto it = names_.find(pid); it != names_.end() && !it->second.empty()) return it->second;
+    const ProcessEntry* e = entry_of(pid);
+    if (!e || naming_depth_ >= 2) return "";
+    const ProcessEntry copy = *e;  // naming it may read the table again
+    naming_depth_++;
+    std::string text = name(copy.pid, copy.c_p, copy.reg_name, copy.initial);
+    naming_depth_--;
+    return text;
 }
 
 const std::string& ProcessNames::name(const bb_record& r) {

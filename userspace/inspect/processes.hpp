@@ -4,6 +4,7 @@
 // atom table, the process table, a process's dictionary): untrusted, bounded, never written.
 #pragma once
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "beam_bpf.h"
 #include "inspect/terms.hpp"
+#include "inspect/process_table.hpp"
 #include "target/vm.hpp"
 
 namespace bb {
@@ -73,13 +75,23 @@ public:
     const term::TermSource& term_source() const { return terms_; }
 
 private:
+    // The name an atom registers ("my_server", MyApp.Repo for 'Elixir.MyApp.Repo'), "" if unreadable.
+    std::string registered(uint64_t atom);
     std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
-    // The values of '$process_label', '$initial_call' and process_name (RabbitMQ's) in the
-    // dictionary of the process at c_p, in one pass over it.
+    // The values of '$process_label', '$initial_call', process_name (RabbitMQ's), '$callers'
+    // and '$ancestors' in the dictionary of the process at c_p, in one pass over it.
     struct DictNames {
-        std::optional<uint64_t> label, initial_call, process_name;
+        std::optional<uint64_t> label, initial_call, process_name, callers, ancestors;
     };
     DictNames read_dictionary(uint64_t c_p);
+    // Whom an Elixir task (a process with '$callers') works for, as its name says it: the first
+    // registered one of its callers and ancestors (its Task.Supervisor, say), else its direct
+    // caller's name or pid; "" if neither list holds one.
+    std::string task_owner(uint64_t callers, uint64_t ancestors);
+    // The name of a process that may not have been sampled: from the process table (read at
+    // most once a second for pids not seen yet).
+    std::string name_of_pid(uint64_t pid);
+    const ProcessEntry* entry_of(uint64_t pid);  // from table_, read again if older than a second
 
     const Vm& vm_;
     bool raw_names_;
@@ -88,6 +100,10 @@ private:
     std::string unavailable_;
     bool starting_ = false;
     std::unordered_map<uint64_t, std::string> names_;  // pid term -> name
+    // The last process table read for name_of_pid(), and when; pid term -> its entry's names.
+    std::unordered_map<uint64_t, ProcessEntry> table_;
+    std::chrono::steady_clock::time_point table_read_{};
+    int naming_depth_ = 0;  // a task's owner may be a task: named at most two levels up
 };
 
 }  // namespace bb

@@ -161,7 +161,8 @@ std::string bignum_text(std::vector<uint64_t> digits, bool negative) {
 class TermPrinter {
 public:
     TermPrinter(const TermSource& src, const Limits& limits)
-        : src_(src), limits_(limits), r_(src, limits.max_reads) {}
+        : src_(src), limits_(limits), r_(src, limits.max_reads), elixir_(limits.syntax == Syntax::elixir),
+          sep_(elixir_ ? ", " : ",") {}
 
     std::optional<std::string> print(uint64_t t) {
         term(t, limits_.depth, 0);
@@ -191,11 +192,11 @@ private:
         } else if (is_atom(t)) {
             auto text = src_.atom_text(t);
             if (!text) bad_ = true;
-            else out_ += printed_atom(*text);
+            else out_ += elixir_ ? elixir_atom(*text) : printed_atom(*text);
         } else if (is_small(t)) {
             out_ += std::to_string(small_value(t));
         } else if (is_local_pid(t)) {
-            out_ += src_.pid_text(t);
+            out_ += (elixir_ ? "#PID" : "") + src_.pid_text(t);
         } else if (is_local_port(t)) {
             out_ += fmt::format("#Port<0.{}>", t >> 4);
         } else if (t == kNil) {
@@ -214,28 +215,37 @@ private:
             out_ += "[...]";
             return;
         }
-        // A printable list is printed as a string, as ~p does.
+        // A printable list is printed as a string, as ~p does (Elixir: a charlist, ~c"...").
         if (auto s = string(t)) {
-            out_ += *s;
+            out_ += elixir_ ? "~c" + *s : *s;
             return;
         }
+        // Elixir writes a list of {atom, Value} as keywords: [timeout: 5000, name: :x].
+        const bool keywords = elixir_ && keyword_list(t);
         out_ += '[';
         int i = 0;
         for (; is_list(t) && !bad_ && !full(); i++) {
             auto head = word(t - 1), tail = word(t + 7);
             if (!head || !tail) return;
-            if (i) out_ += ',';
+            if (i) out_ += sep_;
             int left = d < 0 ? -1 : d - 1 - i;
             if (d > 0 && i > 0 && d - i <= 1) {
-                out_.back() = '|';
+                if (!elixir_) out_.back() = '|';  // "[a,b|...]" as ~P writes it, "[a, b, ...]" as inspect
                 out_ += "...]";
                 return;
             }
-            term(*head, left, nest + 1);
+            if (keywords) {
+                auto k = word(*head + 6), v = word(*head + 14);  // {Key, Value}: header, Key, Value
+                if (!k || !v) return;
+                keyword_key(*k);
+                term(*v, left, nest + 1);
+            } else {
+                term(*head, left, nest + 1);
+            }
             t = *tail;
         }
         if (t != kNil && !bad_ && !full()) {
-            out_ += '|';
+            out_ += elixir_ ? " | " : "|";
             term(t, d < 0 ? -1 : std::max(d - i, 1), nest + 1);
         }
         out_ += ']';
@@ -266,7 +276,7 @@ private:
         }
         out_ += '{';
         for (uint64_t i = 0; i < arity && !bad_ && !full(); i++) {
-            if (i) out_ += ',';
+            if (i) out_ += sep_;
             if (d > 0 && i > 0 && d - static_cast<int>(i) <= 1) {
                 out_ += "...";
                 break;
@@ -286,23 +296,65 @@ private:
             bad_ = !r_.exhausted();
             return;
         }
+        const char* open = elixir_ ? "%{" : "#{";
         if (d == 1 && !pairs.empty()) {
-            out_ += "#{...}";
+            out_ += open;
+            out_ += "...}";
             return;
         }
-        out_ += "#{";
+        // Elixir: a struct as %Module{field: value} (its __struct__ key names it), and atom
+        // keys as `key: value` when every key is an atom.
+        bool atom_keys = elixir_ && std::all_of(pairs.begin(), pairs.end(), [](const auto& kv) { return is_atom(kv.first); });
+        std::string structure;
+        if (atom_keys)
+            for (auto it = pairs.begin(); it != pairs.end(); ++it)
+                if (src_.atom_text(it->first) == "__struct__" && is_atom(it->second)) {
+                    if (auto m = src_.atom_text(it->second)) structure = elixir_atom(*m);
+                    pairs.erase(it);
+                    break;
+                }
+        out_ += structure.empty() ? open : "%" + structure + "{";
         for (size_t i = 0; i < pairs.size() && !bad_ && !full(); i++) {
-            if (i) out_ += ',';
+            if (i) out_ += sep_;
             if (d > 0 && i > 0 && d - static_cast<int>(i) <= 1) {
                 out_ += "...";
                 break;
             }
             int left = d < 0 ? -1 : d - 1 - static_cast<int>(i);
-            term(pairs[i].first, left, nest + 1);
-            out_ += " => ";
+            if (atom_keys) {
+                keyword_key(pairs[i].first);
+            } else {
+                term(pairs[i].first, left, nest + 1);
+                out_ += " => ";
+            }
             term(pairs[i].second, left, nest + 1);
         }
         out_ += '}';
+    }
+
+    // Whether every element of the proper list at t is a {atom, Value} pair (a bounded probe).
+    bool keyword_list(uint64_t t) {
+        Reader probe(src_, 4096);
+        int n = 0;
+        for (; is_list(t); n++) {
+            auto head = probe.word(t - 1), tail = probe.word(t + 7);
+            if (!head || !tail || !is_boxed(*head)) return false;
+            auto hdr = probe.word(*head - 2), key = probe.word(*head + 6);
+            if (!hdr || *hdr != tuple_header(2) || !key || !is_atom(*key)) return false;
+            t = *tail;
+        }
+        return t == kNil && n > 0;
+    }
+
+    // `key: ` as Elixir writes an atom key of a keyword list or a map.
+    void keyword_key(uint64_t atom) {
+        auto text = src_.atom_text(atom);
+        if (!text) {
+            bad_ = true;
+            return;
+        }
+        std::string a = elixir_atom(*text);  // ":name" or ":\"with space\"", or an alias
+        out_ += (a.starts_with(':') ? a.substr(1) : "\"" + escaped(*text, '"') + "\"") + ": ";
     }
 
     bool map_pairs(uint64_t p, uint64_t hdr, std::vector<std::pair<uint64_t, uint64_t>>& pairs, int level) {
@@ -353,6 +405,16 @@ private:
         bool printable = std::all_of(data.begin(), data.end(), [](std::byte c) {
             return std::isprint(static_cast<unsigned char>(c)) != 0;
         });
+        if (elixir_ && printable && !data.empty()) {  // a string: "text", #{ escaped
+            out_ += '"';
+            for (size_t i = 0; i < data.size(); i++) {
+                char ch = static_cast<char>(data[i]);
+                if (ch == '"' || ch == '\\' || (ch == '#' && i + 1 < data.size() && char(data[i + 1]) == '{')) out_ += '\\';
+                out_ += ch;
+            }
+            out_ += data.size() < b->bytes ? "\"..." : "\"";
+            return;
+        }
         out_ += "<<";
         if (printable && !data.empty()) {
             out_ += '"';
@@ -363,7 +425,7 @@ private:
             }
             out_ += '"';
         } else {
-            for (size_t i = 0; i < data.size(); i++) out_ += fmt::format("{}{}", i ? "," : "", int(data[i]));
+            for (size_t i = 0; i < data.size(); i++) out_ += fmt::format("{}{}", i ? sep_ : "", int(data[i]));
         }
         if (data.size() < b->bytes) out_ += "...";
         out_ += ">>";
@@ -411,11 +473,12 @@ private:
             // holds a pointer there instead).
             auto a = word(p + 8), b = word(p + 16);
             if (!a || !b) return;
+            const char* ref = elixir_ ? "#Reference" : "#Ref";
             if (arity == 2 && (*b >> 32) == 0xffffffffu)
-                out_ += fmt::format("#Ref<0.{}.{}.{}>", *b & 0xffffffffu, *a >> 32, *a & 0xffffffffu);
-            else out_ += "#Ref<...>";
+                out_ += fmt::format("{}<0.{}.{}.{}>", ref, *b & 0xffffffffu, *a >> 32, *a & 0xffffffffu);
+            else out_ += fmt::format("{}<...>", ref);
         } else if (sub == kFun) {
-            out_ += "#Fun<...>";
+            out_ += elixir_ ? "#Function<...>" : "#Fun<...>";
         } else if (sub == kExternalPid) {
             out_ += "<external pid>";
         } else if (sub == kExternalPort) {
@@ -430,6 +493,8 @@ private:
     const TermSource& src_;
     Limits limits_;
     Reader r_;
+    bool elixir_;      // Syntax::elixir
+    const char* sep_;  // between elements: "," (~p without line breaks) or ", " (inspect)
     std::string out_;
     bool bad_ = false;
 };
@@ -630,6 +695,34 @@ std::string printed_atom(std::string_view text) {
                 });
     if (bare) return std::string(text);
     return "'" + escaped(text, '\'') + "'";  // control characters as io_lib writes them: '\e[2J'
+}
+
+std::string elixir_atom(std::string_view text) {
+    if (text == "true" || text == "false" || text == "nil") return std::string(text);
+    // An alias: 'Elixir.MyApp.Repo' is MyApp.Repo, each segment a capitalized identifier.
+    auto identifier = [](std::string_view s, bool capital) {
+        return !s.empty() && (capital ? std::isupper(static_cast<unsigned char>(s[0]))
+                                      : std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
+               std::all_of(s.begin(), s.end(), [](char c) {
+                   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@';
+               });
+    };
+    if (text.starts_with("Elixir.") && text.size() > 7) {
+        std::string_view rest = text.substr(7);
+        bool alias = true;
+        for (size_t at = 0; alias;) {
+            size_t dot = rest.find('.', at);
+            alias = identifier(rest.substr(at, dot == std::string_view::npos ? dot : dot - at), true);
+            if (dot == std::string_view::npos) break;
+            at = dot + 1;
+        }
+        if (alias) return std::string(rest);
+    }
+    // :name, :name? and :name! bare; anything else quoted.
+    std::string_view stem = text;
+    if (!stem.empty() && (stem.back() == '?' || stem.back() == '!')) stem.remove_suffix(1);
+    if (identifier(stem, false)) return ":" + std::string(text);
+    return ":\"" + escaped(text, '"') + "\"";
 }
 
 std::optional<std::string> text(const TermSource& src, uint64_t term, const Limits& limits) {

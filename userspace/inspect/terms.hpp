@@ -46,17 +46,24 @@ struct TermSource {
 // How much of a term to print: like io_lib's ~P, `depth` counts nesting and elements alike
 // ([1,2|...] at depth 3; negative: no limit), then at most `max_chars` characters (then "..."),
 // and at most `max_reads` words read.
+// How terms are written: as Erlang's ~p, or as Elixir's inspect/1 (:ok, "text", %{a: 1},
+// [a: 1], ~c"abc", MyApp.Repo, #PID<0.85.0>).
+enum class Syntax { erlang, elixir };
+
 struct Limits {
     size_t max_chars = 80;
     int depth = -1;
     int max_reads = 256;
+    Syntax syntax = Syntax::erlang;
 };
 
 // An atom as Erlang prints it: bare (init, gen_server) or quoted ('Elixir.Foo', '$ancestors').
 std::string printed_atom(std::string_view text);
+// An atom as Elixir prints it: :ok, :"with space", true, nil, MyApp.Repo (for 'Elixir.MyApp.Repo').
+std::string elixir_atom(std::string_view text);
 
-// A term as Erlang's ~p prints it (without line breaks), abbreviated to `limits`; nullopt when a
-// read fails or the term is malformed.
+// A term as Erlang's ~p prints it (without line breaks), or as Elixir's inspect/1 does
+// (limits.syntax), abbreviated to `limits`; nullopt when a read fails or the term is malformed.
 std::optional<std::string> text(const TermSource& src, uint64_t term, const Limits& limits = {});
 
 // What the term occupies, as erts_debug:flat_size/1 counts it (the words a copy of it would take,

@@ -1,4 +1,6 @@
 #include "native/unwind_table.hpp"
+
+#include "native/cfi_bounds.hpp"
 #include "native/unwind_store.hpp"
 #include "base/test_hooks.hpp"
 #include "base/unique_fd.hpp"
@@ -137,20 +139,9 @@ bool same_rules(const bb_unwind_row& a, const bb_unwind_row& b) {
     return a.cfa_rule == b.cfa_rule && a.cfa_words == b.cfa_words && a.rbp_slot == b.rbp_slot;
 }
 
-// Size of a pointer in an .eh_frame_hdr field, by its DW_EH_PE encoding; 0 if unsupported.
-size_t encoded_size(uint8_t enc) {
-    switch (enc & 0x0f) {
-        case DW_EH_PE_absptr: return enc == DW_EH_PE_omit ? 0 : 8;
-        case DW_EH_PE_udata4:
-        case DW_EH_PE_sdata4: return 4;
-        case DW_EH_PE_udata8:
-        case DW_EH_PE_sdata8: return 8;
-        default: return 0;
-    }
-}
-
-// The start of every FDE, from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME).
-std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budget) {
+// The start of every FDE, from the binary-search table of .eh_frame_hdr (PT_GNU_EH_FRAME);
+// and where each FDE is, into `fdes`.
+std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budget, std::vector<uint64_t>& fdes) {
     std::vector<uint64_t> starts;
     size_t nphdr = 0;
     if (elf_getphdrnum(elf, &nphdr) != 0) {
@@ -169,7 +160,7 @@ std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budg
         const auto* hdr = static_cast<const uint8_t*>(chunk->d_buf);
         size_t n = chunk->d_size;
         uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
-        size_t ptr_size = encoded_size(ptr_enc), count_size = encoded_size(count_enc);
+        size_t ptr_size = eh_encoded_size(ptr_enc), count_size = eh_encoded_size(count_enc);
         if (hdr[0] != 1 || count_size == 0 || (count_enc & 0x70) != DW_EH_PE_absptr ||
             table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4)) {
             error = fmt::format(".eh_frame_hdr of an unsupported form (version {}, encodings {:#x} {:#x})", hdr[0],
@@ -193,10 +184,13 @@ std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budg
             count = kMaxFdesPerFile;
         }
         starts.reserve(count);
+        fdes.reserve(count);
         for (uint64_t k = 0; k < count; k++) {
-            int32_t loc;
+            int32_t loc, fde;
             std::memcpy(&loc, hdr + at + k * 8, 4);
+            std::memcpy(&fde, hdr + at + k * 8 + 4, 4);
             starts.push_back(ph.p_vaddr + static_cast<int64_t>(loc));
+            fdes.push_back(ph.p_vaddr + static_cast<int64_t>(fde));
         }
         std::sort(starts.begin(), starts.end());
         starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
@@ -225,9 +219,14 @@ UnwindTable compile(Elf* elf) {
             if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
                 t.exec_segments.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
         }
-    std::vector<uint64_t> starts = fde_starts(elf, t.error, t.budget);
+    std::vector<uint64_t> fdes;
+    std::vector<uint64_t> starts = fde_starts(elf, t.error, t.budget, fdes);
     if (starts.empty()) {
         if (t.error.empty()) t.error = "no FDEs";
+        return t;
+    }
+    if (std::string why = cfi_out_of_bounds(elf, fdes); !why.empty()) {
+        t.error = why;
         return t;
     }
     std::unique_ptr<Dwarf_CFI, CfiCloser> cfi(dwarf_getcfi_elf(elf));
@@ -263,16 +262,22 @@ UnwindTable compile(Elf* elf) {
             auto plt = row.cfa_rule == BB_CFA_BAD ? plt_rule(frame) : std::nullopt;
             std::free(frame);
             if (hi <= addr || lo > addr) break;  // garbage: the range must move on
-            hi = std::min<uint64_t>(hi, UINT32_MAX);
+            // A range past the next FDE is garbage too: rows must stay sorted across FDEs.
+            hi = std::min<uint64_t>(hi, next);
             if (plt) {
-                // Two rows per entry: before and after its push.
-                for (uint64_t pc = addr; pc < hi && t.rows.size() < kMaxRowsPerFile;) {
+                // Two rows per entry: before and after its push. No more than an FDE's rows.
+                const uint64_t end = std::min<uint64_t>(hi, addr + kMaxRowsPerFde / 2 * 16);
+                for (uint64_t pc = addr; pc < end && t.rows.size() < kMaxRowsPerFile;) {
                     bool pushed = (pc & 15) >= plt->k;
                     bb_unwind_row r{};
                     r.cfa_rule = BB_CFA_RSP;
                     r.cfa_words = static_cast<uint16_t>(plt->words + pushed);
                     add(pc, r);
                     pc = (pc & ~uint64_t{15}) + (pushed ? 16 : plt->k);
+                }
+                if (end < hi) {  // a .plt larger than any real one: the rest gets no row
+                    addr = end;
+                    break;
                 }
             } else {
                 if (row.cfa_rule == BB_CFA_BAD) t.bad_rows++;

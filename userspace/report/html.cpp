@@ -7,6 +7,7 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace bb {
@@ -73,6 +74,21 @@ void write_html(const Profile& p, std::ostream& out) {
     const std::vector<uint32_t>& frame_of_location = lf.of_location;
     json frames = json::array();
     for (uint32_t f = 0; f < lf.labels.size(); f++) frames.push_back(describe(p, lf.location[f], lf.labels[f]));
+    // Direct recursion collapsed, as flame graph tools offer (inferno's --collapse-recursion):
+    // a run of one function is one box "f (recursive)" whatever its length, so a recursion
+    // 3,000 deep is not a tower 3,000 rows tall, and runs of different lengths merge instead of
+    // splitting into towers of their own. The folded output keeps every frame.
+    std::unordered_map<uint32_t, uint32_t> recursive;  // frame -> its "(recursive)" frame
+    auto recursive_frame = [&](uint32_t f) {
+        auto [it, fresh] = recursive.try_emplace(f, static_cast<uint32_t>(frames.size()));
+        if (fresh) {
+            json r = frames[f];
+            r["name"] = lf.labels[f] + " (recursive)";
+            r["recursive"] = true;
+            frames.push_back(std::move(r));
+        }
+        return it->second;
+    };
 
     // Merge the stacks into a call tree here rather than in the page: a long run has 100k+
     // distinct stacks, and the browser then only lays boxes out. Sorted, equal stacks are
@@ -85,7 +101,13 @@ void write_html(const Profile& p, std::ostream& out) {
         if (s.count == 0) continue;
         std::vector<uint32_t> frames_of_stack;
         frames_of_stack.reserve(s.stack.size());
-        for (uint32_t loc : s.stack) frames_of_stack.push_back(frame_of_location[loc]);
+        uint32_t last = UINT32_MAX;
+        for (uint32_t loc : s.stack) {
+            const uint32_t f = frame_of_location[loc];
+            if (f == last) frames_of_stack.back() = recursive_frame(f);
+            else frames_of_stack.push_back(f);
+            last = f;
+        }
         stacks.emplace_back(std::move(frames_of_stack), s.count);
     }
     std::sort(stacks.begin(), stacks.end());

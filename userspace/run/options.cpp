@@ -92,9 +92,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "add the kernel's frames to samples taken in a system call or fault (named from "
                  "/proc/kallsyms), as perf shows them");
     app.add_option("--max-depth", o.max_depth,
-                   fmt::format("Erlang frames kept per sample, the running function and the leaf-most callers (2 to {}); deeper "
-                               "stacks are counted as truncated",
-                               BB_MAX_FRAMES))
+                   fmt::format("Erlang frames kept per sample (2 to {}). A deeper stack keeps its leaf-most frames and, from "
+                               "{} on, its {} root-most callers (within 128 KiB more of stack), with a \"[truncated N frames]\" "
+                               "frame between",
+                               BB_MAX_FRAMES, 2 * BB_ROOT_FRAMES, BB_ROOT_FRAMES))
         ->capture_default_str();
     app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
     app.add_option("--process", o.process,
@@ -102,8 +103,9 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "(my_server, MyApp.Repo), looked up when sampling starts; filtered in the kernel");
     app.add_flag("--by-process", o.by_process,
                  "group samples by Erlang process name: each stack gets a root frame naming its processes "
-                 "(registered name, else process label, else initial call) and how many there were, in "
-                 "every format; the top table adds a table of them");
+                 "(registered name, else process label or RabbitMQ's process_name, else initial call, with "
+                 "\"(task of OWNER)\" for an Elixir task) and how many there were, in every format; the top "
+                 "table adds a table of them");
     app.add_flag("--by-pid", o.by_pid, "as --by-process, a root frame per process: its name and pid");
     app.add_option("--every", o.every,
                    "continuous profiling: write a report every SECONDS, each to the files -o names "

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -141,6 +142,10 @@ void Output::open(uint64_t start_unix_ns) {
 void Output::commit() {
     for (size_t i = 0; i < reports_.size(); i++) write_file_atomically(paths_[i], reports_[i]->view());
     reports_.clear();
+    // A report on stdout is out before the run's summary on stderr: in a terminal, or in one
+    // file with 2>&1, the summary otherwise landed inside it.
+    std::cout.flush();
+    std::fflush(stdout);
 }
 
 bool Output::has(Format f) const { return std::find(formats_.begin(), formats_.end(), f) != formats_.end(); }

@@ -12,6 +12,7 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
     bad_process_ = frames_.other(FrameKind::vm, "[unreadable Erlang process]", "beam.smp");
     in_gc_ = frames_.other(FrameKind::vm, "[gc]", "beam.smp");
     exiting_ = frames_.other(FrameKind::vm, "[exiting]", "beam.smp");
+    beyond_scan_ = frames_.other(FrameKind::vm, "[truncated: stack deeper than the walk scans]", "beam.smp");
     unknown_native_ = frames_.other(FrameKind::native, "[unknown native code]", "[unknown]");
     unsampled_alloc_ = frames_.other(FrameKind::vm, "[allocation not sampled]", "beam.smp");
     refresh(0);
@@ -132,6 +133,10 @@ std::optional<uint32_t> Symbolizer::native_frame(uint64_t ip) {
     return id;
 }
 
+uint32_t Symbolizer::truncated_frame(uint32_t skipped) {
+    return frames_.other(FrameKind::vm, fmt::format("[truncated {} frames]", skipped), "beam.smp");
+}
+
 bool Symbolizer::in_native_module(uint64_t addr) const {
     if (!unwind_) return true;
     for (const auto& m : unwind_->modules())
@@ -153,10 +158,25 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
     // frames[]: kernel, native, then Erlang, each leaf first (beam_bpf.h).
     const int nkernel = std::min<int>(r.nkernel, r.nframes), nnative = std::min<int>(r.nnative, r.nframes - nkernel);
     const int erlang = nkernel + nnative;
-    for (int i = static_cast<int>(r.nframes) - 1; i >= erlang; i--) {
-        if (r.frames[i] == normal_exit) continue;  // bottom of every stack: not a caller
-        out.push_back(erlang_frame(r.frames[i], r.time_ns, true));
+    auto caller = [&](uint64_t cp) {
+        if (cp != normal_exit) out.push_back(erlang_frame(cp, r.time_ns, true));  // normal_exit: bottom of every stack, not a caller
+    };
+    int leaf_end = static_cast<int>(r.nframes);
+    if (r.nskipped && leaf_end - erlang >= 2 * BB_ROOT_FRAMES) {
+        // A truncated walk: the ring of root-most frames in its last slots, root first, then
+        // the leaf-most frames under a frame that says how many are missing between. When the
+        // scan's budget ended before the stack's bottom, the ring holds frames from its middle:
+        // the leaf-most frames stand under a frame that says so instead.
+        const uint64_t ring0 = static_cast<uint64_t>(leaf_end) - BB_ROOT_FRAMES, found = leaf_end + uint64_t{r.nskipped};
+        if (r.flags & BB_F_SCAN_LIMIT) {
+            out.push_back(beyond_scan_);
+        } else {
+            for (uint64_t i = found; i-- > found - BB_ROOT_FRAMES;) caller(r.frames[BB_ROOT_SLOT(i, ring0)]);
+            out.push_back(truncated_frame(r.nskipped));
+        }
+        leaf_end = static_cast<int>(ring0);
     }
+    for (int i = leaf_end - 1; i >= erlang; i--) caller(r.frames[i]);
     auto native_or_unknown = [&](uint64_t ip) {
         if (auto id = native_frame(ip)) return *id;
         unsymbolized_++;

@@ -57,6 +57,7 @@ private:
     std::optional<uint32_t> native_frame(uint64_t ip);
     uint32_t kernel_frame(uint64_t ip);
     bool in_native_module(uint64_t addr) const;
+    uint32_t truncated_frame(uint32_t skipped);  // "[truncated N frames]", between leaf-most and root-most
     const NativeUnwind* unwind_ = nullptr;
     KernelSymbols kernel_syms_;
     std::unordered_map<uint64_t, uint32_t> kernel_cache_;
@@ -83,7 +84,7 @@ private:
     std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read
     uint64_t last_native_refresh_ns_ = 0;
     uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
-    uint32_t in_gc_, exiting_;
+    uint32_t in_gc_, exiting_, beyond_scan_;
     uint32_t unsampled_alloc_;  // roots of a process's samples taken while it was collected or exiting
 };
 

@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <chrono>
@@ -33,7 +35,7 @@ namespace {
 struct Options {
     std::vector<std::string> targets;  // the PID words, or --node (find/find_vm.hpp)
     std::string node;
-    std::string sort = "memory", offsets_file, inspect;
+    std::string sort = "memory", offsets_file, inspect, syntax = "auto";
     size_t top = 20;
     bool all = false, json = false, raw_names = false;
     double watch = 0;
@@ -86,6 +88,20 @@ Row make_row(Context& c, const ProcessEntry& e) {
     return r;
 }
 
+
+// The NAME column: as wide as the longest name shown (at least its heading, at most 48), a
+// longer name cut with "...": CURRENT stays aligned whatever the target calls its processes.
+constexpr size_t kNameWidthMax = 48;
+
+size_t name_width(const std::vector<Row>& rows) {
+    size_t w = 4;
+    for (const Row& r : rows) w = std::max(w, r.name.size());
+    return std::min(w, kNameWidthMax);
+}
+
+std::string fit(const std::string& s, size_t width) {
+    return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
 
 ProcessTable read_table(const Vm& vm) {
     ProcessTable table = read_process_table(vm);
@@ -156,13 +172,14 @@ int run_table(Context& c, const Options& o) {
                read_ns / 1e6);
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
-    fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "HEAP", "STACK", "MSGQ",
-               "REDS", "STATUS", "NAME", "CURRENT");
+    const size_t nw = name_width(rows);
+    fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "HEAP", "STACK", "MSGQ",
+               "REDS", "STATUS", "NAME", nw, "CURRENT");
     for (const Row& r : rows) {
         const ProcessEntry& e = *r.p;
-        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", r.pid,
+        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid,
                    human_bytes(e.memory(proc_size)), e.total_heap_sz(), e.stack_sz, e.msgq_len, e.reds, e.status(),
-                   r.name, r.current);
+                   fit(r.name, nw), nw, r.current);
     }
     return 0;
 }
@@ -175,8 +192,18 @@ int run_watch(Context& c, const Options& o) {
     for (const auto& e : read_table(c.vm).processes) prev[e.pid] = e;
     for (size_t n = 0; o.count == 0 || n < o.count; n++) {
         std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
-        if (!c.vm.alive()) throw UserError("the VM exited");
-        ProcessTable table = read_table(c.vm);
+        // The VM ending is the end of the watch, not a failure to read it (it may end mid-read).
+        std::optional<ProcessTable> read;
+        try {
+            if (c.vm.alive()) read = read_table(c.vm);
+        } catch (const UserError&) {
+            if (c.vm.alive()) throw;
+        }
+        if (!read) {
+            fmt::print(stderr, "beam-bpf-procs: the VM (pid {}) exited after {} intervals\n", c.vm.pid(), n);
+            return 0;
+        }
+        const ProcessTable& table = *read;
         std::vector<Row> rows;
         for (const ProcessEntry& e : table.processes) {
             auto it = prev.find(e.pid);
@@ -202,6 +229,8 @@ int run_watch(Context& c, const Options& o) {
         std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
             return std::pair(growth(a), a.d_reds) > std::pair(growth(b), b.d_reds);
         });
+        // A process that neither grew nor ran in the interval is not news: no rows of +0.
+        std::erase_if(rows, [](const Row& r) { return !r.fresh && r.d_memory <= 0 && r.d_queue <= 0 && r.d_reds == 0; });
         if (!o.all && rows.size() > o.top) rows.resize(o.top);
         for (Row& r : rows) {
             Row named = make_row(c, *r.p);
@@ -224,14 +253,16 @@ int run_watch(Context& c, const Options& o) {
             fmt::print("beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
                        "they hold)\n",
                        table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
-            fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<32} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
-                       "+MSGQ", "+REDS", "STATUS", "NAME", "CURRENT");
+            const size_t nw = name_width(rows);
+            fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
+                       "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
             for (const Row& r : rows) {
                 const ProcessEntry& e = *r.p;
-                fmt::print("{:<14} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<32} {}\n", r.pid + (r.fresh ? "*" : ""),
+                fmt::print("{:<14} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<{}} {}\n", r.pid + (r.fresh ? "*" : ""),
                            human_bytes(e.memory(proc_size)), signed_bytes(r.d_memory), e.msgq_len, r.d_queue, r.d_reds,
-                           e.status(), r.name, r.current);
+                           e.status(), fit(r.name, nw), nw, r.current);
             }
+            if (rows.empty()) fmt::print("(no process grew or ran in the interval)\n");
             std::fflush(stdout);
         }
         prev.clear();
@@ -261,12 +292,23 @@ ProcessEntry inspected_process(Context& c, const std::string& text) {
     throw UserError(fmt::format("--inspect {}: no such process", text));
 }
 
+// --syntax auto: Elixir's when the process is Elixir's, as its name shows (an alias, MyApp.Repo,
+// or an Elixir function, MyApp.Server.init/1: names are written as their language writes them).
+term::Syntax syntax_for(const std::string& wanted, const std::string& name) {
+    if (wanted == "elixir") return term::Syntax::elixir;
+    if (wanted == "erlang") return term::Syntax::erlang;
+    return !name.empty() && std::isupper(static_cast<unsigned char>(name[0])) ? term::Syntax::elixir
+                                                                              : term::Syntax::erlang;
+}
+
 int run_inspect(Context& c, const Options& o) {
     ProcessEntry e = inspected_process(c, o.inspect);
+    const term::Syntax syntax = syntax_for(o.syntax, make_row(c, e).name);
     const term::Limits limits{.max_chars = o.width ? o.width : SIZE_MAX / 4,
                               .depth = o.depth ? o.depth : -1,
-                              .max_reads = 50'000'000};
-    const term::Limits key_limits{.max_chars = 40, .depth = 4, .max_reads = 4096};
+                              .max_reads = 50'000'000,
+                              .syntax = syntax};
+    const term::Limits key_limits{.max_chars = 40, .depth = 4, .max_reads = 4096, .syntax = syntax};
     // A binary prints at most max_chars of its bytes: only those are copied.
     HeapSnapshot snap = snapshot_process(c.vm, e.c_p, e.pid, o.max_heap_mib << 20, c.names.term_source(),
                                          std::max(limits.max_chars, key_limits.max_chars));
@@ -410,6 +452,12 @@ int run(int argc, char** argv) {
     app.add_option("--depth", o.depth, "with --inspect: ~P depth of each term printed (0: whole)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber)
+        ->needs(inspect);
+    app.add_option("--syntax", o.syntax,
+                   "with --inspect: terms as Erlang writes them (erlang), as Elixir does (elixir: %{a: 1}, "
+                   "\"text\", #PID<0.85.0>), or as the process's own language (auto: Elixir's when its name is)")
+        ->check(CLI::IsMember({"auto", "erlang", "elixir"}))
+        ->capture_default_str()
         ->needs(inspect);
     app.add_option("--width", o.width, "with --inspect: characters of each term printed (0: all)")
         ->capture_default_str()
