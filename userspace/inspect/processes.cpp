@@ -177,6 +177,21 @@ std::string ProcessNames::mfa_text(uint64_t m, uint64_t f, uint64_t a) {
     return raw_names_ ? vm_name : display_name(vm_name);
 }
 
+namespace {
+// The first `max` elements of a list in the VM's memory, fewer where a read fails (a bounded
+// walk: the target is hostile, its lists may be cyclic).
+std::vector<uint64_t> list_heads(const RemoteMemory& mem, uint64_t list, int max) {
+    std::vector<uint64_t> out;
+    for (int n = 0; is_list(list) && n < max; n++) {
+        auto cell = mem.read<std::array<uint64_t, 2>>(list - 1);
+        if (!cell) break;
+        out.push_back((*cell)[0]);
+        list = (*cell)[1];
+    }
+    return out;
+}
+}  // namespace
+
 ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
     DictNames found;
     const VmOffsets& o = vm_.offsets();
@@ -204,12 +219,7 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
     };
     for (uint64_t t : slots) {
         take(t);
-        for (int n = 0; is_list(t) && n < 64; n++) {
-            auto cell = mem.read<std::array<uint64_t, 2>>(t - 1);
-            if (!cell) break;
-            take((*cell)[0]);
-            t = (*cell)[1];
-        }
+        for (uint64_t e : list_heads(mem, t, 64)) take(e);
         if (found.label && found.initial_call && found.process_name && found.callers && found.ancestors) break;
     }
     return found;
@@ -255,18 +265,7 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
 
 std::string ProcessNames::task_owner(uint64_t callers, uint64_t ancestors) {
     const RemoteMemory& mem = vm_.mem();
-    // The first few elements of a list in the VM's memory (a bounded walk: the target is hostile).
-    auto elements = [&](uint64_t list) {
-        std::vector<uint64_t> out;
-        for (int n = 0; is_list(list) && n < 8; n++) {
-            auto cell = mem.read<std::array<uint64_t, 2>>(list - 1);
-            if (!cell) break;
-            out.push_back((*cell)[0]);
-            list = (*cell)[1];
-        }
-        return out;
-    };
-    std::vector<uint64_t> who = elements(callers), up = elements(ancestors);
+    std::vector<uint64_t> who = list_heads(mem, callers, 8), up = list_heads(mem, ancestors, 8);
     who.insert(who.end(), up.begin(), up.end());
     // A registered name as an atom ($ancestors holds a supervisor's so) or as its process's.
     for (uint64_t t : who) {
