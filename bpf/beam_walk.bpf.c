@@ -60,6 +60,7 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->nnative = 0;
 	rec->reg_name = 0;
 	rec->initial[0] = rec->initial[1] = rec->initial[2] = 0;
+	rec->dict_initial[0] = rec->dict_initial[1] = rec->dict_initial[2] = rec->dict_caller = 0;
 	rec->alloc_words = rec->frag_words = 0;
 	rec->heap_owner = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;

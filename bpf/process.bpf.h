@@ -87,6 +87,78 @@ static __always_inline __u32 process_in_transition(const struct proc_view *p, __
 }
 
 
+/* Term tags (erl_term.h): a list cell's pointer ends in 01, a boxed term's in 10; a tuple's
+ * header is its arity << 6. */
+#define BB_TERM_LIST 1
+#define BB_TERM_BOXED 2
+#define BB_TUPLE_HEADER(arity) ((__u64)(arity) << 6)
+/* Collisions a dictionary slot holds as a list: more than a few is not a dictionary of names. */
+#define BB_DICT_BUCKET_MAX 4
+
+/*
+ * The value under the atom `key` in a process's dictionary, 0 if not found. The dictionary
+ * is a linear hash table (erl_process_dict.c, the same in OTP 25 to 29): an atom hashes to its
+ * index (atom_val), its slot is the hash masked by sizeMask, or by half of it past usedSlots;
+ * the slot holds a {Key, Value} tuple or a list of them.
+ */
+static __always_inline __u64 dict_get(const struct bb_vm *v, __u64 dict, __u64 key)
+{
+	/* sizeMask and usedSlots: sizeMask is the member before usedSlots in every release */
+	__u32 head[2], err = 0;
+	__u64 hx = key >> 6, ix, t, kv[3], cell[2];
+
+	if (bpf_probe_read_user(head, sizeof(head), (void *)(dict + v->layout.pdict_used_slots - 4)))
+		return 0;
+	ix = hx & head[0];
+	if (ix >= head[1])
+		ix = hx & (head[0] >> 1);
+	t = read_word(dict + v->layout.pdict_data + 8 * ix, &err);
+	for (int i = 0; i < BB_DICT_BUCKET_MAX && !err; i++) {
+		__u64 e = t;
+
+		if ((t & 3) == BB_TERM_LIST) {
+			if (bpf_probe_read_user(cell, sizeof(cell), (void *)(t - BB_TERM_LIST)))
+				return 0;
+			e = cell[0];
+			t = cell[1];
+		} else {
+			t = 0;
+		}
+		if ((e & 3) == BB_TERM_BOXED && !bpf_probe_read_user(kv, sizeof(kv), (void *)(e - BB_TERM_BOXED)) &&
+		    kv[0] == BB_TUPLE_HEADER(2) && kv[1] == key)
+			return kv[2];
+		if ((t & 3) != BB_TERM_LIST)
+			break;
+	}
+	return 0;
+}
+
+/*
+ * What names a proc_lib or Elixir Task process, read at the sample: its '$initial_call' and
+ * its first '$callers'. A task of Task.async_stream lives a few milliseconds; the reader sees
+ * its record up to 100 ms later, when its dictionary is gone. Each is left 0 when it does not
+ * read as one.
+ */
+static __always_inline void read_task_names(struct scratch *s, const struct bb_vm *v, struct bb_record *rec)
+{
+	__u64 dict = s->proc[(v->layout.proc_dictionary / 8) & (PROC_SPAN_MAX / 8 - 1)], t, mfa[4], cell[2];
+
+	if (!dict || (dict & 7))
+		return;
+	t = dict_get(v, dict, v->dict_key_initial_call);
+	if ((t & 3) == BB_TERM_BOXED && !bpf_probe_read_user(mfa, sizeof(mfa), (void *)(t - BB_TERM_BOXED)) &&
+	    mfa[0] == BB_TUPLE_HEADER(3)) {
+		rec->dict_initial[0] = mfa[1];
+		rec->dict_initial[1] = mfa[2];
+		rec->dict_initial[2] = mfa[3];
+	}
+	if (!v->dict_key_callers)
+		return;
+	t = dict_get(v, dict, v->dict_key_callers);
+	if ((t & 3) == BB_TERM_LIST && !bpf_probe_read_user(cell, sizeof(cell), (void *)(t - BB_TERM_LIST)))
+		rec->dict_caller = cell[0];
+}
+
 /* The process's registered name and initial call, for reports that name processes. A failed
  * read only leaves the name out: it says nothing about the stack. */
 static __always_inline void name_process(struct scratch *s, const struct bb_vm *v, struct bb_record *rec)
@@ -99,6 +171,8 @@ static __always_inline void name_process(struct scratch *s, const struct bb_vm *
 	rec->initial[0] = s->proc[(v->layout.proc_initial / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	rec->initial[1] = s->proc[(v->layout.proc_initial / 8 + 1) & (PROC_SPAN_MAX / 8 - 1)];
 	rec->initial[2] = s->proc[(v->layout.proc_initial / 8 + 2) & (PROC_SPAN_MAX / 8 - 1)];
+	if (!reg && v->dict_key_initial_call)
+		read_task_names(s, v, rec);
 }
 
 /*

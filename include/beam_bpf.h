@@ -111,6 +111,12 @@ struct bb_record {
 	 * function atoms, arity), both 0 unless BB_F_PROC. */
 	__u64 reg_name;
 	__u64 initial[3];
+	/* ... and from its dictionary, where the VM's initial call is proc_lib's: the '$initial_call'
+	 * proc_lib and Elixir's Task put there (module and function atoms, arity as a small), and
+	 * the first of Elixir's '$callers' (a pid term): what names a task that lives a few
+	 * milliseconds, gone before user space reads the record. 0 if not found. */
+	__u64 dict_initial[3];
+	__u64 dict_caller;
 	/* beam-bpf-sample -e alloc: the words the running code allocated, on the young heap since
 	 * the process's last GC entry (a GC entry's record), or in the heap fragment asked for
 	 * (BB_F_HEAP_FRAG); and, in a GC entry's record, the words of other heap fragments
@@ -234,6 +240,10 @@ struct bb_vm {
 	struct bb_vm_layout layout;  /* the build's struct offsets, checked against the live VM */
 	__u32 nr_unwind_modules;
 	__u32 pad;
+	/* The atoms '$initial_call' and '$callers' in this VM (their terms), as user space learns
+	 * them from the first dictionaries it reads; 0 until then (no dictionary read at the sample). */
+	__u64 dict_key_initial_call;
+	__u64 dict_key_callers;
 	struct bb_range code_ranges[BB_MAX_CODE_RANGES];  /* its executable JIT mappings */
 	struct bb_unwind_module unwind_modules[BB_MAX_UNWIND_MODULES];  /* its files' unwind rows */
 };

@@ -596,11 +596,27 @@ TEST_F(AppsTest, ElixirGenServers) {
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::map<std::string, long> roots;
     for (const auto& [stack, n] : parse_folded(r.out)) roots[split_frames(stack).front()] += n;
-    std::string tasks;
-    for (const auto& [root, n] : roots)
+    std::string tasks, stream_tasks;
+    long stream_samples = 0, proc_lib_samples = 0;
+    for (const auto& [root, n] : roots) {
         if (root.find("(task of BbShop.Clients)") != std::string::npos) tasks = root;
+        if (root.find("(task of BbShop.Report)") != std::string::npos) stream_tasks = root, stream_samples += n;
+        if (root.starts_with("proc_lib:init_p/5")) proc_lib_samples += n;
+    }
     std::cout << "[          ] the client tasks' root: " << (tasks.empty() ? "none" : tasks) << "\n";
     EXPECT_TRUE(tasks.ends_with("(task of BbShop.Clients) (6 processes)")) << r.out.substr(0, 4000);
+    // BbShop.Report's Task.async_stream tasks live a few milliseconds each, gone when their
+    // records are read: named from what the walker read of their dictionaries at the sample.
+    // Before, all but a few were `proc_lib:init_p/5` (344 processes, 349 samples, against 3
+    // processes named). A task sampled before the first dictionary read taught the walker the
+    // keys (the run's first drain) still is.
+    static const std::regex many(R"(\((\d+) processes\)$)");
+    std::smatch m;
+    long stream_processes = std::regex_search(stream_tasks, m, many) ? std::stol(m[1]) : 0;
+    std::cout << "[          ] Task.async_stream's tasks: " << (stream_tasks.empty() ? "none" : stream_tasks) << ", "
+              << stream_samples << " samples; proc_lib:init_p/5: " << proc_lib_samples << " samples\n";
+    EXPECT_GE(stream_processes, 50) << r.out.substr(0, 4000);
+    EXPECT_GE(stream_samples, 4 * proc_lib_samples) << r.out.substr(0, 4000);
 }
 
 }  // namespace

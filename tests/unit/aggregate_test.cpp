@@ -153,6 +153,27 @@ TEST(Aggregate, ErlangFirstChargesNativeTimeToItsCaller) {
     EXPECT_EQ(flat.str().substr(0, flat.str().find('\n', 26) + 1), " SELF%  TOTAL%  FUNCTION\n  70.0    70.0  memcpy\n");
 }
 
+// A scheduler with no process in its loop: the JIT's shared code (global::process_main) is VM
+// code, not a function to rank first; the sample goes to the pseudo frame above it. Before, the
+// loop was the top row on RabbitMQ (25.8%) and the Elixir app.
+TEST(Aggregate, ErlangFirstChargesTheSchedulerLoopToItsPseudoFrame) {
+    Fixture f;
+    uint32_t none = f.frames.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
+    uint32_t loop = f.frames.erlang("global::process_main", "global", nullptr, 0, 0);
+    uint32_t bif = f.frames.erlang("global::call_light_bif_shared", "global", nullptr, 0, 0);
+    Aggregator a;
+    a.add(std::vector<uint32_t>{none, loop, f.native}, 5);
+    a.add(std::vector<uint32_t>{f.root, f.mid, bif, f.native}, 2);
+    a.add(std::vector<uint32_t>{loop, f.native}, 1);  // no pseudo frame: the innermost VM frame
+    auto rows = bb::top_rows(f.profile(a), 0, false, true);
+    std::map<std::string, uint64_t> self;
+    for (const auto& r : rows) self[r.label] = r.self;
+    EXPECT_EQ(self["[no Erlang process]"], 5u);
+    EXPECT_EQ(self["m:mid/1"], 2u);
+    EXPECT_EQ(self["global::process_main"], 1u);
+    EXPECT_EQ(self["global::call_light_bif_shared"], 0u);
+}
+
 // --by-process: one root frame per process over the same code, none for samples of no process.
 TEST(Aggregate, ByProcessRootsEachProcess) {
     Fixture f;

@@ -11,7 +11,7 @@
 %% Entry points of spawned processes: exported so spawn/3 starts them with no wrapper frame.
 -export([root/0, deep_root/3, caller_a/1, caller_b/1, alloc_loop/0, arith_loop/0, big_gc_loop/1, sorter/0,
          busy_queue/0, busy_queue_sender/3, dirty_hog/0,
-         named_root/3, procs_hold/2]).
+         named_root/3, procs_hold/2, short_spawner/1, short_task/2]).
 %% deep_server's gen_server callbacks.
 -export([init/1, handle_call/3, handle_cast/2]).
 
@@ -186,6 +186,16 @@ start(named, _) ->
      spawn(?MODULE, named_root, [{label, {bb_gamma, 3}}, 2, ?NEVER]),
      proc_lib:spawn(?MODULE, named_root, [none, 2, ?NEVER])];
 
+%% --- short_tasks ------------------------------------------------------------------------
+%% Processes that live about a millisecond, as a server's per-request workers do: bb_spawner
+%% (registered) starts four at a time with proc_lib (initial call proc_lib:init_p/5, the real
+%% one in '$initial_call'), each with '$callers' as Elixir's Task sets it, and waits for them.
+%% Each is gone long before the profiler reads its samples. Prints `ready <spawner>`.
+start(short_tasks, _) ->
+    S = spawn(?MODULE, short_spawner, [?NEVER]),
+    wait_registered([bb_spawner]),
+    [S];
+
 %% --- procs ------------------------------------------------------------------------------
 %% Processes with known contents, for beam-bpf-procs, all waiting in a receive that never
 %% matches: bb_queue with 10,000 messages queued, bb_big_heap holding a list of 65,536 integers
@@ -307,6 +317,21 @@ named_loop(SpinMs, Never, Start) ->
 named_spin(0, Acc, _Never) -> Acc;
 named_spin(N, Acc, Never) when N =:= Never -> Acc;
 named_spin(N, Acc, Never) -> named_spin(N - 1, (Acc + 7) band 16#ffffff, Never).
+
+%% short_tasks ------------------------------------------------------------------------------
+short_spawner(Never) ->
+    register(bb_spawner, self()),
+    short_spawn_loop(Never).
+
+short_spawn_loop(Never) ->
+    Tasks = [proc_lib:spawn(?MODULE, short_task, [self(), Never]) || _ <- lists:seq(1, 4)],
+    Refs = [monitor(process, T) || T <- Tasks],
+    [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
+    short_spawn_loop(Never).
+
+short_task(Caller, Never) ->
+    put('$callers', [Caller]),
+    named_spin(100000, 0, Never).
 
 %% dirty_gc ---------------------------------------------------------------------------------
 big_gc_loop(Live) ->

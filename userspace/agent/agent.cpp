@@ -330,6 +330,8 @@ void Agent::step(Followed& f, uint64_t now_ns) {
         for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr}) {
             if (!s) continue;
             s->sampler->refresh_vm_state();
+            const auto& keys = f.names->dictionary_keys();  // met only where names are read (--process-labels)
+            s->sampler->set_dictionary_keys(keys.initial_call, keys.callers);
             // A lost code event leaves the index behind: back to walking the list.
             if (s->sampler->counters().code_events_lost) s->sym.follow_code_events(false, now_ns);
         }

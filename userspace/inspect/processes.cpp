@@ -210,11 +210,11 @@ ProcessNames::DictNames ProcessNames::read_dictionary(uint64_t c_p) {
             return;
         auto key = atoms_.text(kv[1]);
         if (key == "$process_label") found.label = kv[2];
-        else if (key == "$initial_call") found.initial_call = kv[2];
+        else if (key == "$initial_call") found.initial_call = kv[2], keys_.initial_call = kv[1];
         // RabbitMQ's name for its queue and channel processes (rabbit_misc): a label by another key.
         else if (key == "process_name") found.process_name = kv[2];
         // Elixir's Task: the processes it works for, nearest first.
-        else if (key == "$callers") found.callers = kv[2];
+        else if (key == "$callers") found.callers = kv[2], keys_.callers = kv[1];
         else if (key == "$ancestors") found.ancestors = kv[2];
     };
     for (uint64_t t : slots) {
@@ -234,7 +234,7 @@ std::string ProcessNames::registered(uint64_t atom) {
 }
 
 std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
-                                    const std::array<uint64_t, 3>& initial_call) {
+                                    const std::array<uint64_t, 3>& initial_call, const AtSample& at_sample) {
     if (reg_name)
         if (std::string text = registered(reg_name); !text.empty()) return text;
     // The label and proc_lib's initial call are in the process dictionary, read now: only
@@ -255,18 +255,32 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
         if (text.empty()) text = mfa_text(initial_call[0], initial_call[1], initial_call[2]);
         // A task's initial call is often a closure's name (BbShop.-main/0-fun-1-/0), or
         // proc_lib's: whom it works for says more, and groups the tasks of one owner.
-        if (callers && same())
-            if (std::string owner = task_owner(*callers, ancestors.value_or(kNil)); !owner.empty())
+        if (callers && same()) {
+            std::vector<uint64_t> who = list_heads(mem, *callers, 8), up = list_heads(mem, ancestors.value_or(kNil), 8);
+            who.insert(who.end(), up.begin(), up.end());
+            if (std::string owner = task_owner(who); !owner.empty())
                 text = text.empty() ? "task of " + owner : text + " (task of " + owner + ")";
+        }
         if (!text.empty() && same()) return text;
     }
-    return mfa_text(initial_call[0], initial_call[1], initial_call[2]);
+    return name_at_sample(initial_call, at_sample);
 }
 
-std::string ProcessNames::task_owner(uint64_t callers, uint64_t ancestors) {
-    const RemoteMemory& mem = vm_.mem();
-    std::vector<uint64_t> who = list_heads(mem, callers, 8), up = list_heads(mem, ancestors, 8);
-    who.insert(who.end(), up.begin(), up.end());
+// A process gone (or reused) before its record was read: named by what the walker read at the
+// sample, its dictionary's initial call and first caller where it read them.
+std::string ProcessNames::name_at_sample(const std::array<uint64_t, 3>& initial, const AtSample& at) {
+    const auto& mfa = at.initial_call;
+    std::string text;
+    if (is_atom(mfa[0]) && is_atom(mfa[1]) && is_small(mfa[2]))
+        text = mfa_text(mfa[0], mfa[1], static_cast<uint64_t>(small_value(mfa[2])));
+    if (text.empty()) text = mfa_text(initial[0], initial[1], initial[2]);
+    if (is_local_pid(at.caller))
+        if (std::string owner = task_owner({at.caller}); !owner.empty())
+            text = text.empty() ? "task of " + owner : text + " (task of " + owner + ")";
+    return text;
+}
+
+std::string ProcessNames::task_owner(std::vector<uint64_t> who) {
     // A registered name as an atom ($ancestors holds a supervisor's so) or as its process's.
     for (uint64_t t : who) {
         const ProcessEntry* e = is_local_pid(t) ? entry_of(t) : nullptr;
@@ -277,6 +291,24 @@ std::string ProcessNames::task_owner(uint64_t callers, uint64_t ancestors) {
     if (who.empty() || !is_local_pid(who[0])) return "";
     std::string caller = name_of_pid(who[0]);
     return caller.empty() ? vm_.format_pid(who[0]) : caller;
+}
+
+void ProcessNames::learn_dictionary_keys() {
+    // Dictionaries read at most: on a node that has the keys, a few hundred hold them.
+    constexpr size_t kMaxDictionaries = 5000;
+    if (!unavailable_.empty() || (keys_.initial_call && keys_.callers)) return;
+    table_read_ = std::chrono::steady_clock::now();
+    table_.clear();
+    try {
+        for (const ProcessEntry& e : read_process_table(vm_).processes) table_.emplace(e.pid, e);
+    } catch (const UserError&) {
+        return;  // learned from the samples' own dictionaries instead
+    }
+    size_t read = 0;
+    for (const auto& [pid, e] : table_) {
+        if ((keys_.initial_call && keys_.callers) || read == kMaxDictionaries) break;
+        if (e.c_p) read_dictionary(e.c_p), read++;
+    }
 }
 
 const ProcessEntry* ProcessNames::entry_of(uint64_t pid) {
@@ -301,22 +333,28 @@ std::string ProcessNames::name_of_pid(uint64_t pid) {
     if (!e || naming_depth_ >= 2) return "";
     const ProcessEntry copy = *e;  // naming it may read the table again
     naming_depth_++;
-    std::string text = name(copy.pid, copy.c_p, copy.reg_name, copy.initial);
+    std::string text = name(copy.pid, copy.c_p, copy.reg_name, copy.initial, {});
     naming_depth_--;
     return text;
 }
 
 const std::string& ProcessNames::name(const bb_record& r) {
     if (!(r.flags & BB_F_PROC)) return kNoName;
-    return name(r.erl_pid, r.c_p, r.reg_name, {r.initial[0], r.initial[1], r.initial[2]});
+    AtSample at{{r.dict_initial[0], r.dict_initial[1], r.dict_initial[2]}, r.dict_caller};
+    return name(r.erl_pid, r.c_p, r.reg_name, {r.initial[0], r.initial[1], r.initial[2]}, at);
 }
 
 const std::string& ProcessNames::name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
                                       const std::array<uint64_t, 3>& initial) {
+    return name(pid, c_p, reg_name, initial, {});
+}
+
+const std::string& ProcessNames::name(uint64_t pid, uint64_t c_p, uint64_t reg_name,
+                                      const std::array<uint64_t, 3>& initial, const AtSample& at_sample) {
     if (!unavailable_.empty() || pid == 0) return kNoName;
     if (auto it = names_.find(pid); it != names_.end()) return it->second;
     if (names_.size() >= kMaxNames) names_.clear();
-    return names_.emplace(pid, read_name(pid, c_p, reg_name, initial)).first->second;
+    return names_.emplace(pid, read_name(pid, c_p, reg_name, initial, at_sample)).first->second;
 }
 
 const std::string& ProcessNames::known(uint64_t pid_term) const {

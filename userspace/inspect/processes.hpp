@@ -61,6 +61,18 @@ public:
     // The same for any process: its pid term, Process *, registered name (atom, or 0) and
     // initial call as the VM keeps them (module, function, arity).
     const std::string& name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
+    // The atoms (terms) '$initial_call' and '$callers' of this VM, 0 until a dictionary read
+    // has met them: the sampler hands them to the walker, which then reads those two entries
+    // of a process's dictionary at the sample (bb_record.dict_initial, dict_caller).
+    struct DictionaryKeys {
+        uint64_t initial_call = 0, callers = 0;
+    };
+    const DictionaryKeys& dictionary_keys() const { return keys_; }
+    // Learns them now from the dictionaries of up to 5,000 processes of the process table (the
+    // VM's own proc_lib servers hold '$initial_call'; a running Elixir task or agent
+    // '$callers'), so that the walker reads them from the first samples: a node whose tasks
+    // all live a millisecond would otherwise seldom show a live one to learn from.
+    void learn_dictionary_keys();
     // "lists:foldl/3" (or as Elixir writes it) for an ErtsCodeMFA's words; "" if they are not one.
     std::string mfa_text(uint64_t m, uint64_t f, uint64_t a);
     // The name already read for `pid_term` ("" if none).
@@ -77,7 +89,17 @@ public:
 private:
     // The name an atom registers ("my_server", MyApp.Repo for 'Elixir.MyApp.Repo'), "" if unreadable.
     std::string registered(uint64_t atom);
-    std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
+    // What the walker read of a process's dictionary at the sample (bb_record), for a process
+    // gone before its record is read.
+    struct AtSample {
+        std::array<uint64_t, 3> initial_call{};
+        uint64_t caller = 0;
+    };
+    std::string read_name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial,
+                          const AtSample& at_sample);
+    std::string name_at_sample(const std::array<uint64_t, 3>& initial, const AtSample& at_sample);
+    const std::string& name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial,
+                            const AtSample& at_sample);
     // The values of '$process_label', '$initial_call', process_name (RabbitMQ's), '$callers'
     // and '$ancestors' in the dictionary of the process at c_p, in one pass over it.
     struct DictNames {
@@ -85,9 +107,9 @@ private:
     };
     DictNames read_dictionary(uint64_t c_p);
     // Whom an Elixir task (a process with '$callers') works for, as its name says it: the first
-    // registered one of its callers and ancestors (its Task.Supervisor, say), else its direct
-    // caller's name or pid; "" if neither list holds one.
-    std::string task_owner(uint64_t callers, uint64_t ancestors);
+    // registered one of `who` (its callers, then its ancestors: its Task.Supervisor, say), else
+    // the first's name or pid; "" if `who` holds no local pid.
+    std::string task_owner(std::vector<uint64_t> who);
     // The name of a process that may not have been sampled: from the process table (read at
     // most once a second for pids not seen yet).
     std::string name_of_pid(uint64_t pid);
@@ -103,6 +125,7 @@ private:
     // The last process table read for name_of_pid(), and when; pid term -> its entry's names.
     std::unordered_map<uint64_t, ProcessEntry> table_;
     std::chrono::steady_clock::time_point table_read_{};
+    DictionaryKeys keys_;
     int naming_depth_ = 0;  // a task's owner may be a task: named at most two levels up
 };
 

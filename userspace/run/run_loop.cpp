@@ -85,6 +85,8 @@ RunStats run_loop(Session& s, const CommonOptions& o,
         sym.frames(r, frames);
         on_stack(r, frames);
     };
+    s.names.learn_dictionary_keys();
+    sampler.set_dictionary_keys(s.names.dictionary_keys().initial_call, s.names.dictionary_keys().callers);
     for (bool stop = false;;) {
         stop = stop || g_stop || (done && done());
         uint64_t now = monotonic_ns();
@@ -109,6 +111,10 @@ RunStats run_loop(Session& s, const CommonOptions& o,
             if (stop) sampler.stop_events();  // then the last drain reads every record emitted
             else if (tick) tick(now);
             sampler.poll(stop ? std::chrono::milliseconds(0) : std::chrono::milliseconds(100), handle);
+            // Dictionary keys met in that drain's names go to the walker at once: a short-lived
+            // task sampled before they do is named by its VM initial call alone.
+            const auto& keys = s.names.dictionary_keys();
+            sampler.set_dictionary_keys(keys.initial_call, keys.callers);
         } catch (const std::exception& e) {
             if (!stop) {
                 st.error = e.what();

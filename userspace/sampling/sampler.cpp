@@ -101,7 +101,7 @@ bb_vm Sampler::Impl::vm_value(const SamplerConfig& cfg) const {
     v.layout = o.layout();
     // Vm::attach checked that each Process field is a whole word inside Process.
     uint32_t span = 8 + std::max({o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_state,
-                                  o.proc_scheduler_data, o.proc_reg, o.proc_initial + 16});
+                                  o.proc_scheduler_data, o.proc_reg, o.proc_initial + 16, o.proc_dictionary});
     if (cfg.alloc) span = std::max({span, o.proc_high_water + 8, o.proc_mbuf_sz + 8});
     if (span > 1024) throw UserError(fmt::format("offsets ({}): Process fields beyond 1024 bytes", o.origin));
     v.proc_span = span;
@@ -363,6 +363,14 @@ void Sampler::refresh_vm_state() {
     for (uint32_t tid : im.sched_tids)
         if (!now.count(tid)) bpf_map_delete_elem(map_fd, &tid);
     im.sched_tids.swap(now);
+}
+
+void Sampler::set_dictionary_keys(uint64_t initial_call, uint64_t callers) {
+    Impl& im = *impl_;
+    if (im.slot_value.dict_key_initial_call == initial_call && im.slot_value.dict_key_callers == callers) return;
+    im.slot_value.dict_key_initial_call = initial_call;
+    im.slot_value.dict_key_callers = callers;
+    im.walker->update_vm(im.slot, im.slot_value);
 }
 
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {

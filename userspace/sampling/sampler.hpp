@@ -97,6 +97,9 @@ public:
     // Re-reads what can change while the VM runs: JIT code mappings, scheduler threads, and
     // (per-thread events) threads started since the last call.
     void refresh_vm_state();
+    // The atoms '$initial_call' and '$callers' of this VM (ProcessNames::dictionary_keys()):
+    // from then on the walker reads those entries of a sampled process's dictionary.
+    void set_dictionary_keys(uint64_t initial_call, uint64_t callers);
     // Drains the walker's ring buffer (Walker::poll), waiting up to `timeout` for data. Returns
     // records handled. While events are on, a drain ends after about `timeout` even if the walker
     // writes faster than the handler reads, so the caller keeps control; after stop_events() it
