@@ -35,7 +35,7 @@ from lib import Bench, Vm, arg_parser, compile_workloads, log, require_root, wri
 OTP27 = "/var/tmp/beam-bpf-otp27/prefix/bin"
 
 # The sweep's pairs: (take cells, give cells, depth). The first ten are the and the
-# README's table (alloc-gc read 75.0, 75.0, 100.0, 80.9, 100.0, 75.0, 100.0, 100.0, 100.0, 75.0).
+# docs/validation.md's table (alloc-gc read 75.0, 75.0, 100.0, 80.9, 100.0, 75.0, 100.0, 100.0, 100.0, 75.0).
 SWEEP = [(3000, 1000, 0), (3001, 1000, 0), (2400, 800, 0), (6000, 2000, 0), (300, 100, 0), (1200, 400, 0),
          (9000, 3000, 0), (2400, 800, 8), (300, 100, 20), (3000, 1000, 40)]
 INTERVALS = [256, 4096, 65536]

@@ -44,8 +44,8 @@ enum bb_watch_outcome {
  * then waits (an idle gen_server) would hold it for as long, minutes, and no other epoch of the
  * VM could be sampled meanwhile (a burst of 1.9 million words got 117 samples instead of about
  * 3,500). The price: words allocated later than this after their epoch began are not sampled,
- * i.e. the allocation of processes that take longer than this to fill their young heap (README,
- * Allocation profiling: remaining bias). */
+ * i.e. the allocation of processes that take longer than this to fill their young heap
+ * (docs/allocation-profiling.md, Where it is still biased). */
 #define BB_WATCH_EXPIRY_NS 100000000ULL
 
 struct bb_watch {

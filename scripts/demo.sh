@@ -53,7 +53,7 @@ echo
 echo "== beam-bpf-perfmap $vm: /tmp/perf-$vm.map written from outside, as +JPperf map has the VM write it"
 build/beam-bpf-perfmap "$vm"
 grep -m 5 'demo_workload:' "/tmp/perf-$vm.map"
-echo "(perf and bcc read it for JIT code mapped anonymously: a VM run with +JPperf, or OTP 27's +JMsingle true; see README)"
+echo "(perf and bcc read it for JIT code mapped anonymously: a VM run with +JPperf, or OTP 27's +JMsingle true; see docs/perfmap.md)"
 echo
 build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
 build/beam-bpf-sample -d 5 --by-process --format html -o "$work/demo-by-process.html" "$vm"

@@ -181,7 +181,7 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
 
 // A store that takes the connection and never answers: a SIGHUP meanwhile does not hold up the
 // files (a new profile each second goes on being written), and SIGTERM ends the agent within
-// the 5 s the README promises, measured from the signal to its exit.
+// the 5 s docs/agent.md promises, measured from the signal to its exit.
 TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
     TempDir tmp;
     const fs::path out = tmp.path / "profiles", port_file = tmp.path / "port", log = tmp.path / "requests.log";

@@ -648,7 +648,7 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
                 if (frame.at(std::stol(l)).first != vm.leaf) continue;
                 leaf_seen = true;
                 EXPECT_EQ(frame.at(std::stol(l)).second, "beam") << body;
-                // No process identity in the samples by default (--process-labels: README, Agent).
+                // No process identity in the samples by default (--process-labels: docs/agent.md, Labels).
                 EXPECT_TRUE(attribute(*smp, "beam.process.pid").empty()) << body;
                 EXPECT_TRUE(attribute(*smp, "beam.process.name").empty()) << body;
             }
@@ -759,8 +759,8 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     // one watch in step with it. At --alloc-period 256 every epoch of the receiver is flipped, the
     // worker's lost epochs follow its rhythm, and its split moved with the machine's load beyond
     // the sampling error (70.7% to 77.9% over 20 runs, 69.3% in a CI-like run on 2026-11-26); at
-    // 4,096 the flips are coin tosses (74.7 to 75.7% measured, 73.7 and 75.0% here; README,
-    // Where it is still biased).
+    // 4,096 the flips are coin tosses (74.7 to 75.7% measured, 73.7 and 75.0% here;
+    // docs/allocation-profiling.md, Where it is still biased; the runs in docs/validation.md).
     // Lock-in, what the watchpoints replaced, gave 100% or 0%.
     EXPECT_NEAR(100.0 * words[kThree] / all, 75.0, 5.0);
     EXPECT_NEAR(100.0 * words[kOne] / all, 25.0, 5.0);

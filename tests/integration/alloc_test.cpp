@@ -176,7 +176,8 @@ const std::string kTake = "bb_alloc_mix:take/2", kGive = "bb_alloc_mix:give/2", 
 
 // take(T)/give(G)/idle with T = 3G: 75% / 25% / 0 of the words, whatever the sizes, the stack
 // depth, or the phase at which the heap fills. Charged at GC entries (-e alloc-gc) the same
-// work read 100/0 at 2400/800 and 300/100, 0/100 or 80.9 elsewhere (README).
+// work read 100/0 at 2400/800 and 300/100, 0/100 or 80.9 elsewhere (docs/validation.md,
+// the take/give sweep).
 TEST_P(AllocMixTest, PeriodicWorkSweep) {
     ErlVm erl(vm(), "bb_alloc_mix:main()");
     erl.wait_line("ready");

@@ -152,7 +152,7 @@ TEST_P(NativeNamedVmTest, GcStacksCarryTheErlangChain) {
         auto entry = std::find(frames.begin(), frames.end(), "erts_garbage_collect_nobump");
         if (entry == frames.end()) continue;
         // Taken while the collector had the heap in flux: the process is named under [gc], its
-        // Erlang stack unreadable (README: unreadable samples); no chain to check.
+        // Erlang stack unreadable (docs/sample.md: the end of a run); no chain to check.
         if (frames.front() == "[gc]") {
             mid_gc += n;
             continue;
@@ -322,8 +322,8 @@ TEST_P(NativeVmTest, OnlyErlangHasNoNativeFrames) {
     for (const auto& [stack, n] : parse_folded(r.out)) {
         all += n;
         for (const auto& f : split_frames(stack)) {
-            // The markers of a process caught mid-collection or exiting (README: unreadable
-            // samples) are not native frames.
+            // The markers of a process caught mid-collection or exiting (docs/sample.md: the end of
+            // a run) are not native frames.
             if (f == "[gc]" || f == "[exiting]") continue;
             EXPECT_NE(f.find(':'), std::string::npos) << f;  // Erlang (or the JIT's global::...) only
         }

@@ -179,7 +179,7 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
     // code index was re-read once a second, and guessed when each module came and went). Now
     // the walker's probe on __jit_debug_register_code times every load and purge exactly and
     // the index reads each new module at once. Not quite zero yet, and bounded here rather than
-    // hidden (the README says so too): OTP 27 and later unregister purged code, and 0 or 1
+    // hidden (docs/architecture.md says so too): OTP 27 and later unregister purged code, and 0 or 1
     // sample in 1,500 was wrong per run. OTP 25 (and 26) only register, a purged module's end
     // is the next module registered over it, and about one load in a few thousand came with a
     // symfile header naming another base (cause not found): the code it hid was then named from

@@ -6,7 +6,7 @@
 // walker samples them all (sampling/walker.hpp: each VM's layout looked up by its pid), and
 // their native unwind tables and rows are shared (native/unwind_store.hpp). A VM's allocation
 // profile (-e cpu,alloc) has a walker of its own: its watchpoint state is per VM.
-// See README, Agent.
+// See docs/agent.md.
 #pragma once
 #include <sys/types.h>
 

@@ -1,5 +1,5 @@
 // beam-bpf-agent's configuration: the command line, over a key=value file (--config) that
-// SIGHUP re-reads. The file's keys are the long options' names (see README, Agent).
+// SIGHUP re-reads. The file's keys are the long options' names (see docs/agent.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -16,7 +16,7 @@ inline constexpr const char* kDefaultOutput = "/var/lib/beam-bpf/profiles";
 
 struct AgentConfig {
     double every = 60;              // seconds per profile
-    // 99 Hz per VM thread while it runs (see README, Agent: why).
+    // 99 Hz per VM thread while it runs (see docs/agent.md, Why 99 Hz).
     uint64_t frequency = 99;
     uint32_t native_depth = 64;     // native frames below the Erlang ones (0: the native leaf only)
     // -e cpu,alloc: an allocation profile per VM and interval too (beam-bpf-sample -e alloc's
@@ -48,7 +48,7 @@ struct AgentConfig {
     // Whether a name the target supplies (RELEASE_NAME in its environment, -name/-sname) may
     // become its service name; false: only service / service.NODE, else "beam.smp".
     bool target_names = true;
-    // Sample labels of Erlang process identity in the profiles (see README, Agent: labels):
+    // Sample labels of Erlang process identity in the profiles (see docs/agent.md, Labels):
     // "none" (default), or "registered": the registered name, at most process_label_cap
     // distinct values per profile, the rest as one value.
     std::string process_labels = "none";

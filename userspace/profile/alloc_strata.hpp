@@ -7,10 +7,11 @@
 // probes), had 55% of its words sampled and the other 93%: by the sampled words alone the first
 // read 36% of the VM's allocation where it did 49%. The samples give the shares within each heap
 // (which of a process's epochs lose is blind to the code that fills them, unless another process
-// runs in step with its collections: README, Where it is still biased), the GC entries give each
-// heap's words: each heap's samples are scaled to its exact words (post-stratification, the
-// strata being the heaps). The words of a heap no sample came from are kept too, under its
-// process with one frame, "[allocation not sampled]": a profile's words add up to the exact total.
+// runs in step with its collections: docs/allocation-profiling.md, Where it is still biased),
+// the GC entries give each heap's words: each heap's samples are scaled to its exact words
+// (post-stratification, the strata being the heaps). The words of a heap no sample came from
+// are kept too, under its process with one frame, "[allocation not sampled]": a profile's words
+// add up to the exact total.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -54,7 +54,7 @@ std::optional<BeamProcess> read_beam(const std::string& proc, pid_t pid);
 // a BEAM's (not its executable, no start time).
 std::optional<BeamProcess> parse_beam(pid_t pid, const ProcTexts& t);
 
-// What each profile of a VM is labelled with (see README, Agent).
+// What each profile of a VM is labelled with (see docs/agent.md, Labels).
 struct VmLabels {
     std::string node;          // -name / -sname as given ("a@host", "worker"); "" when not distributed
     std::string release;       // an Elixir or rebar3 release's name; "" when none

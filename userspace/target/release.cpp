@@ -78,7 +78,7 @@ constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_"
 
 // Releases 26 and 28 are written from their sources (struct process in erl_process.h, thread
 // names in erl_process.c, pids in erl_term.h, atoms in atom.h, the JIT's gdb interface in
-// beam_jit_metadata.cpp); see README "Releases". OTP 27 reordered struct process (heap moved
+// beam_jit_metadata.cpp); see docs/releases.md. OTP 27 reordered struct process (heap moved
 // from 128 to 192): 26 still has 25's order, 28 and 29 have 27's. 29 is built and tested here
 // (scripts/build-test-vms.sh 29), its table read from its DWARF.
 constexpr PidLayout kPids28{28, 15, false}, kPids60{60, 28, true};
@@ -91,7 +91,7 @@ constexpr std::string_view kGcEntries[] = {"erts_garbage_collect_nobump",    "er
                                            "erts_gc_after_bif_call_lhf",     "erts_gc_after_bif_call",
                                            "erts_garbage_collect_hibernate", "erts_garbage_collect_literals"};
 
-// Adding a release is one row here (and its offsets table in offsets/, README "Adding a release").
+// Adding a release is one row here (and its offsets table in offsets/, docs/releases.md "Adding a release").
 constexpr std::array<OtpRelease, 5> kReleases{{
     {.major = 25, .support = Support::Tested,
      .normal = kOldNormal, .dirty_cpu = kOldDirtyCpu, .dirty_io = kOldDirtyIo, .pids = kPids28,
