@@ -39,7 +39,9 @@ int run(int argc, char** argv) {
     add_common_options(app, o);
     app.add_flag("--pstack", pstack,
                  "print one stack of each scheduler that is running a process (its Erlang pid, its "
-                 "name if it has one, and every frame, leaf first), then quit");
+                 "name if it has one, and every frame, leaf first), then quit: as soon as every busy "
+                 "scheduler has been seen, at most -d seconds (default 2: an idle scheduler is never "
+                 "sampled)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
