@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The one record the BPF walker (bpf/beam_walk.bpf.c) hands to user space
- * (userspace/sampler.cpp), and the configuration user space hands back.
+ * (userspace/sampling/walker.cpp), and the configuration user space hands back.
  * Included by both sides: keep it C, kernel types only.
  */
 #ifndef BEAM_BPF_H
@@ -157,8 +157,8 @@ struct bb_vm_layout {
 
 /* Process state flags (Process.state, ERTS_PSFLG_* in erl_process.h): the same bits in OTP 25
  * to 29, read in each release's source; check them when adding a release to
- * userspace/release.cpp. A process runs on a normal scheduler while RUNNING or RUNNING_SYS is
- * set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
+ * userspace/target/release.cpp. A process runs on a normal scheduler while RUNNING or
+ * RUNNING_SYS is set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
 #define BB_PSFLG_RUNNING (1u << 15)
 #define BB_PSFLG_RUNNING_SYS (1u << 21)
 #define BB_PSFLG_DIRTY_RUNNING (1u << 29)
@@ -183,9 +183,10 @@ struct bb_range {
 };
 
 /*
- * .eh_frame compiled into rows (userspace/unwind_table.cpp), one per address range with the same
- * rules, as the OpenTelemetry profiler's "stack deltas": how to find the caller's frame from here.
- * On x86-64 the return address is always at CFA - 8 (rows where it is not become BB_CFA_BAD).
+ * .eh_frame compiled into rows (userspace/native/unwind_table.cpp), one per address range with
+ * the same rules, as the OpenTelemetry profiler's "stack deltas": how to find the caller's frame
+ * from here. On x86-64 the return address is always at CFA - 8 (rows where it is not become
+ * BB_CFA_BAD).
  */
 enum bb_cfa_rule {
 	BB_CFA_NONE = 0,  /* no FDE covers this range: the walk stops (BB_F_NATIVE_NO_ROW) */
