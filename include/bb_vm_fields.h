@@ -2,7 +2,8 @@
 /*
  * The VM's C struct layout that beam-bpf reads, as one list. From it come the layout the BPF
  * walker gets (struct bb_vm_layout in beam_bpf.h), the user-space VmOffsets, the offsets table
- * format and the DWARF reader (userspace/offsets.cpp): add a field here and all of them have it.
+ * format and the DWARF reader (userspace/target/offsets.cpp): add a field here and all of them
+ * have it.
  *
  * X(field, type, member): `type` is the C type as DWARF names it ("struct process" for a struct
  * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The one record the BPF walker (bpf/beam_walk.bpf.c) hands to user space
- * (userspace/sampler.cpp), and the configuration user space hands back.
+ * (userspace/sampling/walker.cpp), and the configuration user space hands back.
  * Included by both sides: keep it C, kernel types only.
  */
 #ifndef BEAM_BPF_H
@@ -157,8 +157,8 @@ struct bb_vm_layout {
 
 /* Process state flags (Process.state, ERTS_PSFLG_* in erl_process.h): the same bits in OTP 25
  * to 29, read in each release's source; check them when adding a release to
- * userspace/release.cpp. A process runs on a normal scheduler while RUNNING or RUNNING_SYS is
- * set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
+ * userspace/target/release.cpp. A process runs on a normal scheduler while RUNNING or
+ * RUNNING_SYS is set, on a dirty one while DIRTY_RUNNING or DIRTY_RUNNING_SYS is. */
 #define BB_PSFLG_RUNNING (1u << 15)
 #define BB_PSFLG_RUNNING_SYS (1u << 21)
 #define BB_PSFLG_DIRTY_RUNNING (1u << 29)
@@ -183,9 +183,10 @@ struct bb_range {
 };
 
 /*
- * .eh_frame compiled into rows (userspace/unwind_table.cpp), one per address range with the same
- * rules, as the OpenTelemetry profiler's "stack deltas": how to find the caller's frame from here.
- * On x86-64 the return address is always at CFA - 8 (rows where it is not become BB_CFA_BAD).
+ * .eh_frame compiled into rows (userspace/native/unwind_table.cpp), one per address range with
+ * the same rules, as the OpenTelemetry profiler's "stack deltas": how to find the caller's frame
+ * from here. On x86-64 the return address is always at CFA - 8 (rows where it is not become
+ * BB_CFA_BAD).
  */
 enum bb_cfa_rule {
 	BB_CFA_NONE = 0,  /* no FDE covers this range: the walk stops (BB_F_NATIVE_NO_ROW) */
@@ -248,31 +249,47 @@ struct bb_vm {
 	struct bb_unwind_module unwind_modules[BB_MAX_UNWIND_MODULES];  /* its files' unwind rows */
 };
 
-/* Per-CPU counters, BB_C_NR for each VM slot (key slot * BB_C_NR + counter), summed by user space. */
+/*
+ * Per-CPU counters, BB_C_NR for each VM slot (key slot * BB_C_NR + counter), summed by user space.
+ * The one list of them, X(ID, group, key, help): BB_C_ID, what the BPF side counts with, and user
+ * space's table of them (userspace/sampling/counters.hpp): --stats writes each as `key`, at its
+ * top level (group top), in the object named `group`, or not at all (none); `help` says what it
+ * counts.
+ */
+#define BB_COUNTERS(X) \
+	X(SEEN, top, seen, "samples of the target's threads") \
+	X(EMITTED, top, emitted, "records written to the ring buffer") \
+	X(DROPPED, top, dropped, "records lost: ring buffer full") \
+	X(FILTERED, top, filtered, \
+	  "blame: samples where FUNC was not running; alloc: GC entries with nothing allocated, " \
+	  "or not of a process that verified") \
+	X(WALK_NS, top, bpf_walk_ns_total, "with measure_walk: ns spent in the handler for the target") \
+	X(CODE_EVENTS, top, code_events, "code (un)registrations written to the ring buffer") \
+	X(CODE_EVENTS_LOST, top, code_events_lost, \
+	  "code (un)registrations lost (unreadable descriptor, or ring buffer full)") \
+	X(NATIVE_NS, top, bpf_native_walk_ns_total, \
+	  "with measure_walk: ns of the handler's spent unwinding native frames") \
+	/* Samples whose process did not pass the checks (bpf/process.bpf.h), by the first failed: */ \
+	X(BAD_READ, unreadable_by_cause, read_fault, "the Process could not be read") \
+	X(BAD_STATE, unreadable_by_cause, state, "its state says it does not run there (BB_F_NOT_RUNNING)") \
+	X(BAD_PID, unreadable_by_cause, pid_tag, "no internal pid in common.id") \
+	X(BAD_HEAP, unreadable_by_cause, heap_order, "not heap <= htop <= E") \
+	X(BAD_STACK, unreadable_by_cause, stack_pointer, "E past hend, or not a word address") \
+	/* ... and of the last three, those attributed all the same (--stats counts their records): */ \
+	X(IN_GC, none, in_gc, "caught in a garbage collection (BB_F_IN_GC)") \
+	X(EXITING, none, exiting, "caught exiting (BB_F_EXITING)") \
+	/* -e alloc's watchpoints (bpf/alloc_watch.bpf.h): */ \
+	X(WATCH_HITS, alloc_watch, traps, "traps in the target") \
+	X(WATCH_IGNORED, alloc_watch, traps_ignored, \
+	  "traps of no live watch, or not an allocation (the collector, old terms)") \
+	X(WATCH_WAIT_NS, alloc_watch, wait_ns, "time the flipping scheduler waited for the arm") \
+	X(WATCH_BUSY, alloc_watch, busy, \
+	  "GC returns of the target that found a watch on (or on at their entry): not candidates")
+
 enum bb_counter {
-	BB_C_SEEN = 0,      /* samples of the target's threads */
-	BB_C_EMITTED,       /* records written to the ring buffer */
-	BB_C_DROPPED,       /* records lost: ring buffer full */
-	BB_C_FILTERED,      /* blame: samples where FUNC was not running; alloc: GC entries
-			     * with nothing allocated, or not of a process that verified */
-	BB_C_WALK_NS,       /* with measure_walk: ns spent in the handler for the target */
-	BB_C_CODE_EVENTS,   /* code (un)registrations written to the ring buffer */
-	BB_C_CODE_EVENTS_LOST, /* ... and lost (unreadable descriptor, or ring buffer full) */
-	BB_C_NATIVE_NS,     /* with measure_walk: ns of those spent unwinding native frames */
-	/* Samples whose process did not pass the checks (bpf/process.bpf.h), by the first failed: */
-	BB_C_BAD_READ,      /* the Process could not be read */
-	BB_C_BAD_STATE,     /* its state says it does not run there (BB_F_NOT_RUNNING) */
-	BB_C_BAD_PID,       /* no internal pid in common.id */
-	BB_C_BAD_HEAP,      /* not heap <= htop <= E */
-	BB_C_BAD_STACK,     /* E past hend, or not a word address */
-	/* ... and of the last three, those attributed all the same (BB_F_IN_GC, BB_F_EXITING): */
-	BB_C_IN_GC,
-	BB_C_EXITING,
-	/* -e alloc's watchpoints (bpf/alloc_watch.bpf.h): */
-	BB_C_WATCH_HITS,    /* traps in the target */
-	BB_C_WATCH_IGNORED, /* ... of no live watch, or not an allocation (the collector, old terms) */
-	BB_C_WATCH_WAIT_NS, /* time the flipping scheduler waited for the arm */
-	BB_C_WATCH_BUSY,    /* GC returns of the target that found a watch on (or on at their entry): not candidates */
+#define BB_COUNTER_ID(id, group, key, help) BB_C_##id,
+	BB_COUNTERS(BB_COUNTER_ID)
+#undef BB_COUNTER_ID
 	BB_C_NR,
 };
 

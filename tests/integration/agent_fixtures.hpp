@@ -1,5 +1,5 @@
-// What the tests of beam-bpf-agent share: a directory of their own, files read whole, and the
-// stand-in stores of tests/agent started on a free port.
+// What the tests of beam-bpf-agent share: a directory of their own (TempDir), files read whole,
+// and the stand-in stores of tests/agent started on a free port.
 #pragma once
 #include <filesystem>
 #include <fstream>
@@ -11,26 +11,13 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "temp_dir.hpp"
 
 namespace bbt {
 
 namespace fs = std::filesystem;
 
 inline std::string slurp(const fs::path& p) { return read_file(p.string()); }
-
-// A directory of the test's own, removed with all it holds at the end.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/bb-agent-test-XXXXXX";
-        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 // One of tests/agent's receivers on 127.0.0.1 ("--port 0": a free port), once it listens:
 // it writes its port to `port_file`.

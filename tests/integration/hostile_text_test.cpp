@@ -7,7 +7,6 @@
 // Bytes that are not UTF-8 cannot be put in an atom from Erlang: base/text's unit tests cover
 // them, and heap_inspect's unit tests the heaps only a NIF writing the VM's memory could make.
 #include <unistd.h>
-#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,29 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "control_bytes.hpp"
+#include "gunzip.hpp"
 #include "harness.hpp"
 
 namespace {
 
 using namespace bbt;
-
-std::string gunzip(const std::string& gz) {
-    std::string out;
-    z_stream z{};
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return "";
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-    z.avail_in = static_cast<uInt>(gz.size());
-    char buf[65536];
-    int rc;
-    do {
-        z.next_out = reinterpret_cast<Bytef*>(buf);
-        z.avail_out = sizeof buf;
-        rc = inflate(&z, Z_NO_FLUSH);
-        out.append(buf, sizeof buf - z.avail_out);
-    } while (rc == Z_OK);
-    inflateEnd(&z);
-    return rc == Z_STREAM_END ? out : "";
-}
 
 // The processes' names as io_lib prints them: what the tools must show.
 const std::vector<std::string> kEscapedNames = {"'bb_clear\\e[2J'", "'bb_title\\e]0;pwned\\007'", "'bb_csi\\2332J'",
@@ -96,7 +78,7 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
     for (const char* file : {".speedscope.json", ".stats.json"})
         EXPECT_TRUE(nlohmann::json::accept(read_file(prefix + file))) << prefix + file << " is not JSON";
     // pprof is binary (its lengths may be any byte): none of the raw escapes, the escaped names.
-    std::string pb = gunzip(read_file(prefix + ".pb.gz"));
+    const std::string pb = gunzip(read_file(prefix + ".pb.gz")).value_or("");
     ASSERT_FALSE(pb.empty());
     for (const char* raw : {"\x1b[2J", "\x1b]0;", "\xc2\x9b", "\xe2\x80\xae", "bb_nl\n"})
         EXPECT_EQ(pb.find(raw), std::string::npos) << "pprof holds " << raw;

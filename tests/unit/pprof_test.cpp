@@ -2,33 +2,14 @@
 // other as profile.proto requires (the real consumer, go tool pprof, reads it in the
 // integration tests).
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <sstream>
 
+#include "gunzip.hpp"
 #include "profile.pb.h"
 #include "report/pprof.hpp"
 
 namespace {
-
-std::string gunzip(const std::string& gz) {
-    z_stream z{};
-    EXPECT_EQ(inflateInit2(&z, 15 + 16), Z_OK);  // gzip only
-    std::string out;
-    char buf[4096];
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-    z.avail_in = static_cast<uInt>(gz.size());
-    int rc;
-    do {
-        z.next_out = reinterpret_cast<Bytef*>(buf);
-        z.avail_out = sizeof buf;
-        rc = inflate(&z, Z_NO_FLUSH);
-        out.append(buf, sizeof buf - z.avail_out);
-    } while (rc == Z_OK);
-    inflateEnd(&z);
-    EXPECT_EQ(rc, Z_STREAM_END);
-    return out;
-}
 
 bb::Profile two_stacks() {
     bb::Profile p;
@@ -47,8 +28,10 @@ bb::Profile two_stacks() {
 TEST(Pprof, TablesReferToEachOther) {
     std::ostringstream out;
     bb::write_pprof(two_stacks(), out);
+    const auto pb = bbt::gunzip(out.str());
+    ASSERT_TRUE(pb) << "not one whole gzip stream";
     perftools::profiles::Profile pp;
-    ASSERT_TRUE(pp.ParseFromString(gunzip(out.str())));
+    ASSERT_TRUE(pp.ParseFromString(*pb));
     auto str = [&](int64_t i) { return pp.string_table(static_cast<int>(i)); };
     ASSERT_EQ(str(0), "");
     ASSERT_EQ(pp.sample_type_size(), 2);
@@ -91,8 +74,10 @@ TEST(Pprof, CallsAreCountsOnly) {
     p.period_ns = 0;
     std::ostringstream out;
     bb::write_pprof(p, out);
+    const auto pb = bbt::gunzip(out.str());
+    ASSERT_TRUE(pb) << "not one whole gzip stream";
     perftools::profiles::Profile pp;
-    ASSERT_TRUE(pp.ParseFromString(gunzip(out.str())));
+    ASSERT_TRUE(pp.ParseFromString(*pb));
     ASSERT_EQ(pp.sample_type_size(), 1);
     EXPECT_EQ(pp.string_table(static_cast<int>(pp.sample_type(0).type())), "calls");
     EXPECT_EQ(pp.sample(0).value_size(), 1);

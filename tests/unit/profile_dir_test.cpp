@@ -11,20 +11,13 @@
 #include <fstream>
 
 #include "agent/profile_dir.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 using namespace bb::agent;
+using bbt::TempDir;
 namespace fs = std::filesystem;
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/bb-profile-dir-XXXXXX";
-        path = mkdtemp(tmpl);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
 
 mode_t mode_of(const fs::path& p) {
     struct stat st;

@@ -16,22 +16,12 @@
 #include "target/proc_maps.hpp"
 #include "target/release.hpp"
 #include "target/target_file.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char tmpl[] = "/tmp/bb-target-file-XXXXXX";
-        path = mkdtemp(tmpl);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
+using bbt::TempDir;
 
 // A file of `bytes` mapped into this process, then unlinked: a library deleted while mapped.
 struct MappedTemp {
@@ -56,7 +46,7 @@ struct MappedTemp {
 
 TEST(TargetFile, DeletedMappingIsOpenedAsItsInodeNotByItsName) {
     TempDir dir;
-    const std::string path = dir.path + "/lib.so";
+    const std::string path = (dir.path / "lib.so").string();
     MappedTemp mapped(path, std::string(10000, 'x'));
     ASSERT_NE(mapped.at, MAP_FAILED);
     ASSERT_EQ(unlink(path.c_str()), 0);
@@ -100,7 +90,7 @@ TEST(TargetFile, VersionScanIsChunkedAndBounded) {
     std::string bytes(3u << 20, '\0');
     const size_t at = (1u << 20) - 40;  // starts in the first read, ends in the second
     bytes.replace(at, version.size(), version);
-    const std::string path = dir.path + "/beam.smp";
+    const std::string path = (dir.path / "beam.smp").string();
     std::ofstream(path, std::ios::binary) << bytes;
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0);
@@ -115,7 +105,7 @@ TEST(TargetFile, VersionScanIsChunkedAndBounded) {
 // replaced, the file it points to untouched.
 TEST(Output, WrittenAtomicallyNeverThroughASymlink) {
     TempDir dir;
-    const std::string secret = dir.path + "/secret", out = dir.path + "/profile.folded";
+    const std::string secret = (dir.path / "secret").string(), out = (dir.path / "profile.folded").string();
     std::ofstream(secret) << "keep";
     ASSERT_EQ(symlink(secret.c_str(), out.c_str()), 0);
     bb::write_file_atomically(out, "a;b 1\n");
@@ -130,7 +120,7 @@ TEST(Output, WrittenAtomicallyNeverThroughASymlink) {
     size_t entries = 0;
     for (const auto& e : fs::directory_iterator(dir.path)) entries += !e.path().filename().string().starts_with(".");
     EXPECT_EQ(entries, 2u);  // and no temporary left
-    EXPECT_THROW(bb::write_file_atomically(dir.path + "/no/such/dir/f", "x"), bb::UserError);
+    EXPECT_THROW(bb::write_file_atomically((dir.path / "no/such/dir/f").string(), "x"), bb::UserError);
 }
 
 // A character device or a FIFO is written in place, never renamed over: as root, -o /dev/null
@@ -141,7 +131,7 @@ TEST(Output, DevicesAndFifosAreWrittenInPlace) {
     ASSERT_EQ(lstat("/dev/null", &st), 0);
     EXPECT_TRUE(S_ISCHR(st.st_mode));
     TempDir dir;
-    const std::string fifo = dir.path + "/fifo";
+    const std::string fifo = (dir.path / "fifo").string();
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
     int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     ASSERT_GE(reader, 0);

@@ -28,6 +28,7 @@
 #include "run/reporter.hpp"
 #include "run/run_stats.hpp"
 #include "run/session.hpp"
+#include "sampling/counters.hpp"
 
 namespace bb::agent {
 
@@ -333,7 +334,7 @@ void Agent::step(Followed& f, uint64_t now_ns) {
             const auto& keys = f.names->dictionary_keys();  // met only where names are read (--process-labels)
             s->sampler->set_dictionary_keys(keys.initial_call, keys.callers);
             // A lost code event leaves the index behind: back to walking the list.
-            if (s->sampler->counters().code_events_lost) s->sym.follow_code_events(false, now_ns);
+            if (s->sampler->counters().bpf[BB_C_CODE_EVENTS_LOST]) s->sym.follow_code_events(false, now_ns);
         }
     }
     f.refresh_symbols(now_ns);
@@ -442,13 +443,13 @@ void Agent::detach(pid_t pid, const std::string& why) {
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
     }
-    SamplerCounters sc = f.s->sampler->counters();
-    c_.ring_dropped += sc.dropped;
+    const uint64_t dropped = f.s->sampler->counters().bpf[BB_C_DROPPED];
+    c_.ring_dropped += dropped;
     c_.samples += f.st.records;
     c_.alloc_samples += f.alloc ? f.alloc->samples : 0;
     c_.detached++;
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
-                                         f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, sc.dropped,
+                                         f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, dropped,
                                          f.profiles, err);
     vms_.erase(it);  // the Session: sampler (BPF objects, perf events, ring), tables, symbols
     // What the VM held goes back to the system, not only to malloc's free lists: RSS follows the
@@ -500,12 +501,12 @@ void Agent::write_stats() const {
         SamplerCounters sc = f->s->sampler->counters();
         c.samples += f->st.records;
         c.alloc_samples += f->alloc ? f->alloc->samples : 0;
-        c.ring_dropped += sc.dropped;
+        c.ring_dropped += sc.bpf[BB_C_DROPPED];
         vms.push_back({{"os_pid", pid},
                        {"node", f->labels.node},
                        {"service", service_of(f->labels)},
                        {"samples", f->st.records},
-                       {"dropped", sc.dropped},
+                       {kCounters[BB_C_DROPPED].key, sc.bpf[BB_C_DROPPED]},
                        {"profiles", f->profiles},
                        {"events", sc.events},
                        {"alloc_samples", f->alloc ? f->alloc->samples : 0},

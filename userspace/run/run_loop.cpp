@@ -48,10 +48,11 @@ void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounte
     if (st.records >= kFew || !st.error.empty() || st.vm_exited || is_alloc(o.event)) return;
     const char* tool = tool_name();
     const double ms = st.vm_cpu_s * 1e3;
-    if (st.records == 0 && c.seen > 0 && c.filtered > 0 && !o.process.empty()) {
+    const uint64_t seen = c.bpf[BB_C_SEEN], filtered = c.bpf[BB_C_FILTERED];
+    if (st.records == 0 && seen > 0 && filtered > 0 && !o.process.empty()) {
         fmt::print(stderr, "{}: 0 {}: --process {} did not run during the {:.1f} s ({} samples of other processes)\n",
-                   tool, what, o.process, st.seconds, c.filtered);
-    } else if (c.seen == 0 && st.vm_cpu_s >= 0.05) {
+                   tool, what, o.process, st.seconds, filtered);
+    } else if (seen == 0 && st.vm_cpu_s >= 0.05) {
         fmt::print(stderr, "{}: {} {} although the VM's threads used {:.0f} ms of CPU in {:.1f} s: the sampling events "
                            "did not fire ({} open); --stats has the counters\n",
                    tool, st.records, what, ms, st.seconds, c.events);
@@ -102,7 +103,7 @@ RunStats run_loop(Session& s, const CommonOptions& o,
                 } else {
                     sampler.refresh_vm_state();
                     // A lost code event leaves the index behind: back to walking the list.
-                    if (sampler.counters().code_events_lost) sym.follow_code_events(false, now);
+                    if (sampler.counters().bpf[BB_C_CODE_EVENTS_LOST]) sym.follow_code_events(false, now);
                 }
             }
             // Code loaded or purged since the last drain must be known before its samples are

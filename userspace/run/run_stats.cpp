@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/text.hpp"
+#include "sampling/counters.hpp"
 
 namespace bb {
 
@@ -47,7 +48,8 @@ void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer
     fmt::print(stderr,
                "{}: {} {} in {:.1f} s, {} dropped, {} truncated, {} unsymbolized frames, "
                "{} unreadable processes{}{}{}\n",
-               tool_name(), s.records, what, s.seconds, c.dropped, s.truncated, sym.unsymbolized(), s.unreadable,
+               tool_name(), s.records, what, s.seconds, c.bpf[BB_C_DROPPED], s.truncated, sym.unsymbolized(),
+               s.unreadable,
                s.vm_exited ? "; the VM exited during the run, this is what was collected" : "",
                c.handler_errors ? fmt::format("; {} records lost to errors (first: {})", c.handler_errors,
                                               c.first_handler_error)
@@ -60,29 +62,16 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
     if (o.stats_file.empty()) return;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
+    const uint64_t seen = c.bpf[BB_C_SEEN];
     nlohmann::json j = {
         {"records", s.records},
         {"seconds", s.seconds},
         {"first_record_s", s.first_record_s},
-        {"seen", c.seen},
         {"event", event_name(o.event)},
         {"events", c.events},
         {"bpf_prog_run_cnt", c.prog_run_cnt},
-        {"emitted", c.emitted},
-        {"dropped", c.dropped},
-        {"filtered", c.filtered},
         {"truncated", s.truncated},
         {"unreadable", s.unreadable},
-        // Why processes did not pass the walker's checks, by the first check failed: the walker's
-        // counts of every sample it saw. Of these, the in_gc and exiting ones are attributed to
-        // their process all the same, under [gc] or [exiting]; "unreadable" above is what is
-        // left, the records under [unreadable Erlang process].
-        {"unreadable_by_cause",
-         {{"read_fault", c.unreadable.read_fault},
-          {"state", c.unreadable.state},
-          {"pid_tag", c.unreadable.pid_tag},
-          {"heap_order", c.unreadable.heap_order},
-          {"stack_pointer", c.unreadable.stack_pointer}}},
         {"attributed_in_gc", s.in_gc},
         {"attributed_exiting", s.exiting},
         {"not_running", s.not_running},
@@ -90,8 +79,6 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"message_words", s.frag_words},
         {"alloc_samples", s.watch_samples},
         {"handler_errors", c.handler_errors},
-        {"code_events", c.code_events},
-        {"code_events_lost", c.code_events_lost},
         {"fp_walked", s.fp_walked},
         {"native_frames", s.native_frames},
         {"native_unwind_stopped", s.native_no_row + s.native_bad + s.native_truncated},
@@ -104,12 +91,10 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"unwind_table_bytes", sym.unwind() ? sym.unwind()->table_bytes() : 0},
         {"unwind_skipped", printable_all(sym.unwind() ? sym.unwind()->skipped() : std::vector<std::string>{})},
         {"unsymbolized_frames", sym.unsymbolized()},
-        {"bpf_walk_ns_total", c.walk_ns},
-        {"bpf_walk_ns_mean", c.seen ? double(c.walk_ns) / c.seen : 0.0},
+        {"bpf_walk_ns_mean", seen ? double(c.bpf[BB_C_WALK_NS]) / seen : 0.0},
         {"bpf_walk_ns_log2_hist", c.walk_hist},
         // Of the handler time, what unwinding native frames took: per native frame.
-        {"bpf_native_walk_ns_total", c.native_walk_ns},
-        {"bpf_ns_per_native_frame", s.native_frames ? double(c.native_walk_ns) / s.native_frames : 0.0},
+        {"bpf_ns_per_native_frame", s.native_frames ? double(c.bpf[BB_C_NATIVE_NS]) / s.native_frames : 0.0},
         {"peak_rss_kib", ru.ru_maxrss},
         {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
@@ -126,10 +111,17 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         for (const auto& [pid, n] : heaps) by_heap[pid_text(pid)] = n;
         j["alloc_samples_by_heap"] = by_heap;
         const AllocWatchCounters& w = *c.alloc_watch;
-        j["alloc_watch"] = {{"flips", w.flips},        {"sampled", w.sampled},         {"missed", w.missed},
-                            {"late", w.late},          {"stack", w.stack},             {"expired", w.expired},
-                            {"traps", w.hits},
-                            {"traps_ignored", w.ignored}, {"wait_ns", w.wait_ns}, {"busy", w.busy}};
+        j["alloc_watch"] = {{"flips", w.flips}, {"sampled", w.sampled}, {"missed", w.missed},
+                            {"late", w.late},   {"stack", w.stack},     {"expired", w.expired}};
+    }
+    // The walker's counters, each under its key (sampling/counters.hpp). unreadable_by_cause:
+    // why processes did not pass the walker's checks, by the first check failed, of every sample
+    // it saw. Of these, the in_gc and exiting ones are attributed to their process all the same,
+    // under [gc] or [exiting]; "unreadable" above is what is left, the records under
+    // [unreadable Erlang process].
+    for (const CounterInfo& k : kCounters) {
+        if (k.group == StatsGroup::none || (k.group == StatsGroup::alloc_watch && !c.alloc_watch)) continue;
+        (k.group == StatsGroup::top ? j : j[k.group_key])[k.key] = c.bpf[k.id];
     }
     // Its strings (paths, skipped libraries) are the target's: never a throw on bytes that are
     // not UTF-8. Written whole or not at all, never through a planted link.

@@ -23,10 +23,8 @@ namespace bb {
 struct AllocWatchCounters {
     uint64_t flips = 0;    // epochs chosen to sample
     uint64_t sampled = 0, missed = 0, late = 0, stack = 0, expired = 0;  // how their watches ended
-    // From the walker's counters (Sampler::counters()):
-    uint64_t hits = 0, ignored = 0;  // watchpoint traps in the VM, and those that were no sample
-    uint64_t wait_ns = 0;            // what the flips' collections waited for the arm, in all
-    uint64_t busy = 0;               // collections that returned while a watch was on
+    // The traps, the flips' waits for the arm and the collections that found a watch on are
+    // the walker's counters (BB_C_WATCH_*).
 };
 
 class AllocWatch {

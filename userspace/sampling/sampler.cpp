@@ -405,24 +405,15 @@ const std::string& Sampler::events_note() const { return impl_->events_note; }
 
 SamplerCounters Sampler::counters() const {
     const Walker& w = *impl_->walker;
-    auto c = w.counters(impl_->slot);
-    SamplerCounters out{c[BB_C_SEEN], c[BB_C_EMITTED], c[BB_C_DROPPED], c[BB_C_FILTERED], 0, impl_->events_opened,
-                        c[BB_C_WALK_NS], 0, {}, w.handler_errors(), w.first_handler_error(), 0, 0, {}, {}, {}};
+    SamplerCounters out;
+    out.bpf = w.counters(impl_->slot);
     out.prog_run_cnt = w.prog_run_cnt();
+    out.events = impl_->events_opened;
     out.walk_hist = w.walk_hist();
-    out.code_events = c[BB_C_CODE_EVENTS];
-    out.native_walk_ns = c[BB_C_NATIVE_NS];
-    out.code_events_lost = c[BB_C_CODE_EVENTS_LOST];
+    out.handler_errors = w.handler_errors();
+    out.first_handler_error = w.first_handler_error();
     out.code_events_off = impl_->code_events_off;
-    out.unreadable = {c[BB_C_BAD_READ], c[BB_C_BAD_STATE], c[BB_C_BAD_PID], c[BB_C_BAD_HEAP], c[BB_C_BAD_STACK],
-                      c[BB_C_IN_GC],   c[BB_C_EXITING]};
-    if (impl_->watch) {
-        out.alloc_watch = impl_->watch->counters();
-        out.alloc_watch->hits = c[BB_C_WATCH_HITS];
-        out.alloc_watch->ignored = c[BB_C_WATCH_IGNORED];
-        out.alloc_watch->wait_ns = c[BB_C_WATCH_WAIT_NS];
-        out.alloc_watch->busy = c[BB_C_WATCH_BUSY];
-    }
+    if (impl_->watch) out.alloc_watch = impl_->watch->counters();
     return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "beam_bpf.h"
+#include "sampling/counters.hpp"
 #include "target/target_file.hpp"
 #include "sampling/alloc_watch.hpp"
 #include "native/unwind_table.hpp"
@@ -65,23 +66,15 @@ struct SamplerConfig {
 };
 
 struct SamplerCounters {
-    uint64_t seen = 0, emitted = 0, dropped = 0, filtered = 0;
+    // The walker's, of this VM's slot: bpf[BB_C_SEEN] (sampling/counters.hpp names them).
+    BpfCounters bpf{};
     uint64_t prog_run_cnt = 0;                      // the kernel's runs of the program (bpf_stats_enabled), all events
     size_t events = 0;                              // perf events open (one per CPU or per VM thread)
-    uint64_t walk_ns = 0;                           // with measure_walk
-    uint64_t native_walk_ns = 0;                    // ... of which unwinding native frames
     std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
     uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
     std::string first_handler_error;
-    uint64_t code_events = 0, code_events_lost = 0; // the VM's JIT code (un)registrations
-    std::string code_events_off;                    // why they are not followed, empty if they are
-    // Samples whose process failed the walker's checks, by the first check failed (BB_C_BAD_*),
-    // and those of them attributed to their process with a reason (BB_F_IN_GC, BB_F_EXITING).
-    struct Unreadable {
-        uint64_t read_fault = 0, state = 0, pid_tag = 0, heap_order = 0, stack_pointer = 0;
-        uint64_t in_gc = 0, exiting = 0;
-    } unreadable;
-    std::optional<AllocWatchCounters> alloc_watch;  // -e alloc\'s watchpoints
+    std::string code_events_off;                    // why code events are not followed, empty if they are
+    std::optional<AllocWatchCounters> alloc_watch;  // -e alloc's watchpoints (their traps: bpf[BB_C_WATCH_*])
 };
 
 class Sampler {

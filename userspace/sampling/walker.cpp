@@ -301,8 +301,11 @@ size_t Walker::poll(std::chrono::milliseconds timeout, const Handler& on_record,
     return impl_->handled;
 }
 
-std::vector<uint64_t> Walker::counters(uint32_t slot) const {
-    return sum_percpu(bpf_map__fd(impl_->skel->maps.counters), slot * BB_C_NR, BB_C_NR);
+BpfCounters Walker::counters(uint32_t slot) const {
+    BpfCounters out{};
+    auto sums = sum_percpu(bpf_map__fd(impl_->skel->maps.counters), slot * BB_C_NR, BB_C_NR);
+    std::copy(sums.begin(), sums.end(), out.begin());
+    return out;
 }
 
 std::vector<uint64_t> Walker::walk_hist() const {

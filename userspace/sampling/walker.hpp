@@ -14,6 +14,7 @@
 
 #include "base/unique_fd.hpp"
 #include "beam_bpf.h"
+#include "sampling/counters.hpp"
 
 struct beam_walk;
 struct bpf_program;
@@ -48,8 +49,8 @@ public:
     using Handler = std::function<void(const bb_record&)>;
     size_t poll(std::chrono::milliseconds timeout, const Handler& on_record, bool until_empty);
 
-    // The per-CPU counters of one slot, summed (enum bb_counter).
-    std::vector<uint64_t> counters(uint32_t slot) const;
+    // The per-CPU counters of one slot, summed.
+    BpfCounters counters(uint32_t slot) const;
     std::vector<uint64_t> walk_hist() const;  // with measure_walk, all slots
     uint64_t prog_run_cnt() const;            // the kernel's runs of the sampling program
     uint64_t handler_errors() const;

@@ -22,7 +22,7 @@
 
 namespace bb::detail {
 // Defined in the generated offsets_builtin.cpp (scripts/embed_offsets.cmake): the file name and
-// text of every userspace/offsets/*.txt.
+// text of every userspace/target/offsets/*.txt.
 std::span<const std::pair<std::string_view, std::string_view>> builtin_tables();
 }  // namespace bb::detail
 

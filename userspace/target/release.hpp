@@ -109,7 +109,7 @@ struct OtpRelease {
     // only ever adds entries.
     bool jit_unregisters;
     // The shipped offsets table to start from when none is for this release and build: its
-    // values are checked, and where they do not fit found, in the live VM (live_layout.hpp).
+    // values are checked, and where they do not fit found, in the live VM (Vm::correct_layout, target/vm.hpp).
     int layout_from;
     // Every way into the VM's garbage_collect(), which -e alloc probes; the first is the one
     // every build must have.

@@ -67,13 +67,13 @@ int run(int argc, char** argv) {
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
-    auto c = sampler.counters();
+    const uint64_t seen = sampler.counters().bpf[BB_C_SEEN];
     if (st.records == 0) {
         fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
                    o.process.empty() ? "" : " for " + o.process, st.seconds);
     } else if (!count_calls) {
         fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names,
-                   st.records, c.seen, c.seen ? 100.0 * st.records / c.seen : 0.0);
+                   st.records, seen, seen ? 100.0 * st.records / seen : 0.0);
     }
     if (st.records && o.every == 0)
         rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",

@@ -1,4 +1,4 @@
-// beam-bpf-offsets: writes the offsets table (userspace/offsets/*.txt) for an OTP release and its
+// beam-bpf-offsets: writes the offsets table (userspace/target/offsets/*.txt) for an OTP release and its
 // layout-changing build features, read from the DWARF of a -g build of that release.
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -28,7 +28,7 @@ bool is_build_id(const std::string& s) {
 int main(int argc, char** argv) {
     CLI::App app{
         "Reads the struct offsets beam-bpf needs from the DWARF of a beam.smp and prints them as an\n"
-        "offsets table (the format of userspace/offsets/*.txt).\n"
+        "offsets table (the format of userspace/target/offsets/*.txt).\n"
         "\n"
         "A table is for an OTP release and its layout-changing build features (lock counting,\n"
         "dynamic trace, ...), both read from the binary's own system version string: it serves every\n"
