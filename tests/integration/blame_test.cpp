@@ -9,6 +9,7 @@
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -100,6 +101,9 @@ const std::string kArithFns[] = {"bb_work:arith_loop/0", "bb_work:arith/2"};
 TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     ErlVm vm(this->vm(), "bb_work:main(alloc_arith)");
     vm.wait_line("ready");
+    // The VM's own start (code_server, application_controller) collects for a moment after
+    // `ready`: a CI run caught its collections, and one of the arithmetic process, in the window.
+    std::this_thread::sleep_for(1s);
 
     ToolResult r = run_tool(kTool, {"-d", "5", kGc, pid_arg(vm)}, 60s);
     std::cout << r.out;
@@ -116,8 +120,12 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     EXPECT_TRUE(std::count(std::begin(kAllocFns), std::end(kAllocFns), rows[0].function))
         << "top row is not an allocating function\n" << r.out;
     EXPECT_GE(rows[0].total, 50.0) << r.out;
+    // The arithmetic process allocates nothing, but the VM may still collect it for its own
+    // reasons (the literals of purged code are collected from every process that holds them): a
+    // sample or two, never a share.
     for (const auto& fn : kArithFns) {
-        EXPECT_EQ(r.out.find(fn), std::string::npos) << fn << " blamed for GC\n" << r.out;
+        auto row = std::find_if(rows.begin(), rows.end(), [&](const TopRow& x) { return x.function == fn; });
+        EXPECT_TRUE(row == rows.end() || row->total <= 0.5) << fn << " blamed for GC\n" << r.out;
         EXPECT_EQ(r.err.find(fn), std::string::npos) << fn << " in stderr\n" << r.err;
     }
 

@@ -87,6 +87,32 @@ std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffse
     return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
 }
 
+std::vector<uint64_t> AtomTable::find(const std::vector<std::string_view>& texts, uint64_t max_atoms) {
+    std::vector<uint64_t> found(texts.size(), 0);
+    const RemoteMemory& mem = vm_.mem();
+    const VmOffsets& o = vm_.offsets();
+    auto entries = table_ ? mem.read<int32_t>(table_ + o.itab_entries) : std::nullopt;
+    auto seg = table_ ? mem.read<uint64_t>(table_ + o.itab_seg_table) : std::nullopt;
+    if (!entries || !seg || *entries <= 0) return found;
+    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(*entries), max_atoms);
+    constexpr uint64_t kPage = 1u << kIndexPageShift;
+    std::vector<uint64_t> page(kPage);
+    for (uint64_t first = 0; first < n; first += kPage) {
+        auto at = mem.read<uint64_t>(*seg + 8 * (first >> kIndexPageShift));
+        if (!at || !mem.read(*at, std::as_writable_bytes(std::span(page)))) continue;
+        for (uint64_t i = 0; i < kPage && first + i < n; i++) {
+            auto len = page[i] ? mem.read<int16_t>(page[i] + o.atom_len) : std::nullopt;
+            for (size_t k = 0; len && k < texts.size(); k++) {
+                if (found[k] || static_cast<size_t>(*len) != texts[k].size()) continue;
+                const uint64_t term = ((first + i) << 6) | 0x0b;  // make_atom(): index, tag
+                if (text(term) == texts[k]) found[k] = term;
+            }
+        }
+        if (std::ranges::all_of(found, [](uint64_t t) { return t != 0; })) break;
+    }
+    return found;
+}
+
 std::optional<std::string> AtomTable::text(uint64_t term) {
     if (auto it = known_.find(term); it != known_.end()) return it->second;
     auto s = read_atom_text(vm_.mem(), vm_.offsets(), vm_.release(), table_, term);
@@ -294,21 +320,13 @@ std::string ProcessNames::task_owner(std::vector<uint64_t> who) {
 }
 
 void ProcessNames::learn_dictionary_keys() {
-    // Dictionaries read at most: on a node that has the keys, a few hundred hold them.
-    constexpr size_t kMaxDictionaries = 5000;
+    // The VM's default limit of atoms (+t): a node at it costs a read of each atom's length,
+    // about 0.5 s, once a run.
+    constexpr uint64_t kMaxAtoms = 1u << 20;
     if (!unavailable_.empty() || (keys_.initial_call && keys_.callers)) return;
-    table_read_ = std::chrono::steady_clock::now();
-    table_.clear();
-    try {
-        for (const ProcessEntry& e : read_process_table(vm_).processes) table_.emplace(e.pid, e);
-    } catch (const UserError&) {
-        return;  // learned from the samples' own dictionaries instead
-    }
-    size_t read = 0;
-    for (const auto& [pid, e] : table_) {
-        if ((keys_.initial_call && keys_.callers) || read == kMaxDictionaries) break;
-        if (e.c_p) read_dictionary(e.c_p), read++;
-    }
+    auto keys = atoms_.find({"$initial_call", "$callers"}, kMaxAtoms);
+    if (!keys_.initial_call) keys_.initial_call = keys[0];
+    if (!keys_.callers) keys_.callers = keys[1];
 }
 
 const ProcessEntry* ProcessNames::entry_of(uint64_t pid) {

@@ -37,6 +37,10 @@ public:
     // The text of an atom term ("init"); nullopt if `term` is not an atom of this VM or its
     // text cannot be read.
     std::optional<std::string> text(uint64_t term);
+    // The atom terms whose text is each of `texts` (0 for one not found), by a scan of the
+    // table's first `max_atoms` entries: one read of each page of entries and of each atom's
+    // length, its text read only where the length matches.
+    std::vector<uint64_t> find(const std::vector<std::string_view>& texts, uint64_t max_atoms);
 
 private:
     const Vm& vm_;
@@ -68,10 +72,8 @@ public:
         uint64_t initial_call = 0, callers = 0;
     };
     const DictionaryKeys& dictionary_keys() const { return keys_; }
-    // Learns them now from the dictionaries of up to 5,000 processes of the process table (the
-    // VM's own proc_lib servers hold '$initial_call'; a running Elixir task or agent
-    // '$callers'), so that the walker reads them from the first samples: a node whose tasks
-    // all live a millisecond would otherwise seldom show a live one to learn from.
+    // Finds them now in the atom table, so that the walker reads them from the first samples:
+    // a node whose tasks all live a millisecond seldom shows a live one to learn them from.
     void learn_dictionary_keys();
     // "lists:foldl/3" (or as Elixir writes it) for an ErtsCodeMFA's words; "" if they are not one.
     std::string mfa_text(uint64_t m, uint64_t f, uint64_t a);
