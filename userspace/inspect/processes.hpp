@@ -65,9 +65,10 @@ public:
     // The same for any process: its pid term, Process *, registered name (atom, or 0) and
     // initial call as the VM keeps them (module, function, arity).
     const std::string& name(uint64_t pid, uint64_t c_p, uint64_t reg_name, const std::array<uint64_t, 3>& initial);
-    // The atoms (terms) '$initial_call' and '$callers' of this VM, 0 until a dictionary read
-    // has met them: the sampler hands them to the walker, which then reads those two entries
-    // of a process's dictionary at the sample (bb_record.dict_initial, dict_caller).
+    // The atoms (terms) '$initial_call' and '$callers' of this VM, 0 until learn_dictionary_keys()
+    // or a dictionary read has found them: the sampler hands them to the walker, which then
+    // reads those two entries of a process's dictionary at the sample (bb_record.dict_initial,
+    // dict_caller).
     struct DictionaryKeys {
         uint64_t initial_call = 0, callers = 0;
     };

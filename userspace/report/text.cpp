@@ -6,7 +6,6 @@
 #include <fmt/ostream.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,15 +21,18 @@ namespace {
 // (`[no Erlang process];global::process_main;erts_schedule;...`) is not a function a user wrote:
 // ranked as one, it was the top row on RabbitMQ and the Elixir app (26 and 32%).
 uint32_t charged_location(const Profile& p, const Sample& s) {
-    auto function = [&](uint32_t l) -> const Function& { return p.functions[p.locations[l].function]; };
-    auto erlang = [&](uint32_t l) { return function(l).kind == FrameKind::erlang; };
-    auto pseudo = [&](uint32_t l) { return function(l).kind == FrameKind::vm && function(l).name.starts_with('['); };
-    auto vm = [&](uint32_t l) { return function(l).kind == FrameKind::vm; };
-    for (const auto& want : {std::function<bool(uint32_t)>(erlang), std::function<bool(uint32_t)>(pseudo),
-                             std::function<bool(uint32_t)>(vm)})
-        for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it)
-            if (want(*it)) return *it;
-    return s.stack.back();
+    // 0 an Erlang function, 1 a pseudo frame, 2 another VM frame, 3 the rest: the innermost of
+    // the lowest rank is charged.
+    auto rank = [&](uint32_t l) {
+        const Function& f = p.functions[p.locations[l].function];
+        if (f.kind == FrameKind::erlang) return 0;
+        if (f.kind != FrameKind::vm) return 3;
+        return f.name.starts_with('[') ? 1 : 2;
+    };
+    uint32_t best = s.stack.back();
+    for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it)
+        if (rank(*it) < rank(best)) best = *it;
+    return best;
 }
 
 }  // namespace
