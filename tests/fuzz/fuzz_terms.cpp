@@ -10,6 +10,7 @@
 #include <string>
 
 #include "inspect/heap_inspect.hpp"
+#include "inspect/term_size.hpp"
 #include "inspect/terms.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "inspect/term_size.hpp"
 #include "inspect/terms.hpp"
 
 namespace {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "inspect/process_table.hpp"
+#include "inspect/term_size.hpp"
 #include "inspect/terms.hpp"
 #include "target/vm.hpp"
 

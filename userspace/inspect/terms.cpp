@@ -1,6 +1,8 @@
+// The term printer: terms as Erlang's ~p and Elixir's inspect/1 write them.
 #include "inspect/terms.hpp"
 
 #include "base/text.hpp"
+#include "inspect/term_words.hpp"
 
 #include <fmt/format.h>
 
@@ -17,90 +19,14 @@ namespace bb::term {
 
 namespace {
 
+using namespace detail;
+
 bool is_reserved_word(std::string_view s) {
     static constexpr std::array<std::string_view, 29> words{
         "after", "and", "andalso", "band", "begin", "bnot", "bor", "bsl", "bsr", "bxor",
         "case", "catch", "cond", "div", "else", "end", "fun", "if", "let", "maybe",
         "not", "of", "or", "orelse", "receive", "rem", "try", "when", "xor"};
     return std::find(words.begin(), words.end(), s) != words.end();
-}
-
-constexpr uint64_t kTuple = 0x00, kPosBig = 0x08, kNegBig = 0x0c, kRef = 0x10, kFun = 0x14, kFloat = 0x18,
-                   kExternalPid = 0x30, kExternalPort = 0x34, kExternalRef = 0x38;
-// The subtags that moved between releases come from the release's TermLayout.
-const TermLayout& subtags(const TermSource& s) { return s.layout; }
-
-// Map headers (erl_term.h): the kind in bits 6-7, an arity in 8-15 (1 for a hash map's head,
-// whose size word follows), the bitmap of a hash map node in 16-31.
-constexpr uint64_t kFlatmap = 0;
-uint64_t map_kind(uint64_t hdr) { return (hdr >> 6) & 3; }
-uint64_t map_arity(uint64_t hdr) { return (hdr >> 8) & 0xff; }
-uint64_t map_children(uint64_t hdr) { return std::popcount((hdr >> 16) & 0xffff); }
-constexpr uint64_t kMaxFlatmap = 32;  // MAP_SMALL_MAP_LIMIT
-
-constexpr uint64_t kMaxThing = 1u << 20;  // words in a bignum or binary header worth believing
-
-// The words of a boxed term, read one at a time with a budget.
-class Reader {
-public:
-    Reader(const TermSource& src, int64_t max_reads) : src_(src), left_(max_reads) {}
-    std::optional<uint64_t> word(uint64_t addr) {
-        uint64_t w;
-        if (--left_ < 0 || !src_.read(addr, std::as_writable_bytes(std::span(&w, 1)))) return std::nullopt;
-        return w;
-    }
-    bool exhausted() const { return left_ < 0; }
-    int64_t used() const { return start_ - std::max<int64_t>(left_, 0); }
-
-private:
-    const TermSource& src_;
-    int64_t left_, start_ = left_;
-};
-
-// A binary's bytes and where they are: on the heap (read through src.read) or off it.
-struct BinaryRef {
-    uint64_t data = 0;     // address of its first byte
-    uint64_t bytes = 0;    // whole bytes
-    bool whole = true;     // a whole number of bytes, starting on a byte
-    bool off_heap = false;
-};
-
-// Resolves a binary of any kind (heap, refc, sub) to its bytes; nullopt if malformed.
-std::optional<BinaryRef> binary_ref(Reader& r, const TermSource& src, uint64_t p, uint64_t hdr, int hops = 0) {
-    const TermLayout& st = subtags(src);
-    uint64_t sub = hdr & 0x3c;
-    auto w = [&](int i) { return r.word(p + 8 * i); };
-    if (sub == st.heap_bin) {
-        auto size = w(1);
-        if (!size) return std::nullopt;
-        BinaryRef b{p + 16, src.layout.bits_unified() ? *size / 8 : *size, !src.layout.bits_unified() || *size % 8 == 0, false};
-        if (b.bytes > 8 * (hdr >> 6)) return std::nullopt;  // more than the header holds
-        return b;
-    }
-    if (!src.layout.bits_unified() && sub == st.refc_bin) {  // ProcBin: thing, size, next, val, bytes, flags
-        auto size = w(1), bytes = w(4);
-        if (!size || !bytes) return std::nullopt;
-        return BinaryRef{*bytes, *size, true, true};
-    }
-    if (sub != st.sub_bin || hops > 0) return std::nullopt;
-    if (!src.layout.bits_unified()) {  // ErlSubBin: thing, size, offs, bitsize/bitoffs/is_writable, orig
-        auto size = w(1), offs = w(2), bits = w(3), orig = w(4);
-        if (!size || !offs || !bits || !orig || !is_boxed(*orig)) return std::nullopt;
-        auto ohdr = r.word(*orig - 2);
-        if (!ohdr) return std::nullopt;
-        auto real = binary_ref(r, src, *orig - 2, *ohdr, hops + 1);
-        if (!real || *offs > real->bytes || *size > real->bytes - *offs) return std::nullopt;
-        bool whole = (*bits & 0xffff) == 0;  // bitsize and bitoffs bytes
-        return BinaryRef{real->data + *offs, *size, whole && real->whole, real->off_heap};
-    }
-    // ErlSubBits: thing, base_flags, start and end in bits, orig (a BinRef, or a heap bitstring
-    // for a match context). The data starts at base + start / 8.
-    auto base = w(1), start = w(2), end = w(3), orig = w(4);
-    if (!base || !start || !end || !orig || *start > *end || !is_boxed(*orig)) return std::nullopt;
-    auto ohdr = r.word(*orig - 2);
-    if (!ohdr) return std::nullopt;
-    bool off_heap = (*ohdr & 0x3c) == st.refc_bin;
-    return BinaryRef{(*base & ~uint64_t{3}) + *start / 8, (*end - *start) / 8, (*start | *end) % 8 == 0, off_heap};
 }
 
 // A float as Erlang's ~p prints it: the shortest digits that read back (float_to_list(F,
@@ -499,193 +425,6 @@ private:
     bool bad_ = false;
 };
 
-// size_object() of copy.c, for both layouts, with an explicit stack and a cell budget.
-// With a SizeMemo: distinct words (each cell once), or flat sizes with shared cells memoized.
-class FlatSizer {
-public:
-    enum class Mode { flat, distinct };
-    FlatSizer(const TermSource& src, uint64_t max_cells, SizeMemo* memo = nullptr, Mode mode = Mode::flat)
-        : src_(src), r_(src, static_cast<int64_t>(std::min<uint64_t>(max_cells, INT64_MAX))), memo_(memo), mode_(mode) {}
-
-    std::optional<Size> size(uint64_t t) {
-        std::vector<uint64_t> todo{t};
-        // Shared cells being sized: their size is what was added since, once the todo list is
-        // back to the length it had when they were entered.
-        struct Open {
-            uint64_t cell;
-            Size before;
-            size_t todo_len;
-        };
-        std::vector<Open> opened;
-        auto close = [&] {
-            while (!opened.empty() && todo.size() == opened.back().todo_len) {
-                const Open& o = opened.back();
-                if (memo_->sizes.size() < memo_->max_remembered)
-                    memo_->sizes[o.cell] = {size_.words - o.before.words, size_.off_heap_bytes - o.before.off_heap_bytes};
-                memo_->open.erase(o.cell);
-                opened.pop_back();
-            }
-        };
-        bool ok = true;
-        while (ok && !todo.empty()) {
-            uint64_t obj = todo.back();
-            todo.pop_back();
-            if (memo_ && !is_immediate(obj)) {
-                if (mode_ == Mode::distinct) {
-                    if (!memo_->first_visit(obj)) {
-                        memo_->shared.insert(obj);
-                        continue;
-                    }
-                } else if (auto it = memo_->sizes.find(obj); it != memo_->sizes.end()) {
-                    size_.words += it->second.words;
-                    size_.off_heap_bytes += it->second.off_heap_bytes;
-                    close();
-                    continue;
-                } else if (memo_->shared.count(obj)) {
-                    if (!memo_->open.insert(obj).second) {
-                        ok = false;  // inside itself
-                        break;
-                    }
-                    opened.push_back({obj, size_, todo.size()});
-                }
-            }
-            ok = one(obj, todo);
-            if (memo_) close();
-        }
-        if (memo_) {
-            memo_->reads_left -= r_.used();
-            for (const Open& o : opened) memo_->open.erase(o.cell);
-        }
-        if (!ok) return std::nullopt;
-        return size_;
-    }
-
-private:
-    bool push(std::vector<uint64_t>& todo, uint64_t t) {
-        if (is_list(t) || is_boxed(t)) todo.push_back(t);
-        else if (!is_immediate(t)) return false;  // a header or a non-value inside a term
-        return true;
-    }
-
-    bool one(uint64_t obj, std::vector<uint64_t>& todo) {
-        if (is_immediate(obj)) return true;
-        if (is_list(obj)) {
-            auto head = r_.word(obj - 1), tail = r_.word(obj + 7);
-            if (!head || !tail) return false;
-            size_.words += 2;
-            return push(todo, *head) && push(todo, *tail);
-        }
-        if (!is_boxed(obj)) return false;
-        uint64_t p = obj - 2;
-        auto hdr = r_.word(p);
-        if (!hdr || (*hdr & 3) != 0) return false;
-        const TermLayout& st = subtags(src_);
-        uint64_t sub = *hdr & 0x3c, arity = *hdr >> 6;
-        if (sub == kTuple) {
-            if (arity > kMaxThing) return false;
-            size_.words += arity ? arity + 1 : 0;  // the empty tuple is a shared literal
-            for (uint64_t i = 1; i <= arity; i++) {
-                auto e = r_.word(p + 8 * i);
-                if (!e || !push(todo, *e)) return false;
-            }
-            return true;
-        }
-        if (sub == st.map) {
-            uint64_t first, n;
-            if (map_kind(*hdr) == kFlatmap) {
-                auto size = r_.word(p + 8);
-                if (!size || *size > kMaxFlatmap) return false;
-                size_.words += *size + 3;
-                first = p + 16;  // the keys tuple, then the values
-                n = *size + 1;
-            } else {
-                n = map_children(*hdr);
-                size_.words += 1 + n + map_arity(*hdr);
-                first = p + 8 * (1 + map_arity(*hdr));
-            }
-            for (uint64_t i = 0; i < n; i++) {
-                auto e = r_.word(first + 8 * i);
-                if (!e || !push(todo, *e)) return false;
-            }
-            return true;
-        }
-        if (sub == kFun) {
-            // OTP 27: ERL_FUN_SIZE (2) and the environment, its size in the header. Before:
-            // the header's arity in words, then the creator and num_free free variables.
-            uint64_t env, n;
-            if (src_.layout.bits_unified()) {
-                n = *hdr >> 16;
-                size_.words += 2 + n;
-                env = p + 16;
-            } else {
-                auto nf = r_.word(p + 24);
-                if (!nf || arity > 8) return false;
-                n = 1 + ((*nf >> 8) & 0xff);  // the creator and the free variables
-                size_.words += 1 + arity + n;
-                env = p + 8 * (1 + arity);
-            }
-            for (uint64_t i = 0; i < n; i++) {
-                auto e = r_.word(env + 8 * i);
-                if (!e || !push(todo, *e)) return false;
-            }
-            return true;
-        }
-        if (sub == st.sub_bin) {
-            if (src_.layout.bits_unified()) {  // ERL_REFC_BITS_SIZE with its BinRef, or a copy of the bits
-                auto start = r_.word(p + 16), end = r_.word(p + 24), orig = r_.word(p + 32);
-                if (!start || !end || !orig || *start > *end || !is_boxed(*orig)) return false;
-                auto ohdr = r_.word(*orig - 2);
-                if (!ohdr) return false;
-                if ((*ohdr & 0x3c) == st.refc_bin) {
-                    size_.words += 8;
-                    size_.off_heap_bytes += (*end - *start) / 8;
-                    if (memo_ && memo_->off_heap_data) {
-                        auto base = r_.word(p + 8);
-                        if (!base) return false;
-                        memo_->off_heap_data((*base & ~uint64_t{3}) + *start / 8, (*end - *start + 7) / 8);
-                    }
-                } else {
-                    size_.words += 2 + (*end - *start + 63) / 64;
-                }
-                return true;
-            }
-            auto b = binary_ref(r_, src_, p, *hdr);
-            auto bits = r_.word(p + 24), orig = r_.word(p + 32);
-            if (!b || !bits || !orig) return false;
-            uint64_t partial = (*bits & 0xff) + ((*bits >> 8) & 0xff);  // bitsize + bitoffs
-            uint64_t extra = partial > 8 ? 2 : partial > 0 ? 1 : 0;
-            if (partial) size_.words += 5;  // ERL_SUB_BIN_SIZE
-            if (b->off_heap) {
-                size_.words += 6;  // PROC_BIN_SIZE
-                size_.off_heap_bytes += b->bytes;
-                if (memo_ && memo_->off_heap_data) memo_->off_heap_data(b->data, b->bytes + (partial ? 1 : 0));
-            } else {
-                size_.words += 2 + (b->bytes + extra + 7) / 8;
-            }
-            return true;
-        }
-        if (!src_.layout.bits_unified() && sub == st.refc_bin) {
-            auto bytes = r_.word(p + 8);
-            if (!bytes) return false;
-            size_.off_heap_bytes += *bytes;
-            if (memo_ && memo_->off_heap_data) {
-                auto data = r_.word(p + 32);  // ProcBin: thing, size, next, val, bytes
-                if (!data) return false;
-                memo_->off_heap_data(*data, *bytes);
-            }
-        }
-        if (arity > kMaxThing) return false;
-        size_.words += arity + 1;  // bignums, floats, refs, heap binaries, external things
-        return true;
-    }
-
-    const TermSource& src_;
-    Reader r_;
-    Size size_;
-    SizeMemo* memo_;
-    Mode mode_;
-};
-
 }  // namespace
 
 std::string printed_atom(std::string_view text) {
@@ -727,22 +466,6 @@ std::string elixir_atom(std::string_view text) {
 
 std::optional<std::string> text(const TermSource& src, uint64_t term, const Limits& limits) {
     return TermPrinter(src, limits).print(term);
-}
-
-std::optional<Size> flat_size(const TermSource& src, uint64_t term, uint64_t max_cells) {
-    return FlatSizer(src, max_cells).size(term);
-}
-
-std::optional<uint64_t> distinct_words(const TermSource& src, uint64_t term, SizeMemo& memo) {
-    if (memo.reads_left <= 0) return std::nullopt;
-    auto s = FlatSizer(src, static_cast<uint64_t>(memo.reads_left), &memo, FlatSizer::Mode::distinct).size(term);
-    if (!s) return std::nullopt;
-    return s->words;
-}
-
-std::optional<Size> flat_size(const TermSource& src, uint64_t term, SizeMemo& memo) {
-    if (memo.reads_left <= 0) return std::nullopt;
-    return FlatSizer(src, static_cast<uint64_t>(memo.reads_left), &memo).size(term);
 }
 
 }  // namespace bb::term
