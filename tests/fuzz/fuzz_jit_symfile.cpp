@@ -1,11 +1,11 @@
-// libFuzzer target: the GDB JIT symfile parsers (jit_code.hpp), whose input is the target VM's
+// libFuzzer target: the GDB JIT symfile parsers (jit_symfile.hpp), whose input is the target VM's
 // memory. The first byte picks the record kind, as the symfile header does.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "symbols/jit_code.hpp"
+#include "symbols/jit_symfile.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);

@@ -32,6 +32,8 @@ check no sampling symbols/symbolizer.hpp
 check ok run run/session.hpp
 check no run find/find_vm.hpp
 check ok find target/discovery.hpp
+check ok symbols symbols/jit_symfile.hpp
+check no target symbols/jit_symfile.hpp
 check ok inspect inspect/term_size.hpp
 check no report inspect/term_size.hpp
 exit $fail

@@ -11,16 +11,6 @@
 #include "symbols/jit_code.hpp"
 
 namespace {
-// A parser's Result as these tests read it: the value, or nullopt with the reason in *err.
-template <class T>
-std::optional<T> keep_error(bb::Result<T> r, std::string* err) {
-    if (r) return std::move(*r);
-    *err = r.error();
-    return std::nullopt;
-}
-}  // namespace
-
-namespace {
 
 using Bytes = std::vector<std::byte>;
 
@@ -120,9 +110,8 @@ void expect_invariants(const bb::JitSymfile& s) {
 }
 
 TEST(JitSymfile, ParsesModuleRangesAndLines) {
-    std::string err;
-    auto s = keep_error(bb::parse_module_symfile(lists_symfile()), &err);
-    ASSERT_TRUE(s) << err;
+    auto s = bb::parse_module_symfile(lists_symfile());
+    ASSERT_TRUE(s) << s.error();
     EXPECT_EQ(s->base, kBase);
     const bb::JitModule* m = &s->module;  // offsets from the base
     EXPECT_EQ(m->name, "lists");
@@ -146,9 +135,8 @@ TEST(JitSymfile, ParsesModuleRangesAndLines) {
 }
 
 TEST(JitSymfile, ParsesModuleWithoutRanges) {
-    std::string err;
-    auto s = keep_error(bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {})), &err);
-    ASSERT_TRUE(s) << err;
+    auto s = bb::parse_module_symfile(module_symfile(kBase, 0, "empty", {}));
+    ASSERT_TRUE(s) << s.error();
     EXPECT_EQ(s->module.name, "empty");
     EXPECT_TRUE(s->module.ranges.empty());
 }
@@ -156,86 +144,83 @@ TEST(JitSymfile, ParsesModuleWithoutRanges) {
 TEST(JitSymfile, EveryTruncationFails) {
     Bytes full = lists_symfile();
     for (size_t len = 0; len < full.size(); len++) {
-        std::string err;
-        auto m = keep_error(bb::parse_module_symfile(std::span(full).first(len)), &err);
+        auto m = bb::parse_module_symfile(std::span(full).first(len));
         EXPECT_FALSE(m) << "length " << len;
-        EXPECT_FALSE(err.empty()) << "length " << len;
+        EXPECT_FALSE(m.error().empty()) << "length " << len;
     }
     Bytes emu = emulator_symfile(0, 0x1234);
     for (size_t len = 0; len < 24; len++) {
-        std::string err;
-        EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(std::span(emu).first(len)), &err)) << len;
-        EXPECT_FALSE(err.empty());
+        auto e = bb::parse_emulator_symfile(std::span(emu).first(len));
+        EXPECT_FALSE(e) << len;
+        EXPECT_FALSE(e.error().empty());
     }
 }
 
 TEST(JitSymfile, TrailingBytesFail) {
     Bytes b = lists_symfile();
     b.push_back(std::byte{0});
-    std::string err;
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_NE(err.find("trailing"), std::string::npos) << err;
+    auto m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_NE(m.error().find("trailing"), std::string::npos) << m.error();
 }
 
 TEST(JitSymfile, HugeRangeCountFails) {
     Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {}}});
     poke<uint32_t>(b, 16, 0xFFFFFFFF);
-    std::string err;
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_NE(err.find("range count"), std::string::npos) << err;
+    auto m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_NE(m.error().find("range count"), std::string::npos) << m.error();
     // The same with only the header there.
     Bytes head = module_symfile(kBase, 0x100, "m", {});
     poke<uint32_t>(head, 16, 0xFFFFFFFF);
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(head), &err));
+    EXPECT_FALSE(bb::parse_module_symfile(head));
 }
 
 TEST(JitSymfile, HugeLineCountFails) {
     Bytes b = module_symfile(kBase, 0x100, "m", {{0, 0x10, "m:f/0", {{0, 1, "m.erl"}}}});
     poke<uint32_t>(b, 32 + 2 + 8, 0xFFFFFFFF);  // first range's line_count
-    std::string err;
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_NE(err.find("line count"), std::string::npos) << err;
+    auto m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_NE(m.error().find("line count"), std::string::npos) << m.error();
 }
 
 TEST(JitSymfile, NameLengthPastTheEndFails) {
-    std::string err;
     Bytes b = lists_symfile();
     poke<uint16_t>(b, 24, 0xFFFF);  // module name_length
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_FALSE(err.empty());
+    auto m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_FALSE(m.error().empty());
 
     b = lists_symfile();
     size_t first_range = 32 + sizeof("lists");
     poke<uint16_t>(b, first_range + 12, 0xFFFF);  // first range's name_length
-    err.clear();
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_FALSE(err.empty());
+    m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_FALSE(m.error().empty());
 
     b = lists_symfile();
     poke<uint16_t>(b, 24, 0);  // no room even for the NUL
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
+    EXPECT_FALSE(bb::parse_module_symfile(b));
 }
 
 TEST(JitSymfile, UnterminatedNameFails) {
     Bytes b = lists_symfile();
     poke<char>(b, 26 + 5, 'X');  // the NUL after "lists"
-    std::string err;
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
-    EXPECT_NE(err.find("NUL"), std::string::npos) << err;
+    auto m = bb::parse_module_symfile(b);
+    EXPECT_FALSE(m);
+    EXPECT_NE(m.error().find("NUL"), std::string::npos) << m.error();
 }
 
 TEST(JitSymfile, WrongKindFails) {
-    std::string err;
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(emulator_symfile(0, 1)), &err));
-    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(lists_symfile()), &err));
+    EXPECT_FALSE(bb::parse_module_symfile(emulator_symfile(0, 1)));
+    EXPECT_FALSE(bb::parse_emulator_symfile(lists_symfile()));
     Bytes b = lists_symfile();
     poke<uint32_t>(b, 0, 7);
-    EXPECT_FALSE(keep_error(bb::parse_module_symfile(b), &err));
+    EXPECT_FALSE(bb::parse_module_symfile(b));
 }
 
 TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
-    std::string err;
-    auto m = keep_error(bb::parse_module_symfile(
+    auto m = bb::parse_module_symfile(
         module_symfile(kBase, 0x100, "m",
                        {{0x80, 0x90, "m:late/0", {}},
                         {0x10, 0x40, "m:a/0", {}},
@@ -243,8 +228,8 @@ TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
                         {0x60, 0x50, "m:inverted/0", {}},
                         {0x50, 0x50, "m::codeFooter", {}},   // empty
                         {0xF0, 0x101, "m:past_code/0", {}},
-                        {0x40, 0x50, "m:b/0", {}}})), &err);
-    ASSERT_TRUE(m) << err;
+                        {0x40, 0x50, "m:b/0", {}}}));
+    ASSERT_TRUE(m) << m.error();
     std::vector<std::string> names;
     for (const auto& r : m->module.ranges) names.push_back(r.name);
     EXPECT_EQ(names, (std::vector<std::string>{"m:a/0", "m:b/0", "m:late/0"}));
@@ -252,13 +237,12 @@ TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
 }
 
 TEST(JitSymfile, ParsesEmulator) {
-    std::string err;
-    auto e = keep_error(bb::parse_emulator_symfile(emulator_symfile(1, 0x55550000abcd)), &err);
-    ASSERT_TRUE(e) << err;
+    auto e = bb::parse_emulator_symfile(emulator_symfile(1, 0x55550000abcd));
+    ASSERT_TRUE(e) << e.error();
     EXPECT_EQ(e->frame_layout, 1);
     EXPECT_EQ(e->normal_exit, 0x55550000abcdu);
-    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(emulator_symfile(2, 0x1000)), &err));
-    EXPECT_FALSE(keep_error(bb::parse_emulator_symfile(emulator_symfile(0, 0)), &err));
+    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(2, 0x1000)));
+    EXPECT_FALSE(bb::parse_emulator_symfile(emulator_symfile(0, 0)));
 }
 
 TEST(JitSymfile, SurvivesRandomGarbage) {
@@ -283,14 +267,13 @@ TEST(JitSymfile, SurvivesRandomGarbage) {
             for (int n = 1 + rng() % 4; n > 0; n--) b[rng() % b.size()] = byte();
             if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
         }
-        std::string err;
-        if (auto m = keep_error(bb::parse_module_symfile(b), &err)) {
+        if (auto m = bb::parse_module_symfile(b)) {
             parsed++;
             expect_invariants(*m);
         } else {
-            EXPECT_FALSE(err.empty());
+            EXPECT_FALSE(m.error().empty());
         }
-        keep_error(bb::parse_emulator_symfile(b), &err);
+        (void)bb::parse_emulator_symfile(b);
     }
     EXPECT_GT(parsed, 0u);  // mutations of names and offsets often still parse
 }

@@ -1,7 +1,7 @@
 // The GDB JIT interface as the BEAM fills it (erts/emulator/beam/jit/beam_jit_metadata.cpp,
 // OTP 25): a doubly linked list of jit_code_entry, each pointing at a "symfile" that is not an
-// object file but the VM's own packed struct debug_info. Everything read from the target is
-// untrusted: every count and length is checked against the bytes actually read.
+// object file but the VM's own packed struct debug_info (parsed by symbols/jit_symfile.cpp).
+// Everything read from the target is untrusted.
 #include "symbols/jit_code.hpp"
 
 #include "base/clock.hpp"
@@ -20,169 +20,6 @@
 
 namespace bb {
 
-namespace {
-
-// struct debug_info: u32 header (0 emulator, 1 module), then an 8-aligned union.
-constexpr uint32_t kKindEmulator = 0, kKindModule = 1;
-// struct module_info at +8: u64 base_address, u32 range_count, u32 code_size, u16 name_length,
-// char name[] at +26. The VM advances by sizeof(debug_info) (32) + name_length, so the first
-// range_info sits at 32 + name_length.
-constexpr size_t kModuleBase = 8, kModuleRangeCount = 16, kModuleCodeSize = 20,
-                 kModuleNameLen = 24, kModuleName = 26, kModuleHeaderSize = 32;
-// struct range_info: u32 start_offset, u32 end_offset, u32 line_count, u16 name_length,
-// char name[] at +14; sizeof is 16, so the next record is at 16 + name_length.
-constexpr size_t kRangeNameLen = 12, kRangeName = 14, kRangeSize = 16;
-// struct line_info: u32 start_offset, u32 line_number, u16 file_length, char file[] at +10;
-// sizeof is 12, so the next record is at 12 + file_length.
-constexpr size_t kLineFileLen = 8, kLineFile = 10, kLineSize = 12;
-// struct emulator_info at +8: int frame_layout, then const void* normal_exit at +16.
-constexpr size_t kEmuFrameLayout = 8, kEmuNormalExit = 16, kEmuSize = 24;
-
-constexpr std::string_view kPrologueSuffix = "-CodeInfoPrologue";
-
-template <class T>
-std::optional<T> load(std::span<const std::byte> b, size_t off) {
-    if (off > b.size() || b.size() - off < sizeof(T)) return std::nullopt;
-    T v;
-    std::memcpy(&v, b.data() + off, sizeof(T));
-    return v;
-}
-
-std::nullopt_t fail(std::string* err, std::string msg) {
-    if (err) *err = std::move(msg);
-    return std::nullopt;
-}
-
-// A name field: `len` bytes at `off` including the VM's NUL terminator, which must be there
-// (a missing one means we are not looking at what the VM wrote).
-bool read_name(std::span<const std::byte> b, size_t off, size_t len, std::string* out,
-               std::string* err, const std::string& what) {
-    std::string problem;
-    if (len == 0) problem = " has length 0";
-    else if (off > b.size() || b.size() - off < len) problem = " runs past the end";
-    else if (static_cast<char>(b[off + len - 1]) != '\0') problem = " is not NUL-terminated";
-    if (!problem.empty()) {
-        fail(err, what + problem + " (offset " + std::to_string(off) + ")");
-        return false;
-    }
-    auto chars = reinterpret_cast<const char*>(b.data() + off);
-    out->assign(chars, strnlen(chars, len));
-    return true;
-}
-
-// Both symfile kinds open with a u32 kind and a fixed-size header.
-bool check_header(std::span<const std::byte> b, uint32_t want, size_t header_size, const char* what,
-                  std::string* err) {
-    auto kind = load<uint32_t>(b, 0);
-    if (!kind || b.size() < header_size) {
-        fail(err, std::string(what) + " symfile shorter than its header");
-        return false;
-    }
-    if (*kind != want) {
-        fail(err, std::string("not ") + (what[0] == 'e' ? "an " : "a ") + what + " symfile (kind " +
-                      std::to_string(*kind) + ")");
-        return false;
-    }
-    return true;
-}
-
-}  // namespace
-
-namespace {
-std::optional<JitSymfile> parse_module_symfile(std::span<const std::byte> b, std::string* err) {
-    if (!check_header(b, kKindModule, kModuleHeaderSize, "module", err)) return std::nullopt;
-
-    JitSymfile out;
-    JitModule& m = out.module;
-    out.base = *load<uint64_t>(b, kModuleBase);
-    uint32_t range_count = *load<uint32_t>(b, kModuleRangeCount);
-    m.code_size = *load<uint32_t>(b, kModuleCodeSize);
-    uint16_t name_len = *load<uint16_t>(b, kModuleNameLen);
-    if (out.base + m.code_size < out.base) return fail(err, "module code wraps around");
-    if (!read_name(b, kModuleName, name_len, &m.name, err, "module name")) return std::nullopt;
-
-    size_t pos = kModuleHeaderSize + name_len;
-    if (pos > b.size()) return fail(err, "module name runs past the end");
-    // Each range takes at least kRangeSize + 1 bytes: a count beyond that is garbage, and it is
-    // never used to size anything before this check.
-    if (range_count > (b.size() - pos) / (kRangeSize + 1))
-        return fail(err, "range count " + std::to_string(range_count) + " exceeds the symfile");
-    m.ranges.reserve(range_count);
-    std::unordered_map<std::string, uint32_t> file_index;  // m.files, by name
-    std::string file;
-
-    for (uint32_t i = 0; i < range_count; i++) {
-        auto start_off = load<uint32_t>(b, pos), end_off = load<uint32_t>(b, pos + 4),
-             line_count = load<uint32_t>(b, pos + 8);
-        auto rname_len = load<uint16_t>(b, pos + kRangeNameLen);
-        if (!rname_len) return fail(err, "range " + std::to_string(i) + " truncated");
-        JitRange r;
-        if (!read_name(b, pos + kRangeName, *rname_len, &r.name, err, "range name"))
-            return std::nullopt;
-        pos += kRangeSize + *rname_len;
-        if (pos > b.size()) return fail(err, "range " + std::to_string(i) + " truncated");
-        // The VM names a function's CodeInfo + prologue separately for perf's disassembly; to a
-        // profile it is part of the function.
-        if (r.name.ends_with(kPrologueSuffix)) {
-            r.name.resize(r.name.size() - kPrologueSuffix.size());
-            r.prologue = true;
-        }
-
-        if (*line_count > (b.size() - pos) / (kLineSize + 1))
-            return fail(err, "line count " + std::to_string(*line_count) + " exceeds the symfile");
-        r.lines.reserve(*line_count);
-        for (uint32_t j = 0; j < *line_count; j++) {
-            auto lstart = load<uint32_t>(b, pos), line = load<uint32_t>(b, pos + 4);
-            auto file_len = load<uint16_t>(b, pos + kLineFileLen);
-            if (!file_len) return fail(err, "line record truncated");
-            JitLine l;
-            if (!read_name(b, pos + kLineFile, *file_len, &file, err, "line file name"))
-                return std::nullopt;
-            auto [it, added] = file_index.try_emplace(file, static_cast<uint32_t>(m.files.size()));
-            if (added) m.files.push_back(file);
-            l.file = it->second;
-            pos += kLineSize + *file_len;
-            if (pos > b.size()) return fail(err, "line record truncated");
-            // Dropped, not rejected: a line outside the module's code cannot describe any address
-            // we will look up, and the rest of the record is still well-formed.
-            if (*lstart > m.code_size) continue;
-            l.start = *lstart;
-            l.line = *line;
-            r.lines.push_back(std::move(l));
-        }
-        std::stable_sort(r.lines.begin(), r.lines.end(),
-                         [](const JitLine& a, const JitLine& c) { return a.start < c.start; });
-
-        // Inverted, empty and out-of-code ranges are dropped, not rejected: the symfile's
-        // structure checked out, so its other ranges are still worth having. (The VM emits
-        // empty ranges, e.g. a module's codeFooter when nothing follows the last function.)
-        if (*start_off >= *end_off || *end_off > m.code_size) continue;
-        r.start = *start_off;
-        r.end = *end_off;
-        m.ranges.push_back(std::move(r));
-    }
-    // The VM computes symfile_size as exactly what it writes: leftovers mean a layout we do not
-    // know (another OTP version) or bytes that are not a symfile.
-    if (pos != b.size())
-        return fail(err, std::to_string(b.size() - pos) + " trailing bytes after the last range");
-
-    // The VM writes ranges in address order; sort anyway, then drop any range that overlaps the
-    // one kept before it, so that lookups can binary-search.
-    std::stable_sort(m.ranges.begin(), m.ranges.end(),
-                     [](const JitRange& a, const JitRange& c) { return a.start < c.start; });
-    std::vector<JitRange> kept;
-    kept.reserve(m.ranges.size());
-    for (auto& r : m.ranges)
-        if (kept.empty() || r.start >= kept.back().end) kept.push_back(std::move(r));
-    m.ranges = std::move(kept);
-    return out;
-}
-}  // namespace
-
-Result<JitSymfile> parse_module_symfile(std::span<const std::byte> b) {
-    return to_result([&](std::string* why) { return parse_module_symfile(b, why); });
-}
-
 std::shared_ptr<const JitModule> share_module(JitModule m) {
     // Hashed by its offsets: cheap, and different between versions of a module.
     size_t h = std::hash<std::string>{}(m.name) ^ (size_t{m.code_size} << 20) ^ m.ranges.size();
@@ -193,25 +30,6 @@ std::shared_ptr<const JitModule> share_module(JitModule m) {
     static Interner<JitModule> modules;
     return modules.get(std::move(m), h);
 }
-
-namespace {
-std::optional<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b, std::string* err) {
-    if (!check_header(b, kKindEmulator, kEmuSize, "emulator", err)) return std::nullopt;
-    JitEmulator e;
-    e.frame_layout = *load<int32_t>(b, kEmuFrameLayout);
-    e.normal_exit = *load<uint64_t>(b, kEmuNormalExit);
-    if (e.frame_layout != 0 && e.frame_layout != 1)
-        return fail(err, "unknown frame layout " + std::to_string(e.frame_layout));
-    if (e.normal_exit == 0) return fail(err, "normal-exit address is null");
-    return e;
-}
-}  // namespace
-
-Result<JitEmulator> parse_emulator_symfile(std::span<const std::byte> b) {
-    return to_result([&](std::string* why) { return parse_emulator_symfile(b, why); });
-}
-
-// ---------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -336,8 +154,12 @@ struct JitCodeIndex::Impl {
         Descriptor head;
         std::vector<Key> keys;
     };
-    std::optional<Walk> walk(std::string* err) const;
-    std::unique_ptr<Known> read_known(const Key& k, uint64_t seen_ns, uint64_t budget, std::string* perr) const;
+    Result<Walk> walk() const;
+    struct Read {
+        std::unique_ptr<Known> known;  // null when the symfile cannot be read
+        std::string skipped;           // why its symfile was not parsed ("" when it was)
+    };
+    Read read_known(const Key& k, uint64_t seen_ns, uint64_t budget) const;
     bool is_current(const Key& k) const {
         auto it = listed.find(k);
         return it != listed.end() && !it->second->unregistered;
@@ -366,24 +188,23 @@ struct JitCodeIndex::Impl {
     std::optional<JitHit> lookup_retired(uint64_t addr, uint64_t sample_ns) const;
 };
 
-std::optional<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk(std::string* err) const {
+Result<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk() const {
     Walk w;
     auto head = mem->read<Descriptor>(descriptor);
-    if (!head) return fail(err, "cannot read __jit_debug_descriptor");
-    if (head->version != 1)
-        return fail(err, "unknown JIT descriptor version " + std::to_string(head->version));
+    if (!head) return Fail{"cannot read __jit_debug_descriptor"};
+    if (head->version != 1) return Fail{"unknown JIT descriptor version " + std::to_string(head->version)};
     w.head = *head;
     std::unordered_set<uint64_t> visited;
     for (uint64_t p = head->first; p != 0;) {
         if (w.keys.size() >= kMaxEntries)
-            return fail(err, "more than " + std::to_string(kMaxEntries) + " JIT entries");
-        if (!visited.insert(p).second) return fail(err, "cycle in the JIT entry list");
+            return Fail{"more than " + std::to_string(kMaxEntries) + " JIT entries"};
+        if (!visited.insert(p).second) return Fail{"cycle in the JIT entry list"};
         auto e = mem->read<Entry>(p);
-        if (!e) return fail(err, "cannot read JIT entry");
+        if (!e) return Fail{"cannot read JIT entry"};
         Key k{p, e->symfile_addr, e->symfile_size, {}};
         if (e->symfile_size >= sizeof(k.head) &&
             !mem->read(e->symfile_addr, std::as_writable_bytes(std::span(k.head))))
-            return fail(err, "cannot read a JIT symfile header");
+            return Fail{"cannot read a JIT symfile header"};
         if (never_unlinks && !last_keys.empty() && k == last_keys.front()) {
             // Nothing below an entry ever changes: the rest is the last walk's list.
             w.keys.insert(w.keys.end(), last_keys.begin(), last_keys.end());
@@ -396,39 +217,43 @@ std::optional<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk(std::string* er
     // it is one the VM had. Where they never are, the list below the head we started from was
     // fixed: entries registered meanwhile are for the next walk.
     auto after = mem->read<Descriptor>(descriptor);
-    if (!never_unlinks && (!after || *after != w.head)) return fail(err, "JIT entry list changed during the walk");
+    if (!never_unlinks && (!after || *after != w.head)) return Fail{"JIT entry list changed during the walk"};
     return w;
 }
 
-// Reads and parses the symfile of entry `k`; nullptr when it cannot be read (freed under us,
+// Reads and parses the symfile of entry `k`; no Known when it cannot be read (freed under us,
 // most likely). Unparseable symfiles give a Known without module, remembered as such.
 // `budget`: symfile bytes that may still be read (kMaxSymfileTotal less what is held).
-std::unique_ptr<Known> JitCodeIndex::Impl::read_known(const Key& k, uint64_t seen_ns, uint64_t budget,
-                                                      std::string* perr) const {
-    auto known = std::make_unique<Known>();
+JitCodeIndex::Impl::Read JitCodeIndex::Impl::read_known(const Key& k, uint64_t seen_ns, uint64_t budget) const {
+    Read r;
+    auto& known = r.known;
+    known = std::make_unique<Known>();
     known->key = k;
     known->seen_ns = seen_ns;
     if (auto at = registered_at.find(k); at != registered_at.end()) known->seen_ns = at->second;
     if (k.size > kMaxSymfileSize) {
-        *perr = "symfile of " + std::to_string(k.size) + " bytes";
-        return known;
+        r.skipped = "symfile of " + std::to_string(k.size) + " bytes";
+        return r;
     }
     if (k.size > budget) {
         known->over_budget = true;
-        return known;
+        return r;
     }
     auto bytes = mem->read_bytes(k.symfile, k.size);
-    if (!bytes) return nullptr;
+    if (!bytes) return {};
     // Freed and reused since the entry was seen (a module purged before we got to it): the
     // bytes are someone else's, possibly another module's symfile.
-    if (k.size >= sizeof(k.head) && std::memcmp(bytes->data(), k.head.data(), sizeof(k.head)) != 0) return nullptr;
-    if (load<uint32_t>(*bytes, 0) == kKindEmulator)
-        known->emulator = parse_emulator_symfile(*bytes, perr);
-    else if (auto m = parse_module_symfile(*bytes, perr)) {
+    if (k.size >= sizeof(k.head) && std::memcmp(bytes->data(), k.head.data(), sizeof(k.head)) != 0) return {};
+    if (is_emulator_symfile(*bytes)) {
+        if (auto e = parse_emulator_symfile(*bytes)) known->emulator = *e;
+        else r.skipped = e.error();
+    } else if (auto m = parse_module_symfile(*bytes)) {
         known->base = m->base;
         known->module = share_module(std::move(m->module));
+    } else {
+        r.skipped = m.error();
     }
-    return known;
+    return r;
 }
 
 JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
@@ -442,8 +267,11 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
     for (int attempt = 0; attempt < attempts; attempt++) {
         // The VM holds its mutex only for a few pointer writes: give it a moment to finish.
         if (attempt > 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * std::min(attempt, 5)));
-        auto w = s.walk(&err);
-        if (!w) continue;
+        auto w = s.walk();
+        if (!w) {
+            err = w.error();
+            continue;
+        }
         // Instants guessed by a refresh must not come before the truth: what this walk listed
         // was loaded, and what it did not list was gone, before the walk ended. (0: at attach,
         // before any sample.)
@@ -460,8 +288,7 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         for (const auto& [k, known] : fresh) held += read_bytes(*known);
         for (const Key& k : w->keys) {
             if (s.is_current(k) || s.dead_keys.contains(k) || fresh.contains(k)) continue;
-            std::string perr;
-            auto known = s.read_known(k, now_ns, kMaxSymfileTotal - std::min(held, kMaxSymfileTotal), &perr);
+            auto [known, perr] = s.read_known(k, now_ns, kMaxSymfileTotal - std::min(held, kMaxSymfileTotal));
             if (!known) {
                 torn = true;  // walk again
                 break;
@@ -745,8 +572,7 @@ void JitCodeIndex::note(const JitCodeEvent& e) {
         } else {
             s.dead_keys.erase(k);  // the VM says it is new
             // Read it now, before it can be purged and freed; the next walk lists it too.
-            std::string perr;
-            auto known = s.read_known(k, e.time_ns, kMaxSymfileTotal - std::min(s.held_bytes, kMaxSymfileTotal), &perr);
+            auto known = s.read_known(k, e.time_ns, kMaxSymfileTotal - std::min(s.held_bytes, kMaxSymfileTotal)).known;
             if (known && (known->module || known->emulator)) {
                 if (known->emulator) s.emulator = known->emulator;
                 if (known->module) s.held_bytes += k.size;

@@ -94,9 +94,9 @@ inline constexpr TermLayout kTerms27{.heap_bin = 0x20, .refc_bin = 0x28, .sub_bi
                                      .bits = TermLayout::Bits::BinRef};
 
 // Everything release-specific beam-bpf relies on. The JIT's debugger interface
-// (__jit_debug_descriptor and its symfiles, jit_code.hpp) has one layout from OTP 24 to 29, and
-// JIT code is found the same way in all of them (executable mappings of /memfd:vmem, or
-// anonymous ones with +JMsingle/+JPperf), so neither needs a field here yet.
+// (__jit_debug_descriptor and its symfiles, jit_code.hpp and jit_symfile.hpp) has one layout
+// from OTP 24 to 29, and JIT code is found the same way in all of them (executable mappings of
+// /memfd:vmem, or anonymous ones with +JMsingle/+JPperf), so neither needs a field here yet.
 struct OtpRelease {
     int major;
     Support support;
