@@ -193,12 +193,12 @@ public:
             if (path.starts_with("/") && std::stoull(offset, nullptr, 16) == 0) files.insert(path);
         }
         for (const auto& path : files) {
-            std::optional<bb::ElfFile> elf;
-            try {
-                elf.emplace(path);
-                if (auto d = bb::find_debug_file(elf->build_id())) elf->adopt_symbols(bb::ElfFile(d->path));
-            } catch (const std::exception&) {
-                continue;  // not ELF
+            auto elf = bb::ElfFile::open(path);
+            if (!elf) continue;  // not ELF
+            if (auto d = bb::find_debug_file(elf->build_id())) {
+                auto debug = bb::ElfFile::open(d->path);
+                if (!debug) continue;
+                elf->adopt_symbols(*debug);
             }
             std::map<uint64_t, std::string> first;
             for (const auto& sym : elf->symbols())

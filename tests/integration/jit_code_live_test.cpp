@@ -289,7 +289,7 @@ TEST_P(JitCodeVmTest, AgreesWithTheVmsPerfMap) {
 
 TEST(NativeSymbolsLive, ResolvesBeamSmpAndLibc) {
     Erl vm;
-    bb::ElfFile elf(exe_of(vm.pid()));
+    bb::ElfFile elf = bb::ElfFile::open(exe_of(vm.pid())).value_or_throw("");
     uint64_t bias = load_bias(vm.pid(), elf);
     bb::NativeSymbols syms(vm.pid());
 
@@ -309,7 +309,7 @@ TEST(NativeSymbolsLive, ResolvesBeamSmpAndLibc) {
         EXPECT_EQ(in_libc->module, "libc.so.6");
         saw_libc = true;
         // Its debug file (libc6-dbg) spells it __pthread_mutex_lock@GLIBC_2.2.5: named without.
-        auto lock = bb::ElfFile(m.path).find("__pthread_mutex_lock");
+        auto lock = bb::ElfFile::open(m.path).value_or_throw("").find("__pthread_mutex_lock");
         ASSERT_TRUE(lock);
         if (lock->file_offset >= m.offset && lock->file_offset < m.offset + (m.end - m.start)) {
             auto named = syms.lookup(m.start + (lock->file_offset - m.offset) + 1);
@@ -332,7 +332,7 @@ TEST(NativeSymbolsLive, ResolvesBeamSmpAndLibc) {
 TEST(NativeSymbolsLive, VmsOfOneBuildShareEachFilesSymbols) {
     ASSERT_EQ(bb::NativeSymbols::files_held(), 0u);
     Erl a, b;
-    bb::ElfFile elf(exe_of(a.pid()));
+    bb::ElfFile elf = bb::ElfFile::open(exe_of(a.pid())).value_or_throw("");
     auto gc = elf.find("erts_garbage_collect");
     ASSERT_TRUE(gc);
     auto libc_middle = [](pid_t pid) {

@@ -78,7 +78,7 @@ TEST_P(NativeVmTest, ZlibLeafSharesAgreeWithPerf) {
 
     // perf's leaves in libz, named as the tool names them: the exported symbol that holds the
     // address, else the library and the start of the function's FDE.
-    bb::ElfFile elf(libz);
+    bb::ElfFile elf = bb::ElfFile::open(libz).value_or_throw("");
     bb::UnwindTable table = bb::compile_unwind_table(libz);
     const std::string base = libz.substr(libz.rfind('/') + 1);
     uint64_t bias = libz_start - elf.first_load_vaddr();
@@ -265,7 +265,7 @@ void nif_loaded_during_the_run_is_unwound(const TestVm& vm) {
         auto [path, start] = mapped(erl.os_pid(), lib);
         EXPECT_FALSE(path.empty()) << lib << " is not mapped at the end";
         if (!path.empty()) {
-            bb::ElfFile elf(path);
+            bb::ElfFile elf = bb::ElfFile::open(path).value_or_throw("");
             for (const auto& s : elf.symbols()) names.insert(s.name);
         }
         return names;

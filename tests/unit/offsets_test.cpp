@@ -1,4 +1,5 @@
 #include "target/offsets.hpp"
+#include "target/offsets_dwarf.hpp"
 
 #include <gtest/gtest.h>
 

@@ -226,7 +226,7 @@ TEST(UnwindTable, FunctionStartsAreTheSymbols) {
     // have no symbol in a stripped binary).
     const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
     UnwindTable t = compile_unwind_table(libc);
-    ElfFile elf(libc);
+    ElfFile elf = ElfFile::open(libc).value_or_throw("");
     size_t funcs = 0, match = 0;
     for (const auto& s : elf.symbols()) {
         if (!s.is_func || s.size == 0) continue;

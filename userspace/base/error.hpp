@@ -7,7 +7,6 @@
 #pragma once
 #include <functional>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
 #include <utility>
 #include <variant>
@@ -49,14 +48,6 @@ public:
 private:
     std::variant<T, Fail> v_;
 };
-
-// A parser written as optional + out-string reason (`parse(&why)`), as a Result.
-template <typename F>
-auto to_result(F&& parse) -> Result<typename std::invoke_result_t<F, std::string*>::value_type> {
-    std::string why;
-    if (auto v = parse(&why)) return std::move(*v);
-    return Fail{std::move(why)};
-}
 
 // The one prefix of a tool's messages ("beam-bpf-sample"), set by guarded_main().
 const char* tool_name();

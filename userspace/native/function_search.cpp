@@ -29,11 +29,9 @@ std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func
             auto opened = open_mapped_file(vm.pid(), m);
             if (!opened) continue;
             file = std::make_shared<const TargetFile>(std::move(*opened));
-            try {
-                elf.emplace(file->fd.get(), file->name);
-            } catch (const std::exception&) {
-                continue;  // not ELF (a data file mapped from offset 0)
-            }
+            auto read = ElfFile::open(file->fd.get(), file->name);
+            if (!read) continue;  // not ELF (a data file mapped from offset 0)
+            elf.emplace(std::move(*read));
             bias = m.start - elf->first_load_vaddr();
         }
         const ElfFile& e = elf ? *elf : vm.elf();

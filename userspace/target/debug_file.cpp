@@ -16,21 +16,16 @@ bool is_hex(const std::string& s) { return s.find_first_not_of("0123456789abcdef
 // The file at `path` is an ELF file with this build-id (a debug file a server or a package put
 // there for another build is not this one's).
 bool carries(const std::string& path, const std::string& build_id) {
-    try {
-        return ElfFile(path).build_id() == build_id;
-    } catch (const std::exception&) {
-        return false;
-    }
+    auto elf = ElfFile::open(path);
+    return elf && elf->build_id() == build_id;
 }
 
 }  // namespace
 
-std::optional<DebugFile> find_debug_file(const std::string& build_id, std::string* tried) {
+Result<DebugFile> find_debug_file(const std::string& build_id) {
     std::string where;
-    if (build_id.size() < 4 || build_id.size() > 128 || !is_hex(build_id)) {
-        if (tried) *tried = "it has no build-id to find a debug file by";
-        return std::nullopt;
-    }
+    if (build_id.size() < 4 || build_id.size() > 128 || !is_hex(build_id))
+        return Fail{"it has no build-id to find a debug file by"};
     const std::string local = "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
     if (carries(local, build_id)) return DebugFile{local, "/usr/lib/debug"};
     where = local;
@@ -50,8 +45,7 @@ std::optional<DebugFile> find_debug_file(const std::string& build_id, std::strin
     } else {
         where += "; DEBUGINFOD_URLS is not set";
     }
-    if (tried) *tried = where;
-    return std::nullopt;
+    return Fail{where};
 }
 
 }  // namespace bb

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 #include <string_view>
 #include <tuple>
 
@@ -28,8 +27,8 @@ struct ElfCloser {
     void operator()(Elf* e) const { elf_end(e); }
 };
 
-[[noreturn]] void fail(const std::string& path, std::string_view what) {
-    throw std::runtime_error("cannot read ELF file " + path + ": " + std::string(what));
+Fail fail(const std::string& path, std::string_view what) {
+    return Fail{"cannot read ELF file " + path + ": " + std::string(what)};
 }
 
 std::string hex(const unsigned char* p, size_t n) {
@@ -60,27 +59,30 @@ std::string build_id_in(Elf_Data* notes) {
 
 }  // namespace
 
-ElfFile::ElfFile(const std::string& path) : path_(path) {
+Result<ElfFile> ElfFile::open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) fail(path, std::strerror(errno));
+    if (fd < 0) return fail(path, std::strerror(errno));
     std::unique_ptr<const int, FdCloser> fd_owner(&fd);
     struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(path, "not a regular file");
-    read(fd);
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail(path, "not a regular file");
+    return open(fd, path);
 }
 
-ElfFile::ElfFile(int fd, const std::string& name) : path_(name) { read(fd); }
+Result<ElfFile> ElfFile::open(int fd, const std::string& name) {
+    ElfFile f(name);
+    if (std::string why = f.read(fd); !why.empty()) return fail(name, why);
+    return f;
+}
 
-void ElfFile::read(int fd) {
-    const std::string& path = path_;
-    if (elf_version(EV_CURRENT) == EV_NONE) fail(path, "libelf is too old");
+std::string ElfFile::read(int fd) {
+    if (elf_version(EV_CURRENT) == EV_NONE) return "libelf is too old";
     // ELF_C_READ: libelf reads what is asked for with pread. A mapping (ELF_C_READ_MMAP) of a
     // file the target truncates would fault (SIGBUS) where a read just comes up short.
     std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ, nullptr));
-    if (!elf) fail(path, elf_errmsg(-1));
-    if (elf_kind(elf.get()) != ELF_K_ELF) fail(path, "not an ELF file");
+    if (!elf) return elf_errmsg(-1);
+    if (elf_kind(elf.get()) != ELF_K_ELF) return "not an ELF file";
     GElf_Ehdr ehdr;
-    if (!gelf_getehdr(elf.get(), &ehdr)) fail(path, elf_errmsg(-1));
+    if (!gelf_getehdr(elf.get(), &ehdr)) return elf_errmsg(-1);
     machine_ = ehdr.e_machine;
 
     size_t shstrndx = 0;
@@ -165,6 +167,7 @@ void ElfFile::read(int fd) {
         }
     }
     set_symbols(std::move(symbols));
+    return "";
 }
 
 void ElfFile::set_symbols(std::vector<ElfSymbol> symbols) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
+
 namespace bb {
 
 struct ElfSymbol {
@@ -26,11 +28,12 @@ struct ElfSegment {
 
 class ElfFile {
 public:
-    // Throws std::runtime_error with a one-line message when the file cannot be read as ELF.
-    explicit ElfFile(const std::string& path);
+    // The file at `path`, or a one-line reason ("cannot read ELF file PATH: ...") when it cannot
+    // be read as ELF: the file may be a target's, corrupt or hostile.
+    static Result<ElfFile> open(const std::string& path);
     // From an open file (a target's, opened by open_mapped_file()); `name` for messages. The
-    // descriptor is read during the constructor only.
-    ElfFile(int fd, const std::string& name);
+    // descriptor is read during the call only.
+    static Result<ElfFile> open(int fd, const std::string& name);
 
     const std::string& path() const { return path_; }
     // Lower-case hex of NT_GNU_BUILD_ID, empty when the file has none.
@@ -57,7 +60,9 @@ public:
     std::string machine_name() const;
 
 private:
-    void read(int fd);
+    explicit ElfFile(const std::string& path) : path_(path) {}
+    // Why the file cannot be read as ELF, "" when it was read.
+    std::string read(int fd);
     void set_symbols(std::vector<ElfSymbol> symbols);
     std::string path_;
     std::string build_id_;

@@ -1,7 +1,8 @@
 // Struct offsets of the VM build being profiled: everything the BPF walker and the attach
 // checks need to know about the VM's C structs (the field list is include/bb_vm_fields.h).
-// They come from DWARF (the VM's own, or a -g build of the same release), shipped as tables per
-// OTP release and layout-changing build features (offsets/*.txt), or found in the live VM.
+// They come from DWARF (the VM's own, or a -g build of the same release: offsets_dwarf.hpp),
+// shipped as tables per OTP release and layout-changing build features (offsets/*.txt), or found
+// in the live VM.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -31,11 +32,6 @@ struct VmOffsets {
 private:
     static bool layout_equal(const bb_vm_layout& a, const bb_vm_layout& b);
 };
-
-// Reads the offsets from the DWARF of `elf_path` (a beam.smp with debug info, or its separate
-// debug file). Fails with a one-line reason when a struct or member is missing.
-// otp_release and features are left empty: the caller knows the build (release.hpp).
-Result<VmOffsets> offsets_from_dwarf(const std::string& elf_path);
 
 // The table format: '#' comments, then "key value" lines: otp_release, features ("-" for none),
 // an optional build_id, then every field. Parsing is strict: unknown keys, missing keys,

@@ -271,8 +271,7 @@ private:
 
 GlobalsFound find_globals(const GlobalsScan& scan) { return Scanner(scan).run(); }
 
-std::optional<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& segments,
-                                                uint64_t descriptor_vaddr, std::string* why) {
+Result<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& segments, uint64_t descriptor_vaddr) {
     constexpr uint64_t kMaxCodeBytes = 64ull << 20;  // beam.smp's code is about 5 MiB
     std::set<uint64_t> targets;
     int stores = 0;
@@ -318,14 +317,12 @@ std::optional<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegm
         }
     }
     if (targets.size() == 1) return *targets.begin();
-    if (why)
-        *why = targets.empty() ? fmt::format("{} stores of the JIT descriptor's action in the code, none followed by a "
-                                             "call of an empty function",
-                                             stores)
-                               : fmt::format("the JIT descriptor's stores are followed by calls of {} different "
-                                             "empty functions",
-                                             targets.size());
-    return std::nullopt;
+    return Fail{targets.empty() ? fmt::format("{} stores of the JIT descriptor's action in the code, none followed by a "
+                                              "call of an empty function",
+                                              stores)
+                                : fmt::format("the JIT descriptor's stores are followed by calls of {} different "
+                                              "empty functions",
+                                              targets.size())};
 }
 
 }  // namespace bb

@@ -16,7 +16,7 @@
 //   erts_literals_start/size a range that holds the text of those atoms (28 on: literals)
 // A candidate is taken only when it is the only one that fits (or all that fit agree on the
 // value read through it); otherwise the global is not found, with the reason, and the caller
-// refuses. Each is then checked again in use by the attach checks (target/vm.cpp).
+// refuses. Each is then checked again in use by the attach checks (target/vm_live.cpp).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.hpp"
 #include "target/elf_file.hpp"
 #include "target/offsets.hpp"
 #include "target/proc_maps.hpp"
@@ -60,8 +61,7 @@ namespace bb {
 // probe goes. Found in the code of the binary open at `fd`: every `mov dword [rip+X], 1 or 2`
 // whose X is the descriptor's action_flag (at link-time `descriptor_vaddr` + 4), followed within
 // 48 bytes by a direct call. The calls must all go to one function, and it must be empty (`ret`,
-// or `endbr64; ret`). Its link-time address; nullopt, with `why`, if none or they disagree.
-std::optional<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& segments,
-                                                uint64_t descriptor_vaddr, std::string* why);
+// or `endbr64; ret`). Its link-time address; a Fail saying why if none or they disagree.
+Result<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& segments, uint64_t descriptor_vaddr);
 
 }  // namespace bb

@@ -7,6 +7,7 @@
 
 #include "run/output.hpp"
 #include "target/offsets.hpp"
+#include "target/offsets_dwarf.hpp"
 #include "target/release.hpp"
 
 namespace {
