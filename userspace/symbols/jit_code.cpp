@@ -12,10 +12,8 @@
 #include <chrono>
 #include <cstring>
 #include <set>
-#include <string_view>
 #include <thread>
 #include <time.h>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace bb {
