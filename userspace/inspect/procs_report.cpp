@@ -42,7 +42,6 @@ std::string signed_bytes(int64_t b) {
     return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b));
 }
 
-
 struct Row {
     const ProcessEntry* p;
     std::string pid, name, initial, current;
@@ -59,7 +58,6 @@ Row make_row(ProcsContext& c, const ProcessEntry& e) {
     r.current = printable(c.function(e.current, e.i));
     return r;
 }
-
 
 // The NAME column: as wide as the longest name shown (at least its heading, at most 48), a
 // longer name cut with "...": CURRENT stays aligned whatever the target calls its processes.
