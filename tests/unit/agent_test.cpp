@@ -5,9 +5,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -19,6 +23,7 @@
 #include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
 #include "base/error.hpp"
+#include "temp_dir.hpp"
 
 namespace bb::agent {
 namespace {
@@ -432,6 +437,100 @@ TEST(AgentConfig, FileAndErrors) {
     c.every = 0.5;
     EXPECT_THROW(check(c), UserError);
     unlink(tmpl);
+}
+
+// Every setting of the table is an option and a key of the file, and both set it alike.
+TEST(AgentConfig, EverySettingFromTheCommandLineAndTheFile) {
+    // A value each setting takes. A setting added to the table without one fails here.
+    const std::map<std::string, std::string> values{
+        {"every", "30"}, {"frequency", "49"}, {"events", "cpu,alloc"}, {"alloc-period", "4096"},
+        {"native-depth", "8"}, {"unwind-rows", "131072"}, {"output", "/tmp/bb-profiles"},
+        {"output-group", "adm"}, {"retention", "5"}, {"retention-bytes", "2000000"}, {"retention-age", "600"},
+        {"push", "http://p:4040"}, {"push-auth", "/etc/p.auth"}, {"push-tenant", "t1"},
+        {"push-headers-file", "/etc/p.headers"}, {"otlp", "http://c:4318"}, {"otlp-auth", "/etc/o.auth"},
+        {"otlp-headers-file", "/etc/o.headers"}, {"otlp-header", "X-Api-Key: k"}, {"ca-file", "/etc/ca.pem"},
+        {"client-cert", "/etc/c.pem"}, {"client-key", "/etc/c.key"}, {"queue-bytes", "1000"},
+        {"max-backoff", "5"}, {"push-tries", "3"}, {"push-max-age", "60"}, {"match", "rabbit"},
+        {"stats", "/tmp/bb-stats.json"}, {"metrics", "0"}, {"host", "h1"}, {"service", "shop"},
+        {"target-names", "false"}, {"process-labels", "registered"}, {"process-label-cap", "7"}};
+    std::vector<std::string> args{"beam-bpf-agent"};
+    std::string file;
+    std::set<std::string> keys;
+    for (const Setting& s : settings()) {
+        SCOPED_TRACE(s.key);
+        EXPECT_TRUE(keys.insert(s.key).second) << "twice in the table";
+        EXPECT_EQ(find_setting(s.key), &s);
+        ASSERT_TRUE(values.count(s.key)) << "no value for it in this test";
+        // The long option is the key.
+        const std::string names = std::string(",") + s.names + ",";
+        EXPECT_NE(names.find(fmt::format(",--{},", s.key)), std::string::npos) << s.names;
+        const std::string& v = values.at(s.key);
+        if (std::string(s.key) == "otlp-header") {
+            // Refused alike, with the way to do it.
+            AgentConfig c;
+            try {
+                set_option(c, s.key, v);
+                ADD_FAILURE() << "taken";
+            } catch (const UserError& e) {
+                EXPECT_NE(std::string(e.what()).find("otlp-headers-file"), std::string::npos) << e.what();
+            }
+            continue;
+        }
+        args.push_back(fmt::format("--{}", s.key));
+        args.push_back(v);
+        file += fmt::format("{}={}\n", s.key, v);
+    }
+    EXPECT_EQ(values.size(), settings().size()) << "values for settings not in the table";
+
+    // The command line: each option records its key and value, in order.
+    CLI::App app;
+    GivenOptions given;
+    add_setting_options(app, given);
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    ASSERT_EQ(given.size(), (args.size() - 1) / 2);
+    for (size_t i = 0; i < given.size(); i++) {
+        EXPECT_EQ("--" + given[i].first, args[1 + 2 * i]);
+        EXPECT_EQ(given[i].second, args[2 + 2 * i]);
+    }
+    AgentConfig from_cli;
+    for (const auto& [k, v] : given) set_option(from_cli, k, v);
+
+    bbt::TempDir dir;
+    const std::string path = (dir.path / "agent.conf").string();
+    std::ofstream(path) << file;
+    AgentConfig from_file;
+    load_config_file(path, from_file);
+
+    EXPECT_EQ(from_cli.given, from_file.given);
+    EXPECT_EQ(from_cli.given.size(), settings().size() - 1);  // all but otlp-header
+    EXPECT_EQ(describe(from_cli), describe(from_file));
+    EXPECT_NE(describe(from_cli), describe(AgentConfig{}));
+    EXPECT_EQ(from_cli.match, std::vector<std::string>{"rabbit"});
+    EXPECT_EQ(from_cli.every, 30);
+    EXPECT_EQ(from_cli.process_label_cap, 7u);
+    EXPECT_EQ(from_cli.otlp.queue_bytes, 1000u);
+}
+
+// A reload keeps what the running agent was made with, and names what differed, grouped.
+TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
+    AgentConfig running;
+    AgentConfig next;
+    next.native_depth = 8;
+    next.alloc_period = 4096;
+    next.output_group = "adm";
+    next.retention = 5;  // a reload applies it
+    EXPECT_EQ(keep_running(running, next),
+              (std::vector<std::string>{"native-depth", "events, alloc-period", "output, output-group"}));
+    EXPECT_EQ(next.native_depth, running.native_depth);
+    EXPECT_EQ(next.alloc_period, running.alloc_period);
+    EXPECT_EQ(next.output_group, running.output_group);
+    EXPECT_EQ(next.retention, 5u);
+    EXPECT_TRUE(keep_running(running, next).empty());
+    next.metrics_port = 9100;
+    next.every = 10;
+    EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"every", "metrics"}));
 }
 
 }  // namespace

@@ -462,23 +462,8 @@ void Agent::detach(pid_t pid, const std::string& why) {
 void Agent::apply(AgentConfig cfg) {
     check(cfg);
     Matcher matcher(cfg.match);
-    std::vector<std::string> kept;
-    if (cfg.every != cfg_.every) kept.push_back("every");
-    if (cfg.frequency != cfg_.frequency) kept.push_back("frequency");
-    if (cfg.native_depth != cfg_.native_depth) kept.push_back("native-depth");
-    if (cfg.alloc != cfg_.alloc || cfg.alloc_period != cfg_.alloc_period) kept.push_back("events, alloc-period");
-    if (cfg.unwind_rows != cfg_.unwind_rows) kept.push_back("unwind-rows");
-    if (cfg.output != cfg_.output || cfg.output_group != cfg_.output_group) kept.push_back("output, output-group");
-    if (cfg.metrics_port != cfg_.metrics_port) kept.push_back("metrics");
-    cfg.metrics_port = cfg_.metrics_port;
-    cfg.every = cfg_.every;
-    cfg.frequency = cfg_.frequency;
-    cfg.native_depth = cfg_.native_depth;
-    cfg.alloc = cfg_.alloc;
-    cfg.alloc_period = cfg_.alloc_period;
-    cfg.unwind_rows = cfg_.unwind_rows;
-    cfg.output = cfg_.output;
-    cfg.output_group = cfg_.output_group;
+    // What the sampler, the directory and the endpoint were made with stays (config.hpp, Restart).
+    const std::vector<std::string> kept = keep_running(cfg_, cfg);
     reload_pusher(pusher_, cfg.push, pyroscope_protocol);
     reload_pusher(otlp_, cfg.otlp, otlp_protocol);
     if (dir_) dir_->set_retention(retention_of(cfg));

@@ -10,6 +10,10 @@
 
 #include "agent/sinks.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace bb::agent {
 
 inline constexpr const char* kDefaultOutput = "/var/lib/beam-bpf/profiles";
@@ -57,6 +61,39 @@ struct AgentConfig {
     std::set<std::string> given;    // the keys set (by the file or the command line), for check()
 };
 
+// What a reload (SIGHUP) cannot change, because the running agent was made with it (its
+// sampler, directory or endpoint): the reload keeps the running value and its line names the
+// ones that differ, in this order, the settings of one value together ("events, alloc-period").
+enum class Restart : uint8_t { no, every, frequency, native_depth, events, unwind_rows, output, metrics, end };
+
+// One setting of the agent, as the command line (--KEY VALUE), the configuration file
+// (KEY=VALUE) and a reload all see it.
+struct Setting {
+    const char* key;    // the file's key, and the long option's name
+    const char* names;  // the option's names (CLI11's): "-F,--frequency"
+    std::string help;
+    void (*set)(AgentConfig& c, const std::string& key, const std::string& value);
+    // Each --KEY takes one value, the next word only (--match A --match B).
+    bool one_value = false;
+    // Restart::no: a reload applies the new value. Else it keeps the running one: `differs` and
+    // `keep` compare and copy the members the setting sets.
+    struct Reload {
+        Restart group = Restart::no;
+        bool (*differs)(const AgentConfig& running, const AgentConfig& next) = nullptr;
+        void (*keep)(const AgentConfig& running, AgentConfig& next) = nullptr;
+    } reload{};
+};
+// Every setting, in the order of --help. The families service.NODE and label.KEY are the
+// file's only (set_option takes them), not options.
+const std::vector<Setting>& settings();
+// The setting of `key`, nullptr if none.
+const Setting* find_setting(const std::string& key);
+
+// Options given on the command line, as key=value, in their order.
+using GivenOptions = std::vector<std::pair<std::string, std::string>>;
+// An option for each setting, which records what it is given in `given`.
+void add_setting_options(CLI::App& app, GivenOptions& given);
+
 // Applies the key=value lines of `path` to `c` ('#' starts a comment, blank lines are skipped).
 // UserError naming the file and line for an unknown key or a bad value.
 void load_config_file(const std::string& path, AgentConfig& c);
@@ -64,6 +101,12 @@ void load_config_file(const std::string& path, AgentConfig& c);
 void set_option(AgentConfig& c, const std::string& key, const std::string& value);
 // Ranges and combinations; UserError.
 void check(const AgentConfig& c);
+// The configuration of a (re)load: `file`'s (none if ""), then the options `given` over it,
+// checked. UserError naming the file's line, or the option.
+AgentConfig load_config(const std::string& file, const GivenOptions& given);
+// A reload's `next` configuration, with the running value of each setting a reload cannot
+// change (Setting::reload); returns those that differed, as the reload's line names them.
+std::vector<std::string> keep_running(const AgentConfig& running, AgentConfig& next);
 // The effective configuration, one "key=value" line each (every key, defaults included): what
 // --check prints. It holds no secret: credentials and headers are only named by their files.
 std::string describe(const AgentConfig& c);

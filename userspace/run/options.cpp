@@ -36,7 +36,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         ->capture_default_str();
     app.add_flag("--per-cpu", o.per_cpu,
                  "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
-                 "threads: every process on the machine then takes the sampling interrupts (see README)");
+                 "threads: every process on the machine then takes the sampling interrupts (see docs/performance.md)");
     app.add_option_function<std::string>(
            "-e,--event",
            [&o](const std::string& name) {
@@ -48,7 +48,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                    "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
                    "VMs), or alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
                    "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
-                   "at each garbage collection instead, biased on periodic code; see README)")
+                   "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md)")
         ;
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "

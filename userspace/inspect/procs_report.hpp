@@ -1,0 +1,46 @@
+// What beam-bpf-procs prints: the process table (a snapshot, or its growth every interval with
+// --watch) and one process's heap (--inspect), as text or JSON on stdout.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "inspect/processes.hpp"
+#include "target/vm.hpp"
+
+namespace bb {
+
+struct ProcsOptions {
+    std::string sort = "memory";  // memory, heap, stack, queue, reductions (the tool checks it)
+    size_t top = 20;
+    bool all = false, json = false;
+    double watch = 0;  // seconds per interval; 0: one snapshot
+    size_t count = 0;  // --watch intervals (0: until interrupted)
+    std::string inspect, syntax = "auto";
+    int depth = 20;
+    size_t width = 120;
+    uint64_t max_heap_mib = 1024;
+};
+
+// What the tool has to name processes and the code they are in.
+struct ProcsContext {
+    const Vm& vm;
+    ProcessNames& names;
+    // The VM's name of the JIT code range `addr` is in (the symbolizer's), nullopt if none.
+    std::function<std::optional<std::string>(uint64_t addr)> jit_name;
+    bool raw_names;
+
+    // The function the ErtsCodeMFA at `mfa` names, else the one `addr` is in ("" if neither).
+    std::string function(uint64_t mfa, uint64_t addr);
+};
+
+// The table, largest first by --sort.
+int procs_table(ProcsContext& c, const ProcsOptions& o);
+// --watch: the table again every interval, ranked by what grew in it.
+int procs_watch(ProcsContext& c, const ProcsOptions& o);
+// --inspect: the terms one process holds, biggest first.
+int procs_inspect(ProcsContext& c, const ProcsOptions& o);
+
+}  // namespace bb
