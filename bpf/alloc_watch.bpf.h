@@ -14,7 +14,9 @@
  * periodic code unbiased (the stack at the GC entry alone charged all of 3:1 work to one
  * function). The states: include/bb_alloc_watch.h.
  *
- * Included by beam_walk.bpf.c after the other units; sample() is defined after it.
+ * Included by beam_walk.bpf.c before sample.bpf.h, which ends a watch at a GC entry
+ * (watch_gc_entry()) and samples an accepted hit (watch_sample()); the programs are in
+ * beam_walk.bpf.c.
  */
 #pragma once
 #include "bb_alloc_watch.h"
@@ -191,18 +193,8 @@ static __always_inline int watch_gc_return(struct pt_regs *ctx, __u64 r, __u64 b
 	return 0;
 }
 
-SEC("uretprobe.s")
-int on_gc_return(struct pt_regs *ctx)
-{
-	__u64 interval = watch.interval;
-
-	if (!interval || interval > 0xffffffffULL)
-		return 0;
-	return watch_gc_return(ctx, bpf_get_prandom_u32() % interval, ~0ULL, false);
-}
-
 /*
- * The same, where the kernel has uprobe sessions (6.13; beam-bpf loads this program as one,
+ * The same, where the kernel has uprobe sessions (6.13; beam-bpf loads on_gc_session as one,
  * libbpf 1.1 knows no such section): one program at the entry and, only if the entry asks, at
  * the return. The return probe of every collection was half of what -e alloc cost; now a
  * collection returns through a trap only when its flip can win. The entry draws the flip's r
@@ -215,23 +207,16 @@ int on_gc_return(struct pt_regs *ctx)
 extern bool bpf_session_is_return(void) __ksym __weak;
 extern __u64 *bpf_session_cookie(void) __ksym __weak;
 
-SEC("uprobe.s")
-int on_gc_session(struct pt_regs *ctx)
+/* The session's entry, after its call_sample(): the flip's r and bound into the cookie, and 0 to
+ * see the return, 1 not to. `free`: the watch was free when the entry began; `interval`:
+ * watch.interval, read then. */
+static __always_inline int watch_gc_session_entry(struct pt_regs *ctx, __u64 *cookie, __u64 interval, bool free)
 {
-	__u64 *cookie = bpf_session_cookie(), interval = watch.interval, cur, heap, hend, bound, r;
+	__u64 cur, heap, hend, bound, r;
 	const struct bb_sched *sch;
 	const struct bb_vm *v;
 	__u32 tid;
-	bool free;
 
-	if (!cookie)
-		return 1;
-	if (bpf_session_is_return())
-		return watch_gc_return(ctx, *cookie & 0xffffffffULL, *cookie >> 32, true);
-	/* Free from here to the return, or no candidate: a return is seen only if it was free here
-	 * (no map of it per thread, as the separate probes need). */
-	free = watch.state == BB_WATCH_IDLE;
-	call_sample(ctx, false, false);  /* the exact words, and the end of the process's own watch */
 	if (!free) {
 		count(BB_C_WATCH_BUSY);
 		return 1;
@@ -265,23 +250,24 @@ int on_gc_session(struct pt_regs *ctx)
  * registers are the writer's, its IP the instruction after the store. Accepted once per watch,
  * when it is the allocation of that word in the live epoch: not the collector, not a write to an
  * older term, not the process's own stack reaching down to it. Another process's write there is
- * a message it copies into the watched heap: its allocation, charged to its stack.
+ * a message it copies into the watched heap: its allocation, charged to its stack. true when
+ * accepted, with the words its sample stands for and the pid of the watched heap's owner.
  */
-static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
+static __always_inline bool watch_hit(struct bpf_perf_event_data *ctx, const struct bb_vm *v, __u64 *weight,
+				      __u64 *heap_owner)
 {
-	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw, weight;
+	__u64 addr = ctx->addr, c_p = watch.c_p, writer, hw;
 	__u32 flags = 0, zero = 0, tid = (__u32)bpf_get_current_pid_tgid();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
-	const struct bb_vm *v = this_vm();
 	struct proc_view p = {};
 	bool jit;
 
-	if (!v || !s)
-		return 0;
+	if (!s)
+		return false;
 	count(BB_C_WATCH_HITS);
 	if (watch.state != BB_WATCH_LIVE || addr != watch.addr || !c_p) {
 		count(BB_C_WATCH_IGNORED);
-		return 0;
+		return false;
 	}
 	jit = in_jit_code(v, ctx->regs.ip);
 	writer = jit ? ctx->regs.r13 : 0;
@@ -296,22 +282,15 @@ static __always_inline int watch_hit(struct bpf_perf_event_data *ctx, bool fast)
 	hw = s->proc[(v->layout.proc_high_water / 8) & (PROC_SPAN_MAX / 8 - 1)];
 	if ((flags & BB_F_READ_FAULT) || (p.state & BB_PSFLG_GC) || addr < hw || addr < p.heap || addr >= p.hend) {
 		count(BB_C_WATCH_IGNORED);
-		return 0;
+		return false;
 	}
 	/* The process's own stack grows down towards the heap top: a push there is no allocation,
 	 * and no allocation takes that word in this epoch. */
 	if (writer == c_p && addr >= p.E) {
 		watch_end(BB_WATCH_LIVE, BB_WATCH_STACK);
-		return 0;
+		return false;
 	}
-	weight = watch_sample_weight((watch.hi - watch.lo) / 8, watch.interval, watch.bound);
-	if (!watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED))
-		return 0;
-	return sample(ctx, v, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp, ctx->regs.r13, BB_F_WATCH, fast, 0, 0, weight, p.id);
+	*weight = watch_sample_weight((watch.hi - watch.lo) / 8, watch.interval, watch.bound);
+	*heap_owner = p.id;
+	return watch_end(BB_WATCH_LIVE, BB_WATCH_SAMPLED);
 }
-
-SEC("perf_event")
-int on_watch(struct bpf_perf_event_data *ctx) { return watch_hit(ctx, false); }
-
-SEC("perf_event")
-int on_watch_fast(struct bpf_perf_event_data *ctx) { return watch_hit(ctx, true); }

@@ -1,6 +1,14 @@
 /* The Erlang stack walk: return addresses into JIT code found between E and hend, by a word scan or the frame-pointer chain. */
 #pragma once
 
+/* may_goto (kernel 6.9+), spelled in bytes as the kernel's bpf_experimental.h does for
+ * compilers without the mnemonic: a loop the verifier bounds itself, no call per iteration.
+ * Only the *_fast programs use it; older kernels load the others
+ * (userspace/sampling/walker.cpp). */
+#define can_loop ({ __label__ l_break, l_continue; bool ret = true; \
+	asm volatile goto("1:.byte 0xe5; .byte 0; .long ((%l[l_break] - 1b - 8) / 8) & 0xffff; .short 0" :::: l_break); \
+	goto l_continue; l_break: ret = false; l_continue:; ret; })
+
 struct scan {
 	struct scratch *s;
 	const struct bb_vm *v;

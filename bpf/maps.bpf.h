@@ -19,6 +19,9 @@ const volatile __u32 nr_blame_ranges = 0;
  * measure the scan's false positives against the unwound frames (tests/integration/native_test.cpp). */
 const volatile __u32 blame_scan_only = 0;
 const volatile struct bb_range blame_ranges[BB_MAX_BLAME_RANGES] = {};
+/* --process: the one process whose samples are kept (its pid term under the mask). */
+const volatile __u64 only_pid = 0;
+const volatile __u64 only_pid_mask = 0;
 
 /*
  * The VMs sampled, one slot each (struct bb_vm: the build's offsets, its JIT code, its unwind

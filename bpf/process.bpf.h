@@ -37,6 +37,12 @@ static __always_inline void read_process(struct scratch *s, const struct bb_vm *
 	}
 }
 
+/* --process names another process than the one of pid term `erl_pid`. */
+static __always_inline bool filtered_out(__u64 erl_pid)
+{
+	return only_pid_mask && (erl_pid & only_pid_mask) != only_pid;
+}
+
 /* A normal scheduler's process is RUNNING(_SYS) with scheduler_data naming that scheduler; a
  * dirty scheduler's is DIRTY_RUNNING(_SYS). */
 static __always_inline bool process_runs_here(const struct bb_sched *sch, __u32 state, __u64 sched_data)

@@ -233,8 +233,9 @@ TEST_P(AllocMixTest, RandomRatios) {
 }
 
 // At a period past twice the young heap, a uprobe session's entry lets a collection return
-// without a trap unless its flip can win (bpf/alloc_watch.bpf.h, on_gc_session): the shares are
-// the same as with a return probe on every collection, which kernels without sessions get.
+// without a trap unless its flip can win (bpf/alloc_watch.bpf.h, watch_gc_session_entry): the
+// shares are the same as with a return probe on every collection, which kernels without sessions
+// get.
 TEST_P(AllocMixTest, SessionsAndReturnProbesAgreeAtALongerPeriod) {
     ErlVm erl(vm(), "bb_alloc_mix:main()");
     erl.wait_line("ready");
