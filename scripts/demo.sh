@@ -18,8 +18,8 @@ sleep 2
 echo "== beam-bpf-vms: the BEAM VMs on this host"
 build/beam-bpf-vms
 echo
-echo "== beam-bpf-sample -d 10 $vm: the hottest Erlang functions"
-build/beam-bpf-sample -d 10 -t 15 "$vm"
+echo "== beam-bpf-sample -d 5 $vm: the hottest Erlang functions"
+build/beam-bpf-sample -d 5 -t 15 "$vm"
 echo
 echo "== beam-bpf-sample --pstack $vm: what each scheduler runs right now"
 build/beam-bpf-sample --pstack "$vm"
@@ -32,19 +32,19 @@ echo
 echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second"
 build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
 echo
-echo "== beam-bpf-sample -e alloc -d 5 $vm: which Erlang code allocates the words that drive GC"
-build/beam-bpf-sample -e alloc -d 5 -t 12 "$vm"
+echo "== beam-bpf-sample -e alloc -d 3 $vm: which Erlang code allocates the words that drive GC"
+build/beam-bpf-sample -e alloc -d 3 -t 12 "$vm"
 echo
-echo "== beam-bpf-blame -d 5 erts_garbage_collect $vm: who triggers garbage collection"
-build/beam-bpf-blame -d 5 -t 10 erts_garbage_collect "$vm"
+echo "== beam-bpf-blame -d 3 erts_garbage_collect $vm: who triggers garbage collection"
+build/beam-bpf-blame -d 3 -t 10 erts_garbage_collect "$vm"
 echo
-echo "== beam-bpf-agent --every 3 for 8 s: every VM on this host, a pprof profile per VM per interval,"
+echo "== beam-bpf-agent --every 2 for 5 s: every VM on this host, a pprof profile per VM per interval,"
 echo "   to files and pushed to a local stand-in for Pyroscope's ingest API (tests/agent/pyroscope_receiver.py)"
 python3 tests/agent/pyroscope_receiver.py --out "$work/pushed" --port-file "$work/port" > /dev/null &
 receiver=$!
 trap 'kill $vm $receiver 2>/dev/null || true; rm -f "/tmp/perf-$vm.map"' EXIT
 while [ ! -s "$work/port" ]; do sleep 0.1; done
-timeout -s TERM 8 build/beam-bpf-agent --every 3 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
+timeout -s TERM 5 build/beam-bpf-agent --every 2 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
   --match demo_workload --stats "$work/agent-stats.json" || true
 ls "$work"/agent/*/
 echo "pushed: $(ls "$work"/pushed/*.json | wc -l) profiles; the labels of the first:"
@@ -55,7 +55,7 @@ build/beam-bpf-perfmap "$vm"
 grep -m 5 'demo_workload:' "/tmp/perf-$vm.map"
 echo "(perf and bcc read it for JIT code mapped anonymously: a VM run with +JPperf, or OTP 27's +JMsingle true; see docs/perfmap.md)"
 echo
-build/beam-bpf-sample -d 5 --format html,pprof,folded -o "$work/demo" "$vm"
-build/beam-bpf-sample -d 5 --by-process --format html -o "$work/demo-by-process.html" "$vm"
+build/beam-bpf-sample -d 3 --format html,pprof,folded -o "$work/demo" "$vm"
+build/beam-bpf-sample -d 3 --by-process --format html -o "$work/demo-by-process.html" "$vm"
 echo "a flame graph to open in a browser: $work/demo.html (by Erlang process: $work/demo-by-process.html)"
 echo "for go tool pprof: $work/demo.pb.gz; folded stacks: $work/demo.folded"

@@ -65,5 +65,5 @@ fi
 
 # The tools alone by default; with --tests, the tests too and warnings as errors (a build once
 # configured so keeps it).
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${tests:+-DBB_TESTS=ON -DBB_WERROR=ON} >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${tests:+-DBB_TESTS=ON -DBB_WERROR=ON} >/dev/null
 cmake --build build -j"$(nproc)"

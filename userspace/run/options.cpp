@@ -1,5 +1,6 @@
 #include "run/options.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <linux/capability.h>
 #include <sys/syscall.h>

@@ -1,14 +1,18 @@
 // The run's configuration, typed: what beam-bpf-sample and beam-bpf-blame are asked on the
 // command line, checked and resolved once (resolve()) before anything attaches.
 #pragma once
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "report/report.hpp"
 #include "sampling/sampler.hpp"
+
+// CLI11 is header-only and costs seconds of -O2 in every file that includes it: only the mains
+// and options.cpp, which build the command line, do.
+namespace CLI {
+class App;
+}
 
 namespace bb {
 

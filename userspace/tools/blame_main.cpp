@@ -1,4 +1,5 @@
 // beam-bpf-blame: which Erlang code is on the stack while the VM runs a native function.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 

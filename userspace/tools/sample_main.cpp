@@ -1,5 +1,6 @@
 // beam-bpf-sample: where a running BEAM spends CPU, in Erlang terms, from stacks read in
 // the kernel at the instant of each sample.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
