@@ -22,7 +22,7 @@ inline std::string slurp(const fs::path& p) { return read_file(p.string()); }
 // One of tests/agent's receivers on 127.0.0.1 ("--port 0": a free port), once it listens:
 // it writes its port to `port_file`.
 inline std::unique_ptr<ChildProcess> start_receiver(const std::string& script, std::vector<std::string> args,
-                                             const fs::path& port_file) {
+                                                    const fs::path& port_file) {
     fs::remove(port_file);
     args.insert(args.begin(), {"python3", std::string(BB_SOURCE_DIR) + "/tests/agent/" + script});
     args.insert(args.end(), {"--port-file", port_file.string()});

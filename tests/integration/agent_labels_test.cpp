@@ -87,7 +87,8 @@ TEST_F(AgentLabelsTest, FakeBeamOfNobodyWithA64KiBCommandLineUnderEachExampleMat
     // The real VM each agent run must still profile: its command line holds every pattern too.
     ErlVm vm(debian_vm(), "bb_work:main(split532)", {"-sname", "bbx", "-bb_tag", "rabbit@/kubepods/bbx@"});
     vm.wait_line("ready", 60s);
-    for (int i = 0; i < 50 && fs::read_symlink("/proc/" + std::to_string(nobody.pid()) + "/exe").string() != fake.string(); i++)
+    for (int i = 0;
+         i < 50 && fs::read_symlink("/proc/" + std::to_string(nobody.pid()) + "/exe").string() != fake.string(); i++)
         std::this_thread::sleep_for(20ms);
     ASSERT_EQ(fs::read_symlink("/proc/" + std::to_string(nobody.pid()) + "/exe"), fake);
     ASSERT_GE(slurp("/proc/" + std::to_string(nobody.pid()) + "/cmdline").size(), 64u * 1024);
@@ -98,7 +99,8 @@ TEST_F(AgentLabelsTest, FakeBeamOfNobodyWithA64KiBCommandLineUnderEachExampleMat
     for (const std::string pattern : {"rabbit@", "/kubepods", "bbx@.*"}) {
         SCOPED_TRACE("--match " + pattern);
         const fs::path out = tmp.path / ("out" + std::to_string(std::hash<std::string>{}(pattern)));
-        RunningTool agent = start_tool("beam-bpf-agent", {"--every", "1", "--output", out.string(), "--match", pattern});
+        RunningTool agent = start_tool("beam-bpf-agent",
+                                       {"--every", "1", "--output", out.string(), "--match", pattern});
         std::string err;
         // Both were in the agent's first scan (started before it): the fake went through --match.
         ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
@@ -120,9 +122,8 @@ TEST_F(AgentLabelsTest, TenThousandBusyProcessesMakeOneSeriesPerProfileWithoutPi
     auto receiver = start_receiver("pyroscope_receiver.py", {"--out", recv.string(), "--port", "0"}, port_file);
     ErlVm vm(debian_vm(), "bb_many:main(10000)", {"-sname", "bbmany"});
     vm.wait_line("ready", 60s);
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),
-                                                      "--push", "http://127.0.0.1:" + slurp(port_file),
-                                                      "--match", "^bbmany$"});
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--push",
+                                                      "http://127.0.0.1:" + slurp(port_file), "--match", "^bbmany$"});
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
     std::this_thread::sleep_for(4500ms);  // two intervals at least
@@ -153,8 +154,8 @@ TEST_F(AgentLabelsTest, TenThousandBusyProcessesMakeOneSeriesPerProfileWithoutPi
             for (const char* pid_key : {"os_pid", "ns_pid", "pid", "process", "scheduler", "container_id", "cgroup"})
                 EXPECT_FALSE(all.count(pid_key)) << pid_key << " in the series " << j.dump();
         }
-        std::cerr << "agent labels test: " << body.filename() << ": " << d.samples << " samples, " << d.label_sets.size()
-                  << " sample label sets, " << series.size() << " series\n";
+        std::cerr << "agent labels test: " << body.filename() << ": " << d.samples << " samples, "
+                  << d.label_sets.size() << " sample label sets, " << series.size() << " series\n";
         EXPECT_LE(series.size(), 3u) << body;
         EXPECT_FALSE(meta["labels"].contains("os_pid")) << meta.dump();
         series_all.insert(series.begin(), series.end());

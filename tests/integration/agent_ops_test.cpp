@@ -68,7 +68,8 @@ TEST(AgentConfigTest, EachBadValueIsRefusedInOneLine) {
 std::map<fs::path, mode_t> modes_under(const fs::path& root) {
     std::map<fs::path, mode_t> out;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
         struct stat st;
         if (lstat(it->path().c_str(), &st) == 0) out[it->path()] = st.st_mode;
     }
@@ -82,8 +83,8 @@ std::map<fs::path, mode_t> modes_under(const fs::path& root) {
 TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     TempDir tmp;
     const fs::path out = tmp.path / "profiles", stats = tmp.path / "stats.json", port_file = tmp.path / "port",
-                   recv_p = tmp.path / "pyroscope", recv_o = tmp.path / "otlp", auth = tmp.path / "pyroscope.credentials",
-                   headers = tmp.path / "otlp.headers";
+                   recv_p = tmp.path / "pyroscope", recv_o = tmp.path / "otlp",
+                   auth = tmp.path / "pyroscope.credentials", headers = tmp.path / "otlp.headers";
     const std::string token = "tok-7f3a9c1e5b", api_key = "key-2d8e6b4f0a";
     fs::create_directories(recv_p);
     fs::create_directories(recv_o);
@@ -96,13 +97,28 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     auto pyroscope = start_receiver("pyroscope_receiver.py", {"--out", recv_p.string(), "--port", "0"}, port_file);
     const std::string p_port = slurp(port_file);
     auto otlp = start_receiver("otlp_receiver.py",
-                               {"--out", recv_o.string(), "--proto-dir", std::string(BB_SOURCE_DIR) + "/proto", "--port", "0"},
+                               {"--out", recv_o.string(), "--proto-dir", std::string(BB_SOURCE_DIR) + "/proto",
+                                "--port", "0"},
                                port_file);
     const std::string o_port = slurp(port_file);
-    const std::vector<std::string> args = {
-        "--every", "2", "--output", out.string(), "--stats", stats.string(), "--metrics", "0", "--match", "bbops_nobody",
-        "--push", "http://127.0.0.1:" + p_port, "--push-auth", auth.string(), "--otlp", "http://127.0.0.1:" + o_port,
-        "--otlp-headers-file", headers.string()};
+    const std::vector<std::string> args = {"--every",
+                                           "2",
+                                           "--output",
+                                           out.string(),
+                                           "--stats",
+                                           stats.string(),
+                                           "--metrics",
+                                           "0",
+                                           "--match",
+                                           "bbops_nobody",
+                                           "--push",
+                                           "http://127.0.0.1:" + p_port,
+                                           "--push-auth",
+                                           auth.string(),
+                                           "--otlp",
+                                           "http://127.0.0.1:" + o_port,
+                                           "--otlp-headers-file",
+                                           headers.string()};
     auto no_secret = [&](const std::string& where, const std::string& text) {
         EXPECT_EQ(text.find(token), std::string::npos) << "the token is in " << where;
         EXPECT_EQ(text.find(api_key), std::string::npos) << "the API key is in " << where;
@@ -129,7 +145,8 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
         for (const auto& e : fs::directory_iterator(d, ec)) n += e.path().string().ends_with(suffix);
         return n;
     };
-    for (int i = 0; i < 200 && (count(recv_p, ".pb.gz") < 2 || count(recv_o, ".pb") < 2); i++) std::this_thread::sleep_for(100ms);
+    for (int i = 0; i < 200 && (count(recv_p, ".pb.gz") < 2 || count(recv_o, ".pb") < 2); i++)
+        std::this_thread::sleep_for(100ms);
     ASSERT_GE(count(recv_o, ".pb"), 2u);
     ASSERT_GE(count(recv_p, ".pb.gz"), 2u);
     // ps: every process's command line, the agent's included.
@@ -138,11 +155,13 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     EXPECT_NE(ps.out.find("--otlp-headers-file"), std::string::npos) << "ps did not list the agent";
     no_secret("ps", ps.out);
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))"))) << agent.err;
-    ToolResult metrics = run_command(
-        {"python3", "-c", "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-         m[1].str()},
-        20s);
+    ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
+        << agent.err;
+    ToolResult metrics = run_command({"python3", "-c",
+                                      "import sys, urllib.request; "
+                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                                      m[1].str()},
+                                     20s);
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     no_secret("/metrics", metrics.out);
     ToolResult stopped = finish_tool(agent, true);
@@ -175,7 +194,8 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     ToolResult warned = run_tool("beam-bpf-agent", check_args, 20s);
     EXPECT_EQ(warned.exit_code, 0) << describe(warned);
     EXPECT_NE(warned.err.find("--otlp-headers-file " + headers.string() + ": readable by every user (mode 0604)"),
-              std::string::npos) << describe(warned);
+              std::string::npos)
+        << describe(warned);
     no_secret("the warning", warned.err);
 }
 
@@ -195,7 +215,8 @@ TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
     auto files = [&] {
         size_t n = 0;
         std::error_code ec;
-        for (auto it = fs::recursive_directory_iterator(out, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
+        for (auto it = fs::recursive_directory_iterator(out, ec); it != fs::recursive_directory_iterator();
+             it.increment(ec))
             n += it->path().string().ends_with(".pb.gz");
         return n;
     };

@@ -151,7 +151,8 @@ TEST_F(PushTest, RefusedCredentialsAreSaidWithoutThemAndGivenUpAfterThreeTries) 
                         auth.string() + "\n"),
               std::string::npos);
     EXPECT_NE(text.find("gave up a cpu profile after 3 tries"), std::string::npos);
-    for (const std::string& secret : std::vector<std::string>{"s3cret", "k3y-value", got[0]["authorization"].get<std::string>().substr(6)})
+    for (const std::string& secret :
+         std::vector<std::string>{"s3cret", "k3y-value", got[0]["authorization"].get<std::string>().substr(6)})
         EXPECT_EQ(text.find(secret), std::string::npos) << secret;
     EXPECT_LE(lines_of(text).size(), 3u) << "one line for the failure, one for the give-ups";
 
@@ -197,10 +198,8 @@ TEST_F(PushTest, OneProfileTheStoreFailsBlocksNoOther) {
     std::map<std::string, int> good;
     for (const auto& r : store.requests()) {
         const std::string name = r["name"];
-        if (name.starts_with("poison"))
-            poisoned++;
-        else
-            good[name]++;
+        if (name.starts_with("poison")) poisoned++;
+        else good[name]++;
     }
     EXPECT_EQ(poisoned, 4u);
     EXPECT_EQ(good.size(), 6u);

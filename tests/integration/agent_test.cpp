@@ -57,7 +57,8 @@ std::vector<Trace> decode(const fs::path& file, const std::string& sample_index 
             size_t b = line.find_first_not_of(' ');
             if (b != std::string::npos) t->frames.push_back(line.substr(b));
         } else {
-            throw std::runtime_error("go tool pprof -traces " + file.string() + ": cannot read the line '" + line + "'");
+            throw std::runtime_error("go tool pprof -traces " + file.string() + ": cannot read the line '" + line +
+                                     "'");
         }
     }
     if (t && t->count) out.push_back(*t);
@@ -93,10 +94,8 @@ size_t kernel_objects(pid_t pid, bool loaded_only = false) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
         std::string link = fs::read_symlink(e.path(), ec).string();
-        if (loaded_only)
-            n += link == "anon_inode:bpf-prog" || link == "anon_inode:bpf-map";
-        else
-            n += link.starts_with("anon_inode:bpf") || link == "anon_inode:[perf_event]";
+        if (loaded_only) n += link == "anon_inode:bpf-prog" || link == "anon_inode:bpf-map";
+        else n += link.starts_with("anon_inode:bpf") || link == "anon_inode:[perf_event]";
     }
     return n;
 }
@@ -123,10 +122,28 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     ErlVm a(debian_vm(), "bb_work:main(split532)", {"-sname", "bbagent_a"});
     a.wait_line("ready", 60s);
     // Only this test's VMs: other VMs on the machine (other tests) are not ours to profile.
-    RunningTool agent = start_tool(
-        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--push",
-                           "http://127.0.0.1:" + port, "--max-backoff", "1", "--queue-bytes", "1", "--match",
-                           "bbagent_[abc]", "--stats", stats.string(), "--config", cfg.string(), "--metrics", "0"});
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every",
+                                                      "2",
+                                                      "-F",
+                                                      "499",
+                                                      "--output",
+                                                      out.string(),
+                                                      "--retention",
+                                                      "0",
+                                                      "--push",
+                                                      "http://127.0.0.1:" + port,
+                                                      "--max-backoff",
+                                                      "1",
+                                                      "--queue-bytes",
+                                                      "1",
+                                                      "--match",
+                                                      "bbagent_[abc]",
+                                                      "--stats",
+                                                      stats.string(),
+                                                      "--config",
+                                                      cfg.string(),
+                                                      "--metrics",
+                                                      "0"});
     std::string err;
     // Deadlines, not timings: an attach takes about 2 s here, up to 6 s on a loaded machine
     // (bench/agent.py measures it).
@@ -174,8 +191,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     ASSERT_TRUE(wait_stderr(agent, "detached pid " + std::to_string(b_pid), 10s, &err)) << err;
     // Everything B held is released: its perf events and probe links.
     EXPECT_EQ(kernel_objects(agent.pid), held_abc - held_b);
-    std::cerr << "agent test: one walker (" << loaded_a << " BPF programs and maps) for A, B and C; B held "
-              << held_b << " perf events and links, released at its exit\n";
+    std::cerr << "agent test: one walker (" << loaded_a << " BPF programs and maps) for A, B and C; B held " << held_b
+              << " perf events and links, released at its exit\n";
 
     // The store goes down for 6 s (three intervals), then comes back on the same port.
     std::this_thread::sleep_for(2s);
@@ -189,16 +206,20 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     // The Prometheus endpoint on localhost, during the outage: A and C followed, pushes failing.
     {
         std::smatch m;
-        ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))"))) << agent.err;
+        ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
+            << agent.err;
         std::this_thread::sleep_for(3s);
         ToolResult got = run_command({"python3", "-c",
-                                      "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                                      m[1].str()}, 20s);
+                                      "import sys, urllib.request; "
+                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                                      m[1].str()},
+                                     20s);
         ASSERT_EQ(got.exit_code, 0) << describe(got);
         EXPECT_NE(got.out.find("\nbeam_bpf_agent_vms_followed 2\n"), std::string::npos) << got.out;
         EXPECT_NE(got.out.find("# TYPE beam_bpf_agent_push_failures_total counter\n"), std::string::npos) << got.out;
         std::smatch f;
-        ASSERT_TRUE(std::regex_search(got.out, f, std::regex(R"(\nbeam_bpf_agent_push_failures_total (\d+)\n)"))) << got.out;
+        ASSERT_TRUE(std::regex_search(got.out, f, std::regex(R"(\nbeam_bpf_agent_push_failures_total (\d+)\n)")))
+            << got.out;
         EXPECT_GT(std::stol(f[1]), 0) << got.out;
     }
     kill(agent.pid, SIGHUP);
@@ -211,8 +232,12 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node bbagent_b): the VM exited"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node bbagent_a): the agent stops"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node bbagent_b): the VM exited"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node bbagent_a): the agent stops"),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(r.err.find("refused pid"), std::string::npos) << r.err;
 
     // --- the files: one subdirectory per VM, every profile labelled with its VM -----------
@@ -228,7 +253,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     };
     std::map<std::string, std::string> file_of_bytes;  // profile bytes -> the file holding them
     size_t files = 0;
-    std::map<std::string, long> split;                 // A: samples in f5, f3, f2
+    std::map<std::string, long> split;  // A: samples in f5, f3, f2
     size_t a_renamed = 0;
     for (const Expect& e : vms) {
         const fs::path d = out / (e.dir_prefix + std::to_string(e.pid));
@@ -255,7 +280,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
                 // A service named after the node (the target chose it) says so; a configured one not.
                 const std::string service = t.labels.count("service_name") ? t.labels.at("service_name") : "";
                 EXPECT_EQ(t.labels.count("service_source") ? t.labels.at("service_source") : "",
-                          service == e.node ? "target" : "") << f.path();
+                          service == e.node ? "target" : "")
+                    << f.path();
                 if (e.node == "bbagent_a" && t.labels.count("service_name") && t.labels.at("service_name") == "svc_a2")
                     a_renamed++;
                 for (const std::string& foreign : e.foreign)
@@ -274,7 +300,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     // A's shares: 50/30/20 by construction; the tolerance is at least 3 standard deviations.
     const long total = split["bb_work:f5/2"] + split["bb_work:f3/2"] + split["bb_work:f2/2"];
     const double tol = 5.0;
-    ASSERT_LE(3 * 100 * std::sqrt(0.25 / std::max(total, 1L)), tol) << total << " samples are too few for a 5-point tolerance";
+    ASSERT_LE(3 * 100 * std::sqrt(0.25 / std::max(total, 1L)), tol)
+        << total << " samples are too few for a 5-point tolerance";
     std::cerr << "agent test: A's f5/f3/f2 " << 100.0 * split["bb_work:f5/2"] / total << "/"
               << 100.0 * split["bb_work:f3/2"] / total << "/" << 100.0 * split["bb_work:f2/2"] / total << "% of "
               << total << " samples, " << files << " files\n";
@@ -297,7 +324,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         // The pushed name carries the same VM's labels, and no pid: a restart is the same series.
         EXPECT_FALSE(meta["labels"].contains("os_pid")) << meta.dump();
         const std::string node = meta["labels"].value("node", "");
-        EXPECT_TRUE(!node.empty() && file.find("/" + (node == "bbagent_c" ? std::string("svc_c") : node) + "-") != std::string::npos)
+        EXPECT_TRUE(!node.empty() &&
+                    file.find("/" + (node == "bbagent_c" ? std::string("svc_c") : node) + "-") != std::string::npos)
             << file << " pushed as node " << node << ", " << meta.dump();
         EXPECT_EQ(meta["app"].get<std::string>(), meta["labels"].value("service_name", "")) << meta.dump();
         EXPECT_LE(meta["from"].get<long>(), meta["until"].get<long>());
@@ -321,7 +349,6 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     EXPECT_EQ(st["vms_followed"].get<long>(), 0) << st.dump();
 }
 
-
 // Two VMs of one build under one agent: the second compiles no table and adds no row to the
 // kernel (its module entries point at the first's rows, native/unwind_store.hpp), and both get
 // their native frames right: zlib's C code under the Erlang loop that called it.
@@ -330,15 +357,15 @@ TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
     const fs::path out = tmp.path / "profiles", stats = tmp.path / "stats.json";
     ErlVm a(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_a"});
     a.wait_line("ready", 60s);
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),
-                                                      "--retention", "0", "--match", "bbshare_[abc]", "--stats",
-                                                      stats.string()});
+    RunningTool agent = start_tool("beam-bpf-agent",
+                                   {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0",
+                                    "--match", "bbshare_[abc]", "--stats", stats.string()});
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(a.os_pid()) + ",", 30s, &err)) << err;
     // The stats file is rewritten every second: one written after `since`.
     auto stats_after = [&](std::chrono::steady_clock::time_point since) {
-        std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(
-            since + 1500ms - std::chrono::steady_clock::now()));
+        std::this_thread::sleep_for(
+            std::chrono::duration_cast<std::chrono::milliseconds>(since + 1500ms - std::chrono::steady_clock::now()));
         return nlohmann::json::parse(slurp(stats));
     };
     const nlohmann::json one = stats_after(std::chrono::steady_clock::now());
@@ -505,8 +532,10 @@ TextMsg decode_otlp(const fs::path& body) {
     ToolResult r = run_command({"sh", "-c",
                                 "exec protoc --decode=opentelemetry.proto.collector.profiles.v1development."
                                 "ExportProfilesServiceRequest -I \"$1\" "
-                                "\"$1\"/opentelemetry/proto/collector/profiles/v1development/profiles_service.proto < \"$0\"",
-                                body.string(), dir}, 60s);
+                                "\"$1\"/opentelemetry/proto/collector/profiles/v1development/profiles_service.proto < "
+                                "\"$0\"",
+                                body.string(), dir},
+                               60s);
     if (r.exit_code != 0) throw std::runtime_error("protoc --decode " + body.string() + ": " + describe(r));
     return parse_text_format(r.out);
 }
@@ -544,10 +573,26 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     a.wait_line("ready", 60s);
     b.wait_line("ready", 60s);
     // No path in the URL: the agent adds OTLP/HTTP's /v1development/profiles.
-    RunningTool agent = start_tool(
-        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--otlp",
-                           "http://127.0.0.1:" + slurp(port_file), "--otlp-auth", auth.string(), "--max-backoff", "1",
-                           "--match", "bbotlp_[ab]", "--stats", stats.string(), "--config", cfg.string()});
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every",
+                                                      "2",
+                                                      "-F",
+                                                      "499",
+                                                      "--output",
+                                                      out.string(),
+                                                      "--retention",
+                                                      "0",
+                                                      "--otlp",
+                                                      "http://127.0.0.1:" + slurp(port_file),
+                                                      "--otlp-auth",
+                                                      auth.string(),
+                                                      "--max-backoff",
+                                                      "1",
+                                                      "--match",
+                                                      "bbotlp_[ab]",
+                                                      "--stats",
+                                                      stats.string(),
+                                                      "--config",
+                                                      cfg.string()});
     std::string err;
     for (const ErlVm* vm : {&a, &b})
         ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm->os_pid()) + ",", 30s, &err)) << err;
@@ -606,7 +651,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
         const auto functions = d.all("function_table"), locations = d.all("location_table"),
                    mappings = d.all("mapping_table"), attrs = d.all("attribute_table"), stacks = d.all("stack_table");
         ASSERT_TRUE(!str.empty() && str[0].empty() && !functions.empty() && !locations.empty() && !mappings.empty() &&
-                    !attrs.empty() && !stacks.empty() && d.all("link_table").size() == 1) << body;
+                    !attrs.empty() && !stacks.empty() && d.all("link_table").size() == 1)
+            << body;
         auto attribute = [&](const TextMsg& m, const std::string& key) {
             for (const std::string& i : m.values("attribute_indices")) {
                 const TextMsg& kv = *attrs.at(std::stol(i));
@@ -625,7 +671,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
             if (std::regex_match(name, mfa) || mapping.starts_with("[JIT]")) {
                 EXPECT_EQ(frame[i].second, "beam") << body << ": " << name << " in " << mapping;
             } else if (!name.starts_with("[")) {  // not one of the VM's [pseudo frames]
-                EXPECT_EQ(frame[i].second, mapping == "[kernel]" ? "kernel" : "native") << body << ": " << name << " in " << mapping;
+                EXPECT_EQ(frame[i].second, mapping == "[kernel]" ? "kernel" : "native")
+                    << body << ": " << name << " in " << mapping;
                 vm.native += frame[i].second == "native";
             }
         }
@@ -656,7 +703,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
         EXPECT_TRUE(leaf_seen || prof.all("samples").size() < 20) << body << " never shows " << vm.leaf;
         std::string file;
         for (const auto& d : fs::directory_iterator(out))
-            if (d.path().string().ends_with("-" + res["process.pid"])) file = (d.path() / pprof_name(prof.number("time_unix_nano"))).string();
+            if (d.path().string().ends_with("-" + res["process.pid"]))
+                file = (d.path() / pprof_name(prof.number("time_unix_nano"))).string();
         ASSERT_TRUE(fs::exists(file)) << body << ": no pprof " << file << " of the same interval";
         EXPECT_TRUE(files_seen.insert(file).second) << file << " was sent twice";
         std::map<std::string, long> pprof_leaves;
@@ -666,8 +714,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     nlohmann::json st = nlohmann::json::parse(slurp(stats));
     std::cerr << "agent test: OTLP: " << received << " requests received (A " << vms.begin()->second.bodies << ", B "
               << std::next(vms.begin())->second.bodies << "), native frames " << vms.begin()->second.native << " / "
-              << std::next(vms.begin())->second.native << " (distinct, per request), " << st["profiles"] << " profiles, "
-              << st["otlp_pushes"] << " pushed, " << st["otlp_push_failures"] << " failed attempts\n";
+              << std::next(vms.begin())->second.native << " (distinct, per request), " << st["profiles"]
+              << " profiles, " << st["otlp_pushes"] << " pushed, " << st["otlp_push_failures"] << " failed attempts\n";
     for (const auto& [pid, vm] : vms) EXPECT_GE(vm.bodies, 2u) << vm.node;
     EXPECT_GT(vms[std::to_string(b.os_pid())].native, 0u) << "no native frame in B's zlib profiles";
     // Every profile arrived once: the 503s retried, the partial success not.
@@ -688,7 +736,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     EXPECT_EQ(st["otlp_push_rejected"].get<long>(), 1) << st.dump();
     EXPECT_EQ(st["otlp_push_failures"].get<long>(), 3) << st.dump();
     EXPECT_EQ(st["otlp_push_dropped"].get<long>(), 0) << st.dump();
-    EXPECT_NE(st["otlp_push_last_error"].get<std::string>().find("scripted partial success"), std::string::npos) << st.dump();
+    EXPECT_NE(st["otlp_push_last_error"].get<std::string>().find("scripted partial success"), std::string::npos)
+        << st.dump();
     EXPECT_EQ(st["pushes"].get<long>(), 0) << st.dump();
 }
 

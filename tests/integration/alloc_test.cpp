@@ -64,8 +64,9 @@ TEST_P(AllocVmTest, SharesAndTotalsAgreeWithTheVm) {
     const std::string stats = ::testing::TempDir() + "/alloc-stats.json", prefix = ::testing::TempDir() + "/alloc";
     // --period 256: a sample in every epoch of its small heaps (one sample per epoch at most):
     // about 3,500 samples from the 1,920,000 words of 120 rounds.
-    auto [r, trace] = burst(erl, {"-e", "alloc", "--period", "256", "--process", worker, "--format", "folded,pprof,top", "-t", "1000",
-                                  "-o", prefix, "--stats", stats, std::to_string(erl.os_pid())},
+    auto [r, trace] = burst(erl,
+                            {"-e", "alloc", "--period", "256", "--process", worker, "--format", "folded,pprof,top",
+                             "-t", "1000", "-o", prefix, "--stats", stats, std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::istringstream tl(trace);
@@ -88,8 +89,8 @@ TEST_P(AllocVmTest, SharesAndTotalsAgreeWithTheVm) {
     std::stringstream folded;
     folded << std::ifstream(prefix + ".folded").rdbuf();
     auto self = self_shares(folded.str());
-    std::cout << "[          ] shares of words: " << kThree << " " << self[kThree] << "%, " << kOne << " "
-              << self[kOne] << "%\n";
+    std::cout << "[          ] shares of words: " << kThree << " " << self[kThree] << "%, " << kOne << " " << self[kOne]
+              << "%\n";
     EXPECT_NEAR(self[kThree], 75.0, 3.0) << folded.str();
     EXPECT_NEAR(self[kOne], 25.0, 3.0) << folded.str();
     // The function that allocates nothing: its stack frames are written into the same block as
@@ -150,8 +151,8 @@ MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms, int period = 256, b
     // --period 256: every epoch of these heaps (987 words and up) is a candidate, for samples
     // enough in seconds; each sample then stands for its epoch's free words.
     if (pair) setenv("BB_NO_UPROBE_SESSION", "1", 1);
-    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", std::to_string(period), "--process", name,
-                                       "--folded", "--stats", stats, std::to_string(erl.os_pid())});
+    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", std::to_string(period), "--process", name, "--folded",
+                                       "--stats", stats, std::to_string(erl.os_pid())});
     unsetenv("BB_NO_UPROBE_SESSION");
     std::string err;
     EXPECT_TRUE(wait_stderr(t, "beam-bpf-sample: attached", 30s, &err)) << err;
@@ -171,7 +172,6 @@ MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms, int period = 256, b
     return m;
 }
 
-
 const std::string kTake = "bb_alloc_mix:take/2", kGive = "bb_alloc_mix:give/2", kIdle = "bb_alloc_mix:idle/2";
 
 // take(T)/give(G)/idle with T = 3G: 75% / 25% / 0 of the words, whatever the sizes, the stack
@@ -185,8 +185,8 @@ TEST_P(AllocMixTest, PeriodicWorkSweep) {
     struct Pair {
         int t, g, depth;
     };
-    for (Pair p : {Pair{3000, 1000, 0}, Pair{3001, 1000, 0}, Pair{2400, 800, 0}, Pair{6000, 2000, 0},
-                   Pair{300, 100, 0}, Pair{9000, 3000, 0}, Pair{2400, 800, 8}, Pair{300, 100, 30}}) {
+    for (Pair p : {Pair{3000, 1000, 0}, Pair{3001, 1000, 0}, Pair{2400, 800, 0}, Pair{6000, 2000, 0}, Pair{300, 100, 0},
+                   Pair{9000, 3000, 0}, Pair{2400, 800, 8}, Pair{300, 100, 30}}) {
         MixRun m = mix_run(erl, fmt::format("mix {} {} {}", p.t, p.g, p.depth), 2000);
         std::cout << "[          ] " << vm().name << ": take(" << p.t << ")/give(" << p.g << ") " << p.depth
                   << " deep: take " << m.self[kTake] << "%, give " << m.self[kGive] << "%, idle " << m.self[kIdle]
@@ -244,8 +244,11 @@ TEST_P(AllocMixTest, SessionsAndReturnProbesAgreeAtALongerPeriod) {
         MixRun m = mix_run(erl, pair ? "mix 6000 2000 0" : "mix 3000 1000 0", 2000, 8192, pair);
         const bool sessions = m.err.find("uprobe sessions") != std::string::npos;
         std::cout << "[          ] " << vm().name << ": --period 8192, "
-                  << (pair ? "entry and return probes" : sessions ? "uprobe sessions" : "no uprobe sessions here")
-                  << ": take " << m.self[kTake] << "%, give " << m.self[kGive] << "% from " << m.samples << " samples\n";
+                  << (pair       ? "entry and return probes"
+                      : sessions ? "uprobe sessions"
+                                 : "no uprobe sessions here")
+                  << ": take " << m.self[kTake] << "%, give " << m.self[kGive] << "% from " << m.samples
+                  << " samples\n";
         EXPECT_FALSE(pair && sessions) << m.err;
         EXPECT_GE(m.samples, need) << "too few samples for a 3-point tolerance\n" << m.stats;
         EXPECT_NEAR(m.self[kTake], 75.0, 3.0) << m.folded;
@@ -320,8 +323,9 @@ TEST_P(TprofVmTest, SharesAgreeWithTprof) {
     std::string word, worker;
     ready >> word >> worker;
     const std::string stats = ::testing::TempDir() + "/alloc-tprof-stats.json";
-    auto [r, trace] = burst(erl, {"-e", "alloc", "--period", "256", "--process", worker, "--folded", "--stats", stats,
-                                  std::to_string(erl.os_pid())},
+    auto [r, trace] = burst(erl,
+                            {"-e", "alloc", "--period", "256", "--process", worker, "--folded", "--stats", stats,
+                             std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     EXPECT_GE(nlohmann::json::parse(std::ifstream(stats))["alloc_samples"].get<long>(), samples_for(75, 3));
     ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -341,19 +345,20 @@ TEST_P(TprofVmTest, SharesAgreeWithTprof) {
     }
     ASSERT_GT(all, 0) << erl.output();
     for (auto& [f, v] : tprof) v = 100.0 * v / all;
-    std::cout << "[          ] tprof call_memory: " << tprof[kThree] << "% / " << tprof[kOne] << "%; -e alloc: "
-              << ours[kThree] << "% / " << ours[kOne] << "%\n";
+    std::cout << "[          ] tprof call_memory: " << tprof[kThree] << "% / " << tprof[kOne]
+              << "%; -e alloc: " << ours[kThree] << "% / " << ours[kOne] << "%\n";
     for (const auto& f : {kThree, kOne}) EXPECT_NEAR(ours[f], tprof[f], 3.0) << f << "\n" << r.out;
 }
 
 TEST(AllocErrors, OneLine) {
     ErlVm erl("bb_work:main(idle)");
     erl.wait_line("ready");
-    std::string line = expect_one_line_error(
-        run_tool(kTool, {"-e", "alloc", "--pstack", std::to_string(erl.os_pid())}, 30s), kTool);
+    std::string line = expect_one_line_error(run_tool(kTool, {"-e", "alloc", "--pstack", std::to_string(erl.os_pid())},
+                                                      30s),
+                                             kTool);
     EXPECT_NE(line.find("not with -e alloc"), std::string::npos) << line;
-    line = expect_one_line_error(run_tool("beam-bpf-blame", {"-e", "alloc", "erts_garbage_collect",
-                                                              std::to_string(erl.os_pid())}, 30s),
+    line = expect_one_line_error(run_tool("beam-bpf-blame",
+                                          {"-e", "alloc", "erts_garbage_collect", std::to_string(erl.os_pid())}, 30s),
                                  "beam-bpf-blame");
     EXPECT_NE(line.find("-e alloc is beam-bpf-sample's"), std::string::npos) << line;
 }

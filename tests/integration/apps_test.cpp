@@ -59,7 +59,8 @@ std::string read_text(const std::string& path) {
 // Everything is killed when the test ends, whatever happened.
 class App {
 public:
-    App(const std::string& node_prefix) : epmd_port_(free_port()), node_(node_prefix + std::to_string(getpid()) + "@localhost") {
+    App(const std::string& node_prefix)
+        : epmd_port_(free_port()), node_(node_prefix + std::to_string(getpid()) + "@localhost") {
         char tmpl[] = "/tmp/bb-app-XXXXXX";
         if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
         dir_ = tmpl;
@@ -99,8 +100,8 @@ public:
         auto deadline = std::chrono::steady_clock::now() + timeout;
         while (!ready()) {
             if (std::chrono::steady_clock::now() > deadline)
-                throw std::runtime_error(node_ + " not ready after " + std::to_string(timeout.count()) + " s; its log:\n" +
-                                         read_text(log()));
+                throw std::runtime_error(node_ + " not ready after " + std::to_string(timeout.count()) +
+                                         " s; its log:\n" + read_text(log()));
             if (kill(pid(), 0) != 0) throw std::runtime_error(node_ + " exited; its log:\n" + read_text(log()));
             std::this_thread::sleep_for(100ms);
         }
@@ -108,7 +109,9 @@ public:
         TestVm ctl = debian_vm();
         ctl.env = env();
         ctl_ = std::make_unique<ErlVm>(ctl, "bb_remote:main('" + node_ + "')",
-                                       std::vector<std::string>{"-sname", "bbctl" + std::to_string(getpid()) + "@localhost", "-hidden"});
+                                       std::vector<std::string>{"-sname",
+                                                                "bbctl" + std::to_string(getpid()) + "@localhost",
+                                                                "-hidden"});
         ctl_->wait_line("connected", 30s);
         std::string exe = fs::read_symlink("/proc/" + std::to_string(pid()) + "/exe");
         if (!exe.ends_with("/beam.smp")) throw std::runtime_error("the app's pid runs " + exe + ", not beam.smp");
@@ -147,10 +150,10 @@ std::string last_rate(const std::string& log) {
 
 // What an application's profile is checked against.
 struct Expect {
-    std::string app;                    // for messages
+    std::string app;                                     // for messages
     std::function<bool(const std::string&)> own_module;  // a module of the application (as the tool writes it)
-    std::string busy_module;            // initial-call module of a busy process of the application
-    std::string state_marker;           // text its heap holds
+    std::string busy_module;                             // initial-call module of a busy process of the application
+    std::string state_marker;                            // text its heap holds
     bool elixir = false;
     // How far the tool's [kernel] share may be from perf's, in points. 1 but for ejabberd, whose
     // [kernel] (38% of its samples) read 1.16 to 1.36 points above perf's in six runs on
@@ -290,12 +293,13 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
     while (rounds < max_rounds && !(rounds > 0 && precise_enough())) {
         rounds++;
         auto perf = std::async(std::launch::async, [&] {
-            return run_command({"perf", "record", "-q", "-e", "cpu-clock", "-F", std::to_string(hz), "-p", pid, "-o", data,
-                                "--", "sleep", std::to_string(round_s)},
+            return run_command({"perf", "record", "-q", "-e", "cpu-clock", "-F", std::to_string(hz), "-p", pid, "-o",
+                                data, "--", "sleep", std::to_string(round_s)},
                                120s);
         });
-        ToolResult r = run_tool(kSample, {"-d", std::to_string(round_s), "-F", std::to_string(hz), "--by-pid",
-                                          "--folded", "--stats", stats_file, pid},
+        ToolResult r = run_tool(kSample,
+                                {"-d", std::to_string(round_s), "-F", std::to_string(hz), "--by-pid", "--folded",
+                                 "--stats", stats_file, pid},
                                 120s);
         ToolResult p = perf.get();
         ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -328,8 +332,8 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
         for (const auto& [f, n] : perf_leaf)
             if (f != "[kernel]" && 100.0 * double(n) / double(perf_all) >= 0.5) compared.insert(f);
     }
-    std::cout << "[          ] " << want.app << ": " << rounds << " rounds of " << round_s << " s at " << hz << " Hz: "
-              << tool_all << " samples (perf " << perf_all << "), " << unreadable << " unreadable ("
+    std::cout << "[          ] " << want.app << ": " << rounds << " rounds of " << round_s << " s at " << hz
+              << " Hz: " << tool_all << " samples (perf " << perf_all << "), " << unreadable << " unreadable ("
               << 100.0 * double(unreadable) / double(std::max(1L, tool_all)) << "%)\n";
     ASSERT_GT(tool_all, 1000);
     ASSERT_GT(perf_all, 1000);
@@ -337,7 +341,8 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
     // Within 1 point, and 1 point is at least three standard deviations of the difference.
     for (const auto& f : compared) {
         Share s = share(leaves[f], tool_all, perf_leaf[f], perf_all);
-        std::cout << "[          ]   " << f << ": tool " << s.tool << "%, perf " << s.perf << "% (3 sd " << s.three_sd << ")\n";
+        std::cout << "[          ]   " << f << ": tool " << s.tool << "%, perf " << s.perf << "% (3 sd " << s.three_sd
+                  << ")\n";
         EXPECT_LE(s.three_sd, 1.0) << f << ": too few samples for a 1-point check";
         EXPECT_NEAR(s.tool, s.perf, f == "[kernel]" ? want.kernel_points : 1.0) << f;
     }
@@ -357,7 +362,8 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
         bool mine = want.own_module(module_of(f));
         own += mine;
         if (mine && first_own < 0) first_own = int(k);
-        std::cout << "[          ]   " << 100.0 * double(n) / double(tool_all) << "% " << f << (mine ? "" : " (not the app's)") << "\n";
+        std::cout << "[          ]   " << 100.0 * double(n) / double(tool_all) << "% " << f
+                  << (mine ? "" : " (not the app's)") << "\n";
     }
     EXPECT_GE(own, 7) << "fewer than a third of the top 20 Erlang functions are the application's";
     EXPECT_GE(first_own, 0);
@@ -392,9 +398,8 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
         if (mine) in_app += n, app_processes++;
     }
     std::cout << "[          ] " << want.app << ": --by-process: " << name_of_pid.size() << " processes (" << renamed
-              << " named differently in another run), " << app_processes
-              << " named as the application's, with " << 100.0 * in_app / std::max(1L, in_processes)
-              << "% of the process samples\n";
+              << " named differently in another run), " << app_processes << " named as the application's, with "
+              << 100.0 * in_app / std::max(1L, in_processes) << "% of the process samples\n";
     EXPECT_GE(app_processes, 3);
     EXPECT_GE(in_app, in_processes / 2);
 
@@ -446,7 +451,8 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
     int copies = 0, tries = 0;
     bool marker = false;
     for (; tries < 20 && copies < 3; tries++) {
-        ToolResult t = run_tool(kProcs, {"--inspect", busiest, "--all", "--json", "--depth", "0", "--width", "0", pid}, 60s);
+        ToolResult t = run_tool(kProcs, {"--inspect", busiest, "--all", "--json", "--depth", "0", "--width", "0", pid},
+                                60s);
         if (t.exit_code != 0) {
             std::string line = expect_one_line_error(t, kProcs);
             EXPECT_NE(line.find("busy, try again"), std::string::npos) << line;
@@ -510,22 +516,26 @@ TEST_F(AppsTest, RabbitMq) {
                "RABBITMQ_NODE_PORT=" + std::to_string(amqp), "RABBITMQ_DIST_PORT=" + std::to_string(free_port()),
                "RABBITMQ_MNESIA_BASE=" + d + "/mnesia", "RABBITMQ_LOG_BASE=" + d + "/log",
                "RABBITMQ_CONFIG_FILE=" + d + "/rabbitmq", "RABBITMQ_ADVANCED_CONFIG_FILE=" + d + "/advanced.config",
-               "RABBITMQ_ENABLED_PLUGINS_FILE=" + d + "/enabled_plugins", "RABBITMQ_CONF_ENV_FILE=" + d + "/rabbitmq-env.conf",
+               "RABBITMQ_ENABLED_PLUGINS_FILE=" + d + "/enabled_plugins",
+               "RABBITMQ_CONF_ENV_FILE=" + d + "/rabbitmq-env.conf",
                // The script then execs the VM instead of waiting on it as a child.
                "RUNNING_UNDER_SYSTEMD=true", "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+JPperf map"});
     double startup = app.wait_ready([&] { return port_open(amqp); });
-    std::cout << "[          ] RabbitMQ " << " up in " << startup << " s\n";
+    std::cout << "[          ] RabbitMQ "
+              << " up in " << startup << " s\n";
 
     // A publisher and a consumer for longer than every check below takes.
     const std::string load_log = d + "/load.log";
-    auto load = start_load({kPython, std::string(BB_WORKLOAD_DIR) + "/bb_rabbitmq_load.py", std::to_string(amqp), "600"},
+    auto load = start_load({kPython, std::string(BB_WORKLOAD_DIR) + "/bb_rabbitmq_load.py", std::to_string(amqp),
+                            "600"},
                            load_log);
     std::this_thread::sleep_for(2s);
     auto mods = modules_in({"/usr/lib/rabbitmq/lib"});
     // At 4,999 Hz: the ~40% [kernel] share needs about 45,000 samples each for 1 point to be 3
     // standard deviations, 15 s on an idle 2-core machine.
-    check_app(app, {"RabbitMQ", [&](const std::string& m) { return mods.count(m) > 0; }, "rabbit_prequeue",
-                     "rabbit_variable_queue"},
+    check_app(app,
+              {"RabbitMQ", [&](const std::string& m) { return mods.count(m) > 0; }, "rabbit_prequeue",
+               "rabbit_variable_queue"},
               4999, 8, 6);
     std::cout << "[          ] RabbitMQ load: " << last_rate(load_log) << "\n";
 }
@@ -537,7 +547,9 @@ TEST_F(AppsTest, Ejabberd) {
     std::ofstream(d + "/ejabberd.yml") << "loglevel: warning\n"
                                           "hosts: [localhost]\n"
                                           "listen:\n"
-                                          "  - port: " << c2s << "\n"
+                                          "  - port: "
+                                       << c2s
+                                       << "\n"
                                           "    ip: \"127.0.0.1\"\n"
                                           "    module: ejabberd_c2s\n"
                                           "    access: c2s\n"
@@ -572,8 +584,9 @@ TEST_F(AppsTest, Ejabberd) {
         if (e.path().filename().string().starts_with("p1_")) dirs.push_back(e.path());
     auto mods = modules_in(dirs);
     // A client session: its state is the stream's map.
-    check_app(app, {"ejabberd", [&](const std::string& m) { return mods.count(m) > 0; }, "xmpp_stream_in",
-                    "stream_state => established", false, /*kernel_points=*/1.5},
+    check_app(app,
+              {"ejabberd", [&](const std::string& m) { return mods.count(m) > 0; }, "xmpp_stream_in",
+               "stream_state => established", false, /*kernel_points=*/1.5},
               4999, 8, 5);
     std::cout << "[          ] ejabberd load: " << last_rate(load_log) << "\n";
 }
@@ -586,8 +599,9 @@ TEST_F(AppsTest, ElixirGenServers) {
     std::cout << "[          ] Elixir up in " << startup << " s\n";
     // The script's modules and Elixir's own (GenServer, Registry, Enum...), as Elixir writes them.
     auto mods = modules_in({"/usr/lib/elixir/lib"});
-    check_app(app, {"Elixir", [&](const std::string& m) { return m.starts_with("BbShop") || mods.count(m) > 0; },
-                    "Elixir.BbShop.Stock", "orders: ", true},
+    check_app(app,
+              {"Elixir", [&](const std::string& m) { return m.starts_with("BbShop") || mods.count(m) > 0; },
+               "Elixir.BbShop.Stock", "orders: ", true},
               4999, 6, 5);
     // The six client tasks of the BbShop.Clients Task.Supervisor are one group named by whom
     // they work for ('$callers' and '$ancestors' in their dictionaries): before, each was named

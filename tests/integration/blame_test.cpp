@@ -114,11 +114,11 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
 
     auto rows = parse_table(r.out);
     ASSERT_FALSE(rows.empty()) << describe(r);
-    auto top = std::max_element(rows.begin(), rows.end(),
-                                [](auto& a, auto& b) { return a.total < b.total; });
+    auto top = std::max_element(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.total < b.total; });
     EXPECT_EQ(rows[0].function, top->function) << "rows not ordered by TOTAL%\n" << r.out;
     EXPECT_TRUE(std::count(std::begin(kAllocFns), std::end(kAllocFns), rows[0].function))
-        << "top row is not an allocating function\n" << r.out;
+        << "top row is not an allocating function\n"
+        << r.out;
     EXPECT_GE(rows[0].total, 50.0) << r.out;
     // The arithmetic process allocates nothing, but the VM may still collect it for its own
     // reasons (the literals of purged code are collected from every process that holds them): a
@@ -136,14 +136,12 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     for (const auto& [stack, count] : stacks) {
         all += count;
         auto frames = split_frames(stack);
-        if (std::find(frames.begin(), frames.end(), kAllocFns[0]) != frames.end())
-            in_alloc += count;
+        if (std::find(frames.begin(), frames.end(), kAllocFns[0]) != frames.end()) in_alloc += count;
         for (const auto& fn : kArithFns)
             EXPECT_EQ(std::count(frames.begin(), frames.end(), fn), 0)
                 << fn << " in folded stack: " << stack << " " << count;
     }
-    std::cout << "--folded: " << all << " samples, " << in_alloc << " under " << kAllocFns[0]
-              << "\n";
+    std::cout << "--folded: " << all << " samples, " << in_alloc << " under " << kAllocFns[0] << "\n";
     EXPECT_GE(in_alloc, all / 2) << f.out;
 
     // The arithmetic process did run meanwhile: its absence above is the tool's doing.
@@ -154,8 +152,7 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
         sampled += count;
         if (stack.find(kArithFns[1]) != std::string::npos) arith += count;
     }
-    std::cout << "beam-bpf-sample: " << arith << " of " << sampled << " samples in "
-              << kArithFns[1] << "\n";
+    std::cout << "beam-bpf-sample: " << arith << " of " << sampled << " samples in " << kArithFns[1] << "\n";
     EXPECT_GE(arith, sampled / 5) << describe(s);
 }
 
@@ -172,8 +169,7 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
     for (const auto& n : names) std::cout << " " << n;
     std::cout << "\n";
     for (const auto& want : {kGc, kGc + "_nobump"})
-        EXPECT_TRUE(std::count(names.begin(), names.end(), want)) << want << " not matched\n"
-                                                                  << describe(r);
+        EXPECT_TRUE(std::count(names.begin(), names.end(), want)) << want << " not matched\n" << describe(r);
     for (const auto& n : names) EXPECT_TRUE(n.starts_with(kGc)) << n << " is no prefix match";
 
     ToolResult e = run_tool(kTool, {"-d", "1", "--exact", kGc, pid_arg(vm)}, 30s);
@@ -199,9 +195,8 @@ TEST_P(BlameVmTest, CountMatchesVmGcTrace) {
     ASSERT_EQ(w.size(), 8u) << vm.output();
     const long trace_n = std::stol(w[1]), fallback = std::stol(w[7]);
     const long calls = stat(r, "records").value_or(-1);
-    std::cout << "VM garbage_collection trace for " << worker << ": " << trace_n
-              << " collections (minor " << w[3] << ", major " << w[5]
-              << ", minor-then-major " << fallback << "); beam-bpf-blame --count: " << calls
+    std::cout << "VM garbage_collection trace for " << worker << ": " << trace_n << " collections (minor " << w[3]
+              << ", major " << w[5] << ", minor-then-major " << fallback << "); beam-bpf-blame --count: " << calls
               << " calls\n"
               << r.out;
 
@@ -213,8 +208,7 @@ TEST_P(BlameVmTest, CountMatchesVmGcTrace) {
     EXPECT_EQ(calls, trace_n) << describe(r);
     // Every call comes from the worker's list building.
     auto rows = parse_table(r.out);
-    auto build = std::find_if(rows.begin(), rows.end(),
-                              [](auto& row) { return row.function == "bb_gc:build/2"; });
+    auto build = std::find_if(rows.begin(), rows.end(), [](auto& row) { return row.function == "bb_gc:build/2"; });
     ASSERT_NE(build, rows.end()) << describe(r);
     EXPECT_NEAR(build->total, 100.0, 0.05) << describe(r);
 }
@@ -236,9 +230,9 @@ TEST_F(BlameTest, NeverCalledFunctionReportsZero) {
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         EXPECT_EQ(watched(r), std::vector<std::string>{fn}) << describe(r);
         EXPECT_EQ(stat(r, "records").value_or(-1), 0) << describe(r);
-        EXPECT_TRUE(std::regex_search(
-            r.err, std::regex("beam-bpf-blame: 0 " + unit + ": " + fn + " did not run")))
-            << "stderr does not say it did not run\n" << describe(r);
+        EXPECT_TRUE(std::regex_search(r.err, std::regex("beam-bpf-blame: 0 " + unit + ": " + fn + " did not run")))
+            << "stderr does not say it did not run\n"
+            << describe(r);
         EXPECT_EQ(r.out.find("bb_work:"), std::string::npos) << describe(r);
     }
 }

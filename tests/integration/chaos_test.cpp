@@ -172,12 +172,12 @@ TEST_P(ChaosManyProcessesTest, HundredThousandProcesses) {
         if (inside == 2) both_inside++;
     }
 
-    std::cout << std::fixed << std::setprecision(2) << vm().name << ": " << processes
-              << " processes, ready " << spawn_s << " s after start; -d 3 --folded took " << r.seconds
-              << " s: " << x.with_leaf << " samples in spin_x (" << pct(x.exact, x.with_leaf)
-              << "% exactly caller_x;spin_x), " << y.with_leaf << " in spin_y ("
-              << pct(y.exact, y.with_leaf) << "% exactly caller_y;spin_y), " << idler
-              << " in idlers, of " << total(stacks) << " samples; --pstack took " << pstack_s << " s:\n" << last_pstack;
+    std::cout << std::fixed << std::setprecision(2) << vm().name << ": " << processes << " processes, ready " << spawn_s
+              << " s after start; -d 3 --folded took " << r.seconds << " s: " << x.with_leaf << " samples in spin_x ("
+              << pct(x.exact, x.with_leaf) << "% exactly caller_x;spin_x), " << y.with_leaf << " in spin_y ("
+              << pct(y.exact, y.with_leaf) << "% exactly caller_y;spin_y), " << idler << " in idlers, of "
+              << total(stacks) << " samples; --pstack took " << pstack_s << " s:\n"
+              << last_pstack;
 
     // Sanity limits only: a walk or attach that scanned the process table would take minutes.
     EXPECT_LT(r.seconds, 30.0) << describe(r);
@@ -234,10 +234,10 @@ private:
 // ambient sets, and the exec of `prog` (a file with no capabilities of its own) leaves it the
 // ambient set alone. capsh execs `prog` itself (--shell=), so the pid we wait for is the tool's.
 // stdout and stderr go to files (no pipe to drain); SIGKILL at `timeout`.
-ToolResult run_with_caps(const std::string& prog, const std::vector<std::string>& args,
-                         const std::string& caps, std::chrono::milliseconds timeout = 60s) {
-    std::vector<std::string> argv{"capsh", "--keep=1", "--user=" + kUser, "--inh=" + caps,
-                                  "--addamb=" + caps, "--shell=" + prog, "--"};
+ToolResult run_with_caps(const std::string& prog, const std::vector<std::string>& args, const std::string& caps,
+                         std::chrono::milliseconds timeout = 60s) {
+    std::vector<std::string> argv{"capsh",           "--keep=1", "--user=" + kUser, "--inh=" + caps, "--addamb=" + caps,
+                                  "--shell=" + prog, "--"};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string base = ::testing::TempDir() + "bb_caps_" + std::to_string(getpid());
     // The figures checked come from --stats (written by the tool as kUser, in a world-writable dir).
@@ -363,9 +363,10 @@ TEST_P(ChaosCapsTest, SampleWithOnlyThreeCapabilities) {
     const auto a = count_chain(stacks, "bb_work:spin_a/2", {"bb_work:caller_a/1", "bb_work:spin_a/2"});
     const auto b = count_chain(stacks, "bb_work:spin_b/2", {"bb_work:caller_b/1", "bb_work:spin_b/2"});
     std::cout << vm().name << " as " << kUser << " with " << kCaps << ": " << r.seconds << " s, "
-              << stat(r, "records").value_or(-1) << " samples, " << a.with_leaf
-              << " in spin_a (" << pct(a.exact, a.with_leaf) << "% exact chain), " << b.with_leaf
-              << " in spin_b (" << pct(b.exact, b.with_leaf) << "% exact chain)\n" << r.err;
+              << stat(r, "records").value_or(-1) << " samples, " << a.with_leaf << " in spin_a ("
+              << pct(a.exact, a.with_leaf) << "% exact chain), " << b.with_leaf << " in spin_b ("
+              << pct(b.exact, b.with_leaf) << "% exact chain)\n"
+              << r.err;
     // Loose floors and a share, as in HundredThousandProcesses: the counts follow the load.
     const long all = total(stacks);
     EXPECT_GE(a.with_leaf, 300) << describe(r);
@@ -404,10 +405,12 @@ TEST_P(ChaosCapsTest, BlameWithOnlyThreeCapabilities) {
     std::cout << vm().name << " blame with " << kCaps << ":\n" << r.out.substr(0, 600) << r.err;
     EXPECT_TRUE(r.out.find("bb_work:alloc_loop/0") != std::string::npos ||
                 r.out.find("bb_work:build/2") != std::string::npos)
-        << "the allocating process is not blamed for GC\n" << describe(r);
+        << "the allocating process is not blamed for GC\n"
+        << describe(r);
     EXPECT_EQ(r.out.find("bb_work:arith"), std::string::npos) << describe(r);
 
-    ToolResult c = run_with_caps(tools_.path(kBlame), {"--count", "-d", "3", "erts_garbage_collect", pid_arg(erl)}, kCaps);
+    ToolResult c = run_with_caps(tools_.path(kBlame), {"--count", "-d", "3", "erts_garbage_collect", pid_arg(erl)},
+                                 kCaps);
     std::cout << vm().name << " blame --count with " << kCaps << ": exit " << c.exit_code << "\n" << c.err;
     if (c.exit_code != 0) {
         std::string line = expect_one_line_error(c, kBlame);

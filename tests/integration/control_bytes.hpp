@@ -15,7 +15,8 @@ inline std::string control_bytes_in(const std::string& s) {
                    (c == 0xe2 && next(1) == 0x81 && next(2) >= 0xa6 && next(2) <= 0xa9);
         if (bad) {
             size_t from = i < 40 ? 0 : i - 40;
-            return "byte " + std::to_string(c) + " at " + std::to_string(i) + " after \"" + s.substr(from, i - from) + "\"";
+            return "byte " + std::to_string(c) + " at " + std::to_string(i) + " after \"" + s.substr(from, i - from) +
+                   "\"";
         }
     }
     return "";

@@ -60,7 +60,8 @@ public:
     // Up when it answers for `build_id` (it indexes the directory at start).
     bool serves(const std::string& build_id) const {
         for (int i = 0; i < 60; i++) {
-            ToolResult r = run_command({"curl", "-sf", "-o", "/dev/null", url_ + "/buildid/" + build_id + "/debuginfo"}, 10s);
+            ToolResult r = run_command({"curl", "-sf", "-o", "/dev/null", url_ + "/buildid/" + build_id + "/debuginfo"},
+                                       10s);
             if (r.exit_code == 0) return true;
             std::this_thread::sleep_for(500ms);
         }
@@ -87,8 +88,9 @@ TEST_F(DebugFileTest, StrippedOtp29ProbesRefusedInOneLine) {
     ErlVm erl(vm(), "bb_work:main(alloc_arith)");
     erl.wait_line("ready");
     const std::string pid = std::to_string(erl.os_pid());
-    for (auto [tool, args] : {std::pair{"beam-bpf-blame", std::vector<std::string>{"--count", "-d", "1", "erts_garbage_collect"}},
-                              std::pair{"beam-bpf-sample", std::vector<std::string>{"-e", "alloc", "-d", "1"}}}) {
+    for (auto [tool, args] :
+         {std::pair{"beam-bpf-blame", std::vector<std::string>{"--count", "-d", "1", "erts_garbage_collect"}},
+          std::pair{"beam-bpf-sample", std::vector<std::string>{"-e", "alloc", "-d", "1"}}}) {
         args.push_back(pid);
         ToolResult r = run_tool(tool, args, 60s);
         const std::string line = expect_one_line_error(r, tool);
@@ -116,7 +118,8 @@ TEST_F(DebugFileTest, StrippedOtp29ProbedWithItsDebugFileFromDebuginfod) {
     const fs::path dir = fs::path(::testing::TempDir()) / ("bb-debuginfod-" + std::to_string(getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir / "files");
-    ToolResult k = run_command({"objcopy", "--only-keep-debug", kUnstripped, (dir / "files" / "beam.smp.debug").string()});
+    ToolResult k = run_command(
+        {"objcopy", "--only-keep-debug", kUnstripped, (dir / "files" / "beam.smp.debug").string()});
     ASSERT_EQ(k.exit_code, 0) << describe(k);
     Debuginfod server(dir);
     ASSERT_TRUE(server.serves(id)) << "debuginfod did not serve " << id;

@@ -90,7 +90,8 @@ TEST_F(FindingTest, ThreadIdProfilesItsProcess) {
     ErlVm vm("bb_work:main(idle)");
     vm.wait_line("ready");
     pid_t tid = 0;
-    std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(("/proc/" + std::to_string(vm.os_pid()) + "/task").c_str()), closedir);
+    std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(("/proc/" + std::to_string(vm.os_pid()) + "/task").c_str()),
+                                          closedir);
     while (dirent* e = readdir(d.get()))
         if (pid_t t = std::atoi(e->d_name); t > 0 && t != vm.os_pid()) tid = t;
     ASSERT_NE(tid, 0);
@@ -144,7 +145,8 @@ TEST_F(FindingTest, IdleVmSaysSo) {
     vm.wait_line("ready");
     ToolResult r = run_tool(kTool, {"-d", "3", std::to_string(vm.os_pid())}, 30s);
     EXPECT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(: \d samples: the VM's schedulers were idle for the whole 3\.\d s)")))
+    EXPECT_TRUE(
+        std::regex_search(r.err, std::regex(R"(: \d samples: the VM's schedulers were idle for the whole 3\.\d s)")))
         << describe(r);
 }
 
@@ -165,7 +167,8 @@ TEST_F(FindingTest, VmsListsAndNodeSelects) {
     EXPECT_EQ(list.exit_code, 0) << describe(list);
     EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(a.os_pid()) + R"( +bbfind_c +- +25 )")))
         << describe(list);
-    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + R"( +bbfind_d )"))) << describe(list);
+    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + R"( +bbfind_d )")))
+        << describe(list);
 
     ToolResult sample = run_tool(kTool, {"-d", "1", "--node", "bbfind_c"}, 60s);
     EXPECT_EQ(sample.exit_code, 0) << describe(sample);

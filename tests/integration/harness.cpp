@@ -50,9 +50,7 @@ const bool sigpipe_ignored = [] {
     return true;
 }();
 
-[[noreturn]] void fail(const std::string& what) {
-    throw std::runtime_error(what + ": " + strerror(errno));
-}
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what + ": " + strerror(errno)); }
 
 struct Pipe {
     int r = -1, w = -1;
@@ -122,8 +120,7 @@ pid_t spawn(const SpawnSpec& spec) {
             _exit(127);
         };
         // dup2 of an fd onto itself would keep O_CLOEXEC, so move them high first.
-        int fds[3] = {fcntl(in, F_DUPFD_CLOEXEC, 10), fcntl(out, F_DUPFD_CLOEXEC, 10),
-                      fcntl(err, F_DUPFD_CLOEXEC, 10)};
+        int fds[3] = {fcntl(in, F_DUPFD_CLOEXEC, 10), fcntl(out, F_DUPFD_CLOEXEC, 10), fcntl(err, F_DUPFD_CLOEXEC, 10)};
         for (int i = 0; i < 3; ++i)
             if (fds[i] < 0 || dup2(fds[i], i) < 0) die(0);
         signal(SIGPIPE, SIG_DFL);
@@ -133,8 +130,7 @@ pid_t spawn(const SpawnSpec& spec) {
         if (spec.creds) {
             // Leaving uid 0 clears the permitted and effective capability sets.
             gid_t gid = spec.creds->gid;
-            if (setgroups(1, &gid) != 0 || setgid(gid) != 0 || setuid(spec.creds->uid) != 0)
-                die(1);
+            if (setgroups(1, &gid) != 0 || setgid(gid) != 0 || setuid(spec.creds->uid) != 0) die(1);
         }
         // After the uid change, which would reset it. A parent that died before this call
         // would not deliver the signal, hence the getppid() check.
@@ -152,8 +148,7 @@ pid_t spawn(const SpawnSpec& spec) {
     close(status.r);
     if (n == ssize_t(sizeof f)) {
         waitpid(pid, nullptr, 0);
-        throw std::runtime_error("harness: " + spec.argv[0] + ": cannot " + kStages[f.stage] +
-                                 ": " + strerror(f.err));
+        throw std::runtime_error("harness: " + spec.argv[0] + ": cannot " + kStages[f.stage] + ": " + strerror(f.err));
     }
     return pid;
 }
@@ -335,8 +330,8 @@ std::vector<TestVm> vms_named(std::initializer_list<const char*> names) {
 }  // namespace
 
 const std::vector<TestVm>& test_vms() {
-    static const std::vector<TestVm> vms =
-        vms_named({"otp25", "otp25_fp", "otp27", "otp27_lcnt_fp", "otp29", "otp29_dwarf_fp"});
+    static const std::vector<TestVm> vms = vms_named(
+        {"otp25", "otp25_fp", "otp27", "otp27_lcnt_fp", "otp29", "otp29_dwarf_fp"});
     return vms;
 }
 
@@ -367,7 +362,8 @@ const std::string& workload_beam_dir(const TestVm& vm) {
         explicit Dir(const std::string& bin_dir) {
             const std::string erlc = bin_dir + "/erlc";
             if (access(erlc.c_str(), X_OK) != 0)
-                throw std::runtime_error("no " + erlc + ": build the test VMs with scripts/build-test-vms.sh 27 "
+                throw std::runtime_error("no " + erlc +
+                                         ": build the test VMs with scripts/build-test-vms.sh 27 "
                                          "and 29 (scripts/test.sh does)");
             char tmpl[] = "/tmp/bb-workloads-XXXXXX";
             if (!mkdtemp(tmpl)) fail("mkdtemp");
@@ -384,8 +380,7 @@ const std::string& workload_beam_dir(const TestVm& vm) {
             close(out.w);
             t.err_fd = out.r;
             ToolResult r = collect(t, Clock::now() + 120s);
-            if (r.exit_code != 0)
-                throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
+            if (r.exit_code != 0) throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
         }
         ~Dir() {
             std::error_code ec;
@@ -447,12 +442,11 @@ std::string ErlVm::wait_line(const std::string& prefix, std::chrono::millisecond
             if (line.starts_with(prefix)) return line;
         }
         if (out_fd_ < 0)
-            throw std::runtime_error("VM " + std::to_string(pid_) + " exited before printing '" +
-                                     prefix + "'; its output:\n" + seen_);
+            throw std::runtime_error("VM " + std::to_string(pid_) + " exited before printing '" + prefix +
+                                     "'; its output:\n" + seen_);
         if (Clock::now() >= deadline)
-            throw std::runtime_error("VM " + std::to_string(pid_) + " did not print '" + prefix +
-                                     "' within " + std::to_string(timeout.count()) +
-                                     " ms; its output:\n" + seen_);
+            throw std::runtime_error("VM " + std::to_string(pid_) + " did not print '" + prefix + "' within " +
+                                     std::to_string(timeout.count()) + " ms; its output:\n" + seen_);
         std::string got;
         pump({{&out_fd_, &got}}, remaining_ms(deadline));
         buf_ += got;
@@ -525,8 +519,8 @@ RunningTool start(const std::string& tool, const std::vector<std::string>& args,
     return t;
 }
 
-ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args,
-                    std::chrono::milliseconds timeout, const std::optional<std::string>& as_user) {
+ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                    const std::optional<std::string>& as_user) {
     RunningTool t = start(tool, args, as_user);
     return collect(t, t.started + timeout);
 }
@@ -544,8 +538,7 @@ bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::millise
                  std::string* err_so_far) {
     const auto deadline = Clock::now() + timeout;
     bool found;
-    while (!(found = t.err.find(marker) != std::string::npos) && t.err_fd >= 0 &&
-           Clock::now() < deadline)
+    while (!(found = t.err.find(marker) != std::string::npos) && t.err_fd >= 0 && Clock::now() < deadline)
         pump({{&t.out_fd, &t.out}, {&t.err_fd, &t.err}}, remaining_ms(deadline));
     if (err_so_far) *err_so_far = t.err;
     return found;
@@ -567,8 +560,7 @@ std::map<std::string, long> parse_folded(const std::string& text) {
         if (line.empty()) continue;
         size_t sp = line.rfind(' ');
         bool ok = sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                  std::all_of(line.begin() + long(sp) + 1, line.end(),
-                              [](unsigned char c) { return std::isdigit(c); });
+                  std::all_of(line.begin() + long(sp) + 1, line.end(), [](unsigned char c) { return std::isdigit(c); });
         if (!ok) {
             ADD_FAILURE() << "malformed folded line: '" << line << "'";
             continue;

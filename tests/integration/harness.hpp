@@ -21,9 +21,9 @@ using namespace std::chrono_literals;
 // A VM build the integration tests run on: its bin/ (erl and erlc) and the arguments that pick
 // its emulator and frame layout.
 struct TestVm {
-    std::string name;              // "otp25", "otp27_lcnt_fp", ...: a test-name suffix
-    std::string bin_dir;           // holds erl and erlc
-    std::vector<std::string> args; // e.g. {"-emu_type", "lcnt"}, {"+JPperf", "true"}
+    std::string name;               // "otp25", "otp27_lcnt_fp", ...: a test-name suffix
+    std::string bin_dir;            // holds erl and erlc
+    std::vector<std::string> args;  // e.g. {"-emu_type", "lcnt"}, {"+JPperf", "true"}
     int otp_release = 0;
     bool frame_pointers = false;
     // How to start it when not bin_dir/erl: a launcher (erlexec) and the environment it needs.
@@ -108,7 +108,7 @@ int free_port();
 const std::string& workload_beam_dir(const TestVm& vm);
 
 struct ToolResult {
-    int exit_code = -1;      // -1: killed by a signal or timed out
+    int exit_code = -1;  // -1: killed by a signal or timed out
     std::string out, err;
     double seconds = 0;
     // The run's --stats JSON: beam-bpf-sample and beam-bpf-blame are always run with --stats
@@ -119,8 +119,7 @@ struct ToolResult {
 // Runs one of the built tools ("beam-bpf-sample", "beam-bpf-blame") with `args`; kills it after
 // `timeout`. With `as_user`, drops to that user (and its group) first, with no capabilities.
 ToolResult run_tool(const std::string& tool, const std::vector<std::string>& args,
-                    std::chrono::milliseconds timeout = 60s,
-                    const std::optional<std::string>& as_user = std::nullopt);
+                    std::chrono::milliseconds timeout = 60s, const std::optional<std::string>& as_user = std::nullopt);
 
 // Any other program to completion (the checkers of tests/consumers, say), searched in PATH.
 ToolResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 180s);
@@ -133,8 +132,8 @@ struct RunningTool {
     int out_fd = -1, err_fd = -1;
     std::string out, err;  // read so far (wait_stderr drains both pipes)
     std::chrono::steady_clock::time_point started{};
-    std::string stats_file;  // the run's --stats file, read by collect()
-    bool stats_owned = true; // the harness's own (removed after), not the test's
+    std::string stats_file;   // the run's --stats file, read by collect()
+    bool stats_owned = true;  // the harness's own (removed after), not the test's
 
     RunningTool() = default;
     RunningTool(RunningTool&& o) noexcept;
@@ -143,8 +142,7 @@ struct RunningTool {
 };
 RunningTool start_tool(const std::string& tool, const std::vector<std::string>& args);
 // Waits until the tool's stderr shows `marker` (e.g. the "attached" line); false on timeout/exit.
-bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout,
-                 std::string* err_so_far);
+bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout, std::string* err_so_far);
 // `seconds` counts from start_tool().
 ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::milliseconds timeout = 30s);
 

@@ -125,14 +125,13 @@ TEST_P(HostileFilesVmTest, DeletedLibraryWithThingsPlantedAtItsName) {
         // Its bound: 2 s of sampling and the attach (about 0.5 s), strace's cost, and margin.
         // LeakSanitizer cannot run under ptrace: off for the traced tool of a sanitized build.
         auto r = run_command({"strace", "-f", "-y", "-qq", "-E", "ASAN_OPTIONS=detect_leaks=0", "-e",
-                              "trace=open,openat,openat2", "-o", log, kSample,
-                              "-d", "2", "--folded", pid},
+                              "trace=open,openat,openat2", "-o", log, kSample, "-d", "2", "--folded", pid},
                              30s);
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         EXPECT_LT(r.seconds, 12.0) << describe(r);
         long in_lib = unwound_in_library(r.out);
-        std::cout << plant.what << ": " << in_lib << " samples in hf_outer;hf_inner under bb_hostile_files, " << r.seconds
-                  << " s\n";
+        std::cout << plant.what << ": " << in_lib << " samples in hf_outer;hf_inner under bb_hostile_files, "
+                  << r.seconds << " s\n";
         EXPECT_GT(in_lib, 100) << r.out.substr(0, 3000) << r.err;
 
         auto opens = opens_in(log);
@@ -176,7 +175,9 @@ TEST_F(HostileFilesTest, MoreThreadsThanDescriptors) {
 
     // The agent's one walker samples every VM it follows: per-CPU events there would sample the
     // other VMs' threads a second time, so such a VM is refused, and says why.
-    r = run_command({"sh", "-c", "ulimit -n 1024 && exec timeout --preserve-status -s INT 12 \"$0\" --output \"$1\" --match 'SDio 700'",
+    r = run_command({"sh", "-c",
+                     "ulimit -n 1024 && exec timeout --preserve-status -s INT 12 \"$0\" --output \"$1\" --match 'SDio "
+                     "700'",
                      std::string(BB_BIN_DIR) + "/beam-bpf-agent", dir_ + "/agent"},
                     30s);
     EXPECT_EQ(r.exit_code, 0) << describe(r);

@@ -162,10 +162,13 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     ASSERT_EQ(roots.size(), 1u) << inspect.out;
     EXPECT_TRUE(roots[0]["words"].is_null()) << inspect.out;
     EXPECT_FALSE(roots[0]["decoded"].get<bool>()) << inspect.out;
-    ok(run_tool("beam-bpf-procs", {"--inspect", bad_name, pid}, 30s), "procs --inspect (registered name past the atom table)");
+    ok(run_tool("beam-bpf-procs", {"--inspect", bad_name, pid}, 30s),
+       "procs --inspect (registered name past the atom table)");
     // A Process that does not read is said to be so: neither "no such process" nor "busy".
-    for (const auto& [victim, what] : {std::pair{heap_order, "heap pointers out of order"}, {nowhere, "heap at no mapping"},
-                                       {bad_dict, "dictionary at no mapping"}, {looped_queue, "a queue that loops"}}) {
+    for (const auto& [victim, what] : {std::pair{heap_order, "heap pointers out of order"},
+                                       {nowhere, "heap at no mapping"},
+                                       {bad_dict, "dictionary at no mapping"},
+                                       {looped_queue, "a queue that loops"}}) {
         ToolResult r = run_tool("beam-bpf-procs", {"--inspect", victim, pid}, 30s);
         clean(r, std::string("procs --inspect (") + what + ")");
         std::string line = expect_one_line_error(r, "beam-bpf-procs");
@@ -205,8 +208,8 @@ namespace fs = std::filesystem;
 size_t open_fds(pid_t pid) {
     std::error_code ec;
     size_t n = 0;
-    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-         it.increment(ec))
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec))
         n++;
     return n;
 }
@@ -242,7 +245,8 @@ TEST_F(HostileThreadChurnTest, DescriptorsDoNotGrowWithThreadsSeen) {
     const long started = std::stol(erl.wait_line("churned", 30s).substr(8));
     ToolResult r = finish_tool(tool, false, 60s);
     std::cout << "[          ] " << started << " threads started and ended; the sampler's descriptors: " << baseline
-              << " at attach, at most " << most << " during the churn; exit " << r.exit_code << " in " << r.seconds << " s\n";
+              << " at attach, at most " << most << " during the churn; exit " << r.exit_code << " in " << r.seconds
+              << " s\n";
     EXPECT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_GT(started, 300);  // 1,600 on an idle machine, 704 at a load average of 8
     // 64 churned threads alive at a time, each with its event, and some slack for the rest.

@@ -42,7 +42,8 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
         EXPECT_EQ(control_bytes_in(r.err), "") << what << " stderr";
     };
     auto names_shown = [](const std::string& out, const std::string& what) {
-        for (const auto& name : kEscapedNames) EXPECT_NE(out.find(name), std::string::npos) << what << ": no " << name << " in\n" << out;
+        for (const auto& name : kEscapedNames)
+            EXPECT_NE(out.find(name), std::string::npos) << what << ": no " << name << " in\n" << out;
     };
 
     ToolResult procs = run_tool("beam-bpf-procs", {"--all", pid}, 30s);
@@ -66,8 +67,10 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
     clean(inspect, "procs --inspect");
 
     const std::string prefix = ::testing::TempDir() + "bb_hostile_" + std::to_string(getpid());
-    ToolResult sample = run_tool("beam-bpf-sample", {"-d", "2", "--by-process", "--format", "top,folded,speedscope,html,pprof",
-                                                     "-o", prefix, "--stats", prefix + ".stats.json", pid}, 60s);
+    ToolResult sample = run_tool("beam-bpf-sample",
+                                 {"-d", "2", "--by-process", "--format", "top,folded,speedscope,html,pprof", "-o",
+                                  prefix, "--stats", prefix + ".stats.json", pid},
+                                 60s);
     clean(sample, "sample");
     for (const char* suffix : {".txt", ".folded", ".speedscope.json", ".html", ".stats.json"}) {
         std::string text = read_file(prefix + suffix);
@@ -107,9 +110,11 @@ TEST_P(HostileTextTest, SharedDictionaryListIsWalkedOnce) {
     for (std::string w; ready >> w;) words.push_back(w);
     ASSERT_EQ(words.size(), 8u) << erl.output();
     const long list_words = std::stol(words[7]);
-    ToolResult r = run_tool("beam-bpf-procs", {"--inspect", "bb_shared_dict", "--json", std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool("beam-bpf-procs", {"--inspect", "bb_shared_dict", "--json", std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    std::cout << "[          ] --inspect of 3,000 keys sharing a " << list_words << "-word list: " << r.seconds << " s\n";
+    std::cout << "[          ] --inspect of 3,000 keys sharing a " << list_words << "-word list: " << r.seconds
+              << " s\n";
     auto j = nlohmann::json::parse(r.out);
     EXPECT_FALSE(j.contains("partial")) << j["partial"];
     const auto& dict = j["totals"]["dictionary"];

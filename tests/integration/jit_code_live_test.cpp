@@ -119,8 +119,7 @@ Swept sweep_modules(const bb::JitCodeIndex& idx, pid_t pid, uint64_t sample_ns) 
 // Its base and symbols.
 std::pair<uint64_t, const bb::JitModule*> module_named(const Swept& modules, const std::string& name) {
     for (const auto& [base, m] : modules)
-        if (m->name == name && !m->ranges.empty() && m->ranges[0].name == name + "::codeHeader")
-            return {base, m};
+        if (m->name == name && !m->ranges.empty() && m->ranges[0].name == name + "::codeHeader") return {base, m};
     return {0, nullptr};
 }
 
@@ -161,8 +160,8 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
         for (const auto& range : m->ranges) lines += range.lines.size();
     }
     std::cout << "live VM: " << idx.module_count() << " modules (" << modules.size()
-              << " found by sweeping the JIT mappings), " << idx.range_count() << " ranges, "
-              << lines << " line records\n";
+              << " found by sweeping the JIT mappings), " << idx.range_count() << " ranges, " << lines
+              << " line records\n";
     EXPECT_EQ(modules.size(), idx.module_count());
     EXPECT_EQ(ranges, idx.range_count());
 
@@ -206,12 +205,11 @@ TEST(JitCodeLive, IndexesARunningVmAndFollowsCodeLoading) {
     std::vector<uint64_t> hot(addrs.size());
     for (size_t i = 0; i < hot.size(); i++) hot[i] = addrs[rng() % 1000];
     double concentrated = time_lookups(hot);
-    std::cout << "lookup: " << spread << " ns each over addresses spread across all ranges, "
-              << concentrated << " ns over 1,000 hot addresses\n";
+    std::cout << "lookup: " << spread << " ns each over addresses spread across all ranges, " << concentrated
+              << " ns over 1,000 hot addresses\n";
 
     // Code loaded now shows up at the next refresh.
-    EXPECT_EQ(vm.eval("{code:is_loaded(sofs), code:ensure_loaded(sofs)}."),
-              "result {false,{module,sofs}}");
+    EXPECT_EQ(vm.eval("{code:is_loaded(sofs), code:ensure_loaded(sofs)}."), "result {false,{module,sofs}}");
     size_t before = idx.module_count();
     uint64_t gen = idx.generation();
     r = idx.refresh(now_ns());
@@ -275,14 +273,13 @@ TEST_P(JitCodeVmTest, AgreesWithTheVmsPerfMap) {
         for (uint64_t a : {addr, addr + size - 1}) {
             auto hit = idx.lookup(a, t);
             if (!hit || hit->range->name != name) {
-                if (mismatched++ < 5)
-                    ADD_FAILURE() << line << " -> " << (hit ? hit->range->name : "<none>");
+                if (mismatched++ < 5) ADD_FAILURE() << line << " -> " << (hit ? hit->range->name : "<none>");
             }
         }
         checked++;
     }
-    std::cout << "perf map: " << checked << " ranges agree (" << empty << " empty ones skipped), "
-              << idx.range_count() << " ranges indexed\n";
+    std::cout << "perf map: " << checked << " ranges agree (" << empty << " empty ones skipped), " << idx.range_count()
+              << " ranges indexed\n";
     EXPECT_EQ(mismatched, 0u);
     EXPECT_EQ(checked, idx.range_count());
 }

@@ -114,7 +114,8 @@ TEST_P(NativeVmTest, ZlibLeafSharesAgreeWithPerf) {
         in_libz += n;
         // Root first: the workload's loop, an Erlang zlib function, then native frames.
         auto loop = std::find(frames.begin(), frames.end(), "bb_native:zip_loop/3");
-        auto zlib = std::find_if(frames.begin(), frames.end(), [](const std::string& f) { return f.starts_with("zlib:"); });
+        auto zlib = std::find_if(frames.begin(), frames.end(),
+                                 [](const std::string& f) { return f.starts_with("zlib:"); });
         if (loop != frames.end() && zlib != frames.end() && loop < zlib) chained += n;
     }
     ASSERT_GT(perf_all, 1000) << script.out.substr(0, 2000);
@@ -189,8 +190,8 @@ TEST_P(NativeNamedVmTest, BlameHasNoStaleSlotFalsePositives) {
     ready_pid(erl);
     auto count = [&](bool scan_only) {
         if (scan_only) setenv("BB_BLAME_SCAN_ONLY", "1", 1);
-        ToolResult r = run_tool("beam-bpf-blame", {"-d", "5", "--folded", "--exact", func,
-                                                   std::to_string(erl.os_pid())}, 60s);
+        ToolResult r = run_tool("beam-bpf-blame",
+                                {"-d", "5", "--folded", "--exact", func, std::to_string(erl.os_pid())}, 60s);
         unsetenv("BB_BLAME_SCAN_ONLY");
         EXPECT_EQ(r.exit_code, 0) << describe(r);
         long held = 0, not_held = 0, in_decode = 0;
@@ -198,7 +199,8 @@ TEST_P(NativeNamedVmTest, BlameHasNoStaleSlotFalsePositives) {
             auto frames = split_frames(stack);
             bool has = std::count(frames.begin(), frames.end(), func);
             (has ? held : not_held) += n;
-            if (!has && !scan_only) std::cout << "  blamed without " << func << " on the stack: " << stack << " " << n << "\n";
+            if (!has && !scan_only)
+                std::cout << "  blamed without " << func << " on the stack: " << stack << " " << n << "\n";
             if (std::count(frames.begin(), frames.end(), "bb_native:decode/1")) in_decode += n;
         }
         return std::tuple{held, not_held, in_decode};
@@ -221,8 +223,8 @@ TEST_P(NativeVmTest, GarbageRowsAreFlaggedNotFatal) {
     const std::string worker = ready_pid(erl);
     const std::string stats = ::testing::TempDir() + "/native-garbage.json";
     setenv("BB_INJECT_UNWIND_GARBAGE", "1", 1);
-    ToolResult r = run_tool(kTool, {"-d", "3", "--folded", "--stats", stats, "--process", worker,
-                                    std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(
+        kTool, {"-d", "3", "--folded", "--stats", stats, "--process", worker, std::to_string(erl.os_pid())}, 60s);
     unsetenv("BB_INJECT_UNWIND_GARBAGE");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     nlohmann::json st = nlohmann::json::parse(std::ifstream(stats));
@@ -274,7 +276,8 @@ void nif_loaded_during_the_run_is_unwound(const TestVm& vm) {
     long in_crypto = 0, through_nif = 0;
     for (const auto& [stack, n] : parse_folded(r.out)) {
         auto frames = split_frames(stack);
-        auto erl_crypto = std::find_if(frames.begin(), frames.end(), [](const std::string& f) { return f.starts_with("crypto:"); });
+        auto erl_crypto = std::find_if(frames.begin(), frames.end(),
+                                       [](const std::string& f) { return f.starts_with("crypto:"); });
         if (erl_crypto == frames.end()) continue;
         in_crypto += n;
         // Below the Erlang side: the NIF library's frames, then libcrypto's.

@@ -46,7 +46,8 @@ std::string diff(const std::set<Line>& a, const std::set<Line>& b) {
     int shown = 0;
     for (const auto& l : a)
         if (!b.count(l) && shown++ < 10)
-            s << "  " << std::hex << std::get<0>(l) << " " << std::get<1>(l) << std::dec << " " << std::get<2>(l) << "\n";
+            s << "  " << std::hex << std::get<0>(l) << " " << std::get<1>(l) << std::dec << " " << std::get<2>(l)
+              << "\n";
     return s.str();
 }
 
@@ -71,8 +72,10 @@ TEST_P(PerfmapVmTest, SameAsTheVmsOwnMap) {
     auto vm_map = read_map(theirs), our_map = read_map(ours);
     std::cout << "[          ] the VM's map: " << vm_map.size() << " ranges; ours: " << our_map.size() << "\n";
     ASSERT_GT(vm_map.size(), 1000u);
-    EXPECT_EQ(our_map, vm_map) << "only the VM's:\n" << diff(vm_map, our_map) << "only ours:\n" << diff(our_map, vm_map);
-    struct stat st{};
+    EXPECT_EQ(our_map, vm_map) << "only the VM's:\n"
+                               << diff(vm_map, our_map) << "only ours:\n"
+                               << diff(our_map, vm_map);
+    struct stat st {};
     ASSERT_EQ(stat(ours.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0644u);
 
@@ -96,7 +99,9 @@ TEST_P(PerfmapVmTest, SameAsTheVmsOwnMap) {
     // Its header, footer, and six functions (sum/1, twice/1, name/0, module_info/0,1, a fun) each
     // with its prologue.
     EXPECT_EQ(count_module(our_map, "bb_pm_1"), 14u);
-    EXPECT_EQ(our_map, vm_map) << "only the VM's:\n" << diff(vm_map, our_map) << "only ours:\n" << diff(our_map, vm_map);
+    EXPECT_EQ(our_map, vm_map) << "only the VM's:\n"
+                               << diff(vm_map, our_map) << "only ours:\n"
+                               << diff(our_map, vm_map);
 
     erl.send_line("purge 1");
     erl.wait_line("purged bb_pm_1");
@@ -110,7 +115,9 @@ TEST_P(PerfmapVmTest, SameAsTheVmsOwnMap) {
     std::set<Line> vm_live;
     for (const auto& l : vm_map)
         if (!unregisters || !std::get<2>(l).starts_with("$bb_pm_1:")) vm_live.insert(l);
-    EXPECT_EQ(our_map, vm_live) << "only the VM's:\n" << diff(vm_live, our_map) << "only ours:\n" << diff(our_map, vm_live);
+    EXPECT_EQ(our_map, vm_live) << "only the VM's:\n"
+                                << diff(vm_live, our_map) << "only ours:\n"
+                                << diff(our_map, vm_live);
     ToolResult r = finish_tool(t, true, 30s);
     EXPECT_EQ(r.exit_code, 0) << describe(r);
     std::cout << "[          ] --follow: " << r.err;
@@ -132,7 +139,8 @@ TEST_F(PerfmapTest, PerfNamesErlangCodeFromOurMap) {
     // A map older than this VM is another's that had its pid (VMs run with +JPperf map leave
     // theirs behind, and pids wrap at 32,768 here): not this VM's doing.
     std::error_code ec;
-    if (auto t = std::filesystem::last_write_time(map, ec); !ec && t < started - std::chrono::seconds(1)) unlink(map.c_str());
+    if (auto t = std::filesystem::last_write_time(map, ec); !ec && t < started - std::chrono::seconds(1))
+        unlink(map.c_str());
     ASSERT_NE(access(map.c_str(), F_OK), 0) << "the VM wrote " << map << " itself";
     struct Remove {
         std::string path;
@@ -142,16 +150,19 @@ TEST_F(PerfmapTest, PerfNamesErlangCodeFromOurMap) {
     ASSERT_EQ(w.exit_code, 0) << describe(w);
     const std::string data = ::testing::TempDir() + "/perfmap-perf.data";
     ToolResult rec = run_command({"perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", pid, "-o", data, "--",
-                                  "sleep", "3"}, 60s);
+                                  "sleep", "3"},
+                                 60s);
     ASSERT_EQ(rec.exit_code, 0) << describe(rec);
     ToolResult script = run_command({"perf", "script", "-i", data, "-F", "ip,sym"}, 60s);  // sym alone prints nothing
     ASSERT_EQ(script.exit_code, 0) << describe(script);
     long all = 0, spin = 0;
     for (const auto& line : lines_of(script.out)) {
         all++;
-        spin += line.find("$bb_work:spin_a/2") != std::string::npos || line.find("$bb_work:spin_b/2") != std::string::npos;
+        spin += line.find("$bb_work:spin_a/2") != std::string::npos ||
+                line.find("$bb_work:spin_b/2") != std::string::npos;
     }
-    std::cout << "[          ] perf: " << spin << " of " << all << " samples named bb_work:spin_a/2 or spin_b/2 from our map\n";
+    std::cout << "[          ] perf: " << spin << " of " << all
+              << " samples named bb_work:spin_a/2 or spin_b/2 from our map\n";
     // Two spinners: nearly every sample is in one of them (415 of 434 on a loaded machine); a
     // majority of at least 200 is far outside chance.
     ASSERT_GT(all, 200);

@@ -86,7 +86,7 @@ TEST_P(ProcsVmTest, AgreesWithProcessInfo) {
         between("heap_size", "heap");
         between("stack_size", "stack");
         between("reductions", "reds");
-        between("memory", "memory");  // the queued messages' too (bb_queue)
+        between("memory", "memory");                           // the queued messages' too (bb_queue)
         if (k != 0) between("total_heap_size", "total_heap");  // process_info adds queued data
     }
     EXPECT_EQ(tool[pids[0]]["message_queue_len"], 10000);
@@ -113,7 +113,8 @@ TEST_P(ProcsVmTest, AgreesWithProcessInfo) {
     }
     EXPECT_TRUE(big) << table.out;
 
-    std::string line = expect_one_line_error(run_tool(kTool, {"--sort", "size", std::to_string(erl.os_pid())}, 30s), kTool);
+    std::string line = expect_one_line_error(run_tool(kTool, {"--sort", "size", std::to_string(erl.os_pid())}, 30s),
+                                             kTool);
     EXPECT_NE(line.find("--sort size: the orders are"), std::string::npos) << line;
 }
 
@@ -191,8 +192,10 @@ TEST_P(ProcsVmTest, InspectAgreesWithTheVm) {
     ready >> word >> state_pid >> box_pid;
 
     auto inspect = [&](const std::string& proc) {
-        ToolResult r = run_tool(kTool, {"--inspect", proc, "--depth", "0", "--width", "0", "--all", "--json",
-                                        std::to_string(erl.os_pid())}, 60s);
+        ToolResult r = run_tool(kTool,
+                                {"--inspect", proc, "--depth", "0", "--width", "0", "--all", "--json",
+                                 std::to_string(erl.os_pid())},
+                                60s);
         EXPECT_EQ(r.exit_code, 0) << describe(r);
         return nlohmann::json::parse(r.out);
     };
@@ -245,12 +248,15 @@ TEST_P(ProcsVmTest, InspectAgreesWithTheVm) {
     }
 
     // Abbreviated: ~P's depth, then the width.
-    ToolResult r = run_tool(kTool, {"--inspect", "bb_state", "--depth", "3", "--json", std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool, {"--inspect", "bb_state", "--depth", "3", "--json", std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     auto shallow = nlohmann::json::parse(r.out);
     EXPECT_NE(find(shallow, "stack", "{bb_state,#{...},...}"), nullptr) << shallow.dump(1);
 
-    std::string line = expect_one_line_error(run_tool(kTool, {"--inspect", "bb_nobody", std::to_string(erl.os_pid())}, 30s), kTool);
+    std::string line = expect_one_line_error(run_tool(kTool, {"--inspect", "bb_nobody", std::to_string(erl.os_pid())},
+                                                      30s),
+                                             kTool);
     EXPECT_NE(line.find("no process is registered under that name"), std::string::npos) << line;
 }
 
@@ -293,8 +299,10 @@ TEST_P(ProcsVmTest, InspectOfAnAbandonedHeap) {
     int copies = 0, abandoned = 0, busy = 0, tries = 0;
     const auto deadline = std::chrono::steady_clock::now() + 14s;
     for (; abandoned < 3 && tries < 40 && std::chrono::steady_clock::now() < deadline; tries++) {
-        ToolResult r = run_tool(kTool, {"--inspect", "bb_busy_queue", "--all", "--json", "--depth", "0", "--width", "0",
-                                        std::to_string(erl.os_pid())}, 30s);
+        ToolResult r = run_tool(kTool,
+                                {"--inspect", "bb_busy_queue", "--all", "--json", "--depth", "0", "--width", "0",
+                                 std::to_string(erl.os_pid())},
+                                30s);
         if (r.exit_code != 0) {
             std::string line = expect_one_line_error(r, kTool);
             EXPECT_NE(line.find("busy, try again"), std::string::npos) << line;
@@ -308,8 +316,8 @@ TEST_P(ProcsVmTest, InspectOfAnAbandonedHeap) {
         int undecoded = 0;
         for (const auto& root : j["roots"])
             if (!root["decoded"].get<bool>() && undecoded++ < 3) ADD_FAILURE() << root.dump();
-        EXPECT_EQ(undecoded, 0) << "of " << j["roots"].size() << " roots; abandoned heap "
-                                << j["abandoned_heap_size"] << " words";
+        EXPECT_EQ(undecoded, 0) << "of " << j["roots"].size() << " roots; abandoned heap " << j["abandoned_heap_size"]
+                                << " words";
     }
     std::cout << "[          ] " << tries << " tries: " << copies << " copies (" << abandoned
               << " with an abandoned heap), " << busy << " busy\n";
@@ -321,8 +329,10 @@ TEST_P(ProcsVmTest, InspectOfAnAbandonedHeap) {
 TEST_P(ProcsVmTest, WatchShowsGrowth) {
     ErlVm erl(vm(), "bb_state:main()");
     erl.wait_line("ready");
-    ToolResult r = run_tool(kTool, {"--watch", "0.5", "--count", "2", "--json", "--sort", "queue", "-t", "3",
-                                    std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool,
+                            {"--watch", "0.5", "--count", "2", "--json", "--sort", "queue", "-t", "3",
+                             std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     auto lines = lines_of(r.out);
     ASSERT_EQ(lines.size(), 2u) << r.out;

@@ -133,21 +133,19 @@ TEST_F(ReleaseTest, UnknownBuildIdProfiledWithNoOption) {
 }
 
 TEST_F(ReleaseTest, ErrorUnsupportedRelease) {
-    PatchedVm p(debian_vm(), "beam.smp", [](std::string& image) {
-        replace_once(image, "Erlang/OTP 25%s [erts-", "Erlang/OTP 24%s [erts-");
-    });
+    PatchedVm p(debian_vm(), "beam.smp",
+                [](std::string& image) { replace_once(image, "Erlang/OTP 25%s [erts-", "Erlang/OTP 24%s [erts-"); });
     ToolResult r = profile_split532(p.vm);
     std::string line = expect_one_line_error(r, kTool);
-    for (const std::string& needle : {std::string("OTP 24 (erts-13.1.5, jit)"), std::string("OTP 25 to 29"),
-                                      "build-id " + p.build_id})
+    for (const std::string& needle :
+         {std::string("OTP 24 (erts-13.1.5, jit)"), std::string("OTP 25 to 29"), "build-id " + p.build_id})
         EXPECT_NE(line.find(needle), std::string::npos) << needle << " not in: " << line;
 }
 
 // No [jit...] tag in the version string: the interpreter (emu flavor).
 TEST_F(ReleaseTest, ErrorInterpreterFlavor) {
-    PatchedVm p(debian_vm(), "beam.smp", [](std::string& image) {
-        replace_once(image, " [jit:ns%s]", std::string(11, ' '));
-    });
+    PatchedVm p(debian_vm(), "beam.smp",
+                [](std::string& image) { replace_once(image, " [jit:ns%s]", std::string(11, ' ')); });
     ToolResult r = profile_split532(p.vm);
     std::string line = expect_one_line_error(r, kTool);
     EXPECT_NE(line.find("emu flavor"), std::string::npos) << line;
@@ -157,9 +155,8 @@ TEST_F(ReleaseTest, ErrorInterpreterFlavor) {
 // OTP 28 is described from its sources, not run here. A VM that says it is 28 gets 27's layout,
 // which the live checks must accept (it is 27's binary), and a warning.
 TEST_F(ReleaseTest, DescribedReleaseProfiledWithWarning) {
-    PatchedVm p(vm_named("otp27"), "beam.smp", [](std::string& image) {
-        replace_once(image, "Erlang/OTP 27%s [erts-", "Erlang/OTP 28%s [erts-");
-    });
+    PatchedVm p(vm_named("otp27"), "beam.smp",
+                [](std::string& image) { replace_once(image, "Erlang/OTP 27%s [erts-", "Erlang/OTP 28%s [erts-"); });
     ToolResult r = profile_split532(p.vm);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.err.find("warning: OTP 28 is described from its sources but untested"), std::string::npos)
@@ -179,9 +176,8 @@ TEST_F(ReleaseTest, DescribedReleaseProfiledWithWarning) {
 // exactly.
 TEST_F(ReleaseTest, UnknownFeatureCheckedLive) {
     const TestVm& lcnt = vm_named("otp27_lcnt");
-    PatchedVm p(lcnt, "beam.lcnt.smp", [](std::string& image) {
-        replace_once(image, "[lock-counting]", "[lock-countinq]");
-    });
+    PatchedVm p(lcnt, "beam.lcnt.smp",
+                [](std::string& image) { replace_once(image, "[lock-counting]", "[lock-countinq]"); });
     ToolResult r = profile_split532(p.vm);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.err.find("warning: no offset table for lock-countinq"), std::string::npos) << describe(r);
@@ -292,8 +288,8 @@ TEST_F(ReleaseTest, ContainerVmByHostPid) {
     // The VM is unshare's child: pid 1 in its namespace, some other pid here.
     pid_t vm_pid = 0;
     for (int i = 0; i < 200 && !vm_pid; i++) {
-        std::ifstream children("/proc/" + std::to_string(unshare.pid()) + "/task/" +
-                               std::to_string(unshare.pid()) + "/children");
+        std::ifstream children("/proc/" + std::to_string(unshare.pid()) + "/task/" + std::to_string(unshare.pid()) +
+                               "/children");
         pid_t child = 0;
         if (children >> child) {
             std::error_code ec;

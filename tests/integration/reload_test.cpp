@@ -49,20 +49,20 @@ LoaderStats loader_stats(ErlVm& vm) {
 
 // What one folded stack of the worker says about the module's versions.
 enum class Verdict {
-    Alpha,     // worker;run;alpha_outer;alpha_inner, or a prefix of it
-    Beta,      // the same with beta
-    Neither,   // the worker between two calls, or in run/1: no version to tell
-    Unknown,   // a JIT frame the tool could not name (and nothing wrong otherwise)
-    Wrong,     // anything else: a frame named from code that was not there
+    Alpha,    // worker;run;alpha_outer;alpha_inner, or a prefix of it
+    Beta,     // the same with beta
+    Neither,  // the worker between two calls, or in run/1: no version to tell
+    Unknown,  // a JIT frame the tool could not name (and nothing wrong otherwise)
+    Wrong,    // anything else: a frame named from code that was not there
 };
 
 const char* verdict_name(Verdict v) {
     switch (v) {
-        case Verdict::Alpha: return "alpha";
-        case Verdict::Beta: return "beta";
-        case Verdict::Neither: return "neither";
-        case Verdict::Unknown: return "unknown";
-        case Verdict::Wrong: return "wrong";
+    case Verdict::Alpha: return "alpha";
+    case Verdict::Beta: return "beta";
+    case Verdict::Neither: return "neither";
+    case Verdict::Unknown: return "unknown";
+    case Verdict::Wrong: return "wrong";
     }
     return "?";
 }
@@ -154,10 +154,10 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
     }
     const long loads = after.loads - before.loads;
     const double seconds = double(after.ms - before.ms) / 1000.0;
-    std::cout << std::fixed << std::setprecision(2) << vm().name << ": " << loads << " loads in " << seconds
-              << " s (" << (seconds > 0 ? double(loads) / seconds : 0) << "/s; "
-              << after.alpha - before.alpha << " alpha, " << after.beta - before.beta << " beta, "
-              << after.retries - before.retries << " purges retried); worker: " << all << " samples:";
+    std::cout << std::fixed << std::setprecision(2) << vm().name << ": " << loads << " loads in " << seconds << " s ("
+              << (seconds > 0 ? double(loads) / seconds : 0) << "/s; " << after.alpha - before.alpha << " alpha, "
+              << after.beta - before.beta << " beta, " << after.retries - before.retries
+              << " purges retried); worker: " << all << " samples:";
     for (auto [v, n] : by_verdict) std::cout << " " << verdict_name(v) << " " << n << " (" << pct(n, all) << "%)";
     std::cout << "; summary: " << stat(r, "unsymbolized_frames").value_or(-1) << " unsymbolized frames\n";
     auto listing = [](const std::map<std::string, long>& m) {
@@ -165,7 +165,8 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
         for (auto& [s, n] : m) v.push_back({n, s});
         std::sort(v.rbegin(), v.rend());
         std::string s;
-        for (size_t i = 0; i < v.size() && i < 12; ++i) s += "  " + std::to_string(v[i].first) + "  " + v[i].second + "\n";
+        for (size_t i = 0; i < v.size() && i < 12; ++i)
+            s += "  " + std::to_string(v[i].first) + "  " + v[i].second + "\n";
         return s.empty() ? "  (none)\n" : s;
     };
     if (!unknown.empty()) std::cout << "stacks with unnamed JIT frames:\n" << listing(unknown);
@@ -190,8 +191,7 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
     // Saying "unknown" is never wrong, but a profile of unknown frames is useless: 0 to 0.4% of
     // the worker's samples had an unnamed frame (a module purged and its memory reused before
     // its load event was read).
-    EXPECT_LE(pct(by_verdict[Verdict::Unknown], all), 2.0) << "stacks with unnamed JIT frames:\n"
-                                                            << listing(unknown);
+    EXPECT_LE(pct(by_verdict[Verdict::Unknown], all), 2.0) << "stacks with unnamed JIT frames:\n" << listing(unknown);
     // The versions alternate in pairs, each current about half of the time.
     EXPECT_GE(pct(by_verdict[Verdict::Alpha], all), 20.0) << r.out.substr(0, 4000);
     EXPECT_GE(pct(by_verdict[Verdict::Beta], all), 20.0) << r.out.substr(0, 4000);

@@ -42,14 +42,15 @@ protected:
 TEST_F(ReportTest, PprofReadByGoToolPprof) {
     ErlVm vm("bb_work:main(split532)");
     vm.wait_line("ready");
-    ToolResult r = run_tool(kTool, {"-d", "4", "--format", "top,folded,pprof", "--flat", "-t", "1000", "-o", prefix, pid_arg(vm)}, 60s);
+    ToolResult r = run_tool(
+        kTool, {"-d", "4", "--format", "top,folded,pprof", "--flat", "-t", "1000", "-o", prefix, pid_arg(vm)}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::ifstream top(prefix + ".txt");
     std::stringstream text;
     text << top.rdbuf();
     EXPECT_NE(text.str().find("bb_work:f5/2"), std::string::npos) << text.str();
-    check({"/usr/bin/python3", kConsumers + "check_pprof.py", prefix + ".pb.gz", "--folded", prefix + ".folded", "--top",
-           prefix + ".txt"});
+    check({"/usr/bin/python3", kConsumers + "check_pprof.py", prefix + ".pb.gz", "--folded", prefix + ".folded",
+           "--top", prefix + ".txt"});
 }
 
 // The built-in flame graph opens offline, draws the frames and finds a function; speedscope
@@ -70,8 +71,8 @@ TEST_F(ReportTest, HtmlAndSpeedscopeInChromium) {
 TEST_F(ReportTest, HtmlGathersNarrowCalleesIntoOther) {
     ErlVm vm("spawn_opt(bb_work, caller_a, [-1], [{priority, high}]), bb_many:main(3000)");
     vm.wait_line("ready", 60s);
-    ToolResult r = run_tool(kTool, {"-d", "3", "--by-pid", "--format", "html", "-o", prefix + "_many.html", pid_arg(vm)},
-                            60s);
+    ToolResult r = run_tool(kTool,
+                            {"-d", "3", "--by-pid", "--format", "html", "-o", prefix + "_many.html", pid_arg(vm)}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     check({"python3", kConsumers + "check_html.py", prefix + "_many.html", "--expect", "bb_work:spin_a/2",
            "--expect-other"});
@@ -125,8 +126,10 @@ TEST_F(ReportTest, EveryWritesOneProfilePerInterval) {
     std::string dir = prefix + "_every";
     std::filesystem::create_directories(dir);
     std::string stats = dir + "/stats.json";
-    ToolResult r = run_tool(kTool, {"-d", "10", "--every", "2", "--format", "pprof", "-o", dir + "/prof-%t.pb.gz",
-                                    "--stats", stats, pid_arg(vm)}, 60s);
+    ToolResult r = run_tool(kTool,
+                            {"-d", "10", "--every", "2", "--format", "pprof", "-o", dir + "/prof-%t.pb.gz", "--stats",
+                             stats, pid_arg(vm)},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::vector<std::string> files;
     for (const auto& e : std::filesystem::directory_iterator(dir))
@@ -248,16 +251,19 @@ TEST_F(ReportTest, ByProcessGroupsByName) {
     ErlVm erl("bb_many:main(200)");
     erl.wait_line("ready");
     const std::string prefix = ::testing::TempDir() + "bb_grouped_" + std::to_string(getpid());
-    ToolResult r = run_tool(kTool, {"-d", "3", "--by-process", "--format", "top,folded", "-o", prefix, pid_arg(erl)}, 60s);
+    ToolResult r = run_tool(kTool, {"-d", "3", "--by-process", "--format", "top,folded", "-o", prefix, pid_arg(erl)},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::map<std::string, long> roots;
-    for (const auto& [stack, count] : parse_folded(read_file(prefix + ".folded"))) roots[split_frames(stack)[0]] += count;
+    for (const auto& [stack, count] : parse_folded(read_file(prefix + ".folded")))
+        roots[split_frames(stack)[0]] += count;
     long pool = roots["bb_many:spin/1 (190 processes)"], all = 0, registered = 0;
     for (const auto& [root, n] : roots) {
         all += n;
         if (root.starts_with("bb_many_")) registered += n;
     }
-    std::cout << roots.size() << " roots; the pool " << pool << " of " << all << " samples, the 10 registered " << registered << "\n";
+    std::cout << roots.size() << " roots; the pool " << pool << " of " << all << " samples, the 10 registered "
+              << registered << "\n";
     EXPECT_LE(roots.size(), 20u) << "not grouped: " << roots.size() << " roots";
     EXPECT_GT(pool, all * 80 / 100);  // 190 of 200 equal spinners
     EXPECT_GT(registered, 0);
@@ -274,15 +280,17 @@ TEST_F(ReportTest, ByProcessGroupsByName) {
 // A process named the way RabbitMQ names its queues (process_name in its dictionary, as
 // rabbit_misc puts it) is named so, as the VM prints the term, not by its initial call.
 TEST_F(ReportTest, RabbitMqProcessNameInTheDictionary) {
-    ErlVm erl("spawn(fun() -> put(process_name, {rabbit_amqqueue_process, {resource, <<\"/\">>, queue, "
-              "<<\"orders\">>}}), bb_many:spin(1) end), io:format(\"ready~n\"), receive stop -> ok end");
+    ErlVm erl(
+        "spawn(fun() -> put(process_name, {rabbit_amqqueue_process, {resource, <<\"/\">>, queue, "
+        "<<\"orders\">>}}), bb_many:spin(1) end), io:format(\"ready~n\"), receive stop -> ok end");
     erl.wait_line("ready");
     ToolResult r = run_tool(kTool, {"-d", "2", "--by-process", "--folded", pid_arg(erl)}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     long named = 0, all = 0;
     for (const auto& [stack, count] : parse_folded(r.out)) {
         all += count;
-        if (split_frames(stack)[0] == "{rabbit_amqqueue_process,{resource,<<\"/\">>,queue,<<\"orders\">>}}") named += count;
+        if (split_frames(stack)[0] == "{rabbit_amqqueue_process,{resource,<<\"/\">>,queue,<<\"orders\">>}}")
+            named += count;
     }
     EXPECT_GT(named, all / 2) << r.out;
 }

@@ -77,13 +77,11 @@ void expect_only_erlang(const std::map<std::string, long>& stacks) {
     long bad = 0;
     auto all_erlang = [&](const std::vector<std::string>& f) {
         if (f.size() == 1 && (f[0] == "[gc]" || f[0] == "[exiting]")) return true;
-        return std::all_of(f.begin(), f.end(),
-                           [&](const std::string& fr) { return std::regex_match(fr, mfa); });
+        return std::all_of(f.begin(), f.end(), [&](const std::string& fr) { return std::regex_match(fr, mfa); });
     };
     for (const auto& [stack, count] : stacks)
         if (!all_erlang(split_frames(stack))) bad += count;
-    EXPECT_EQ(bad, 0) << "non-Erlang frames in --only-erlang output:\n"
-                      << odd_shapes(stacks, all_erlang);
+    EXPECT_EQ(bad, 0) << "non-Erlang frames in --only-erlang output:\n" << odd_shapes(stacks, all_erlang);
 }
 
 // The summary line a user reads carries the four counters, and --stats has each of them.
@@ -98,8 +96,7 @@ void expect_summary(const ToolResult& r) {
 // Error contract: non-zero exit, exactly one stderr line, with the prefix and one of `needles`.
 void expect_error(const ToolResult& r, const std::vector<std::string>& needles) {
     std::string line = expect_one_line_error(r, kTool);
-    EXPECT_TRUE(std::any_of(needles.begin(), needles.end(),
-                            [&](auto& n) { return line.find(n) != std::string::npos; }))
+    EXPECT_TRUE(std::any_of(needles.begin(), needles.end(), [&](auto& n) { return line.find(n) != std::string::npos; }))
         << "error line names none of the expected causes: " << line;
 }
 
@@ -149,15 +146,13 @@ TEST_P(SampleVmTest, Split532Shares) {
     auto j = nlohmann::json::parse(in);
     long records = j.at("records"), fp_walked = j.at("fp_walked");
     std::cout << std::fixed << std::setprecision(2) << "split532 on " << vm().name << ": " << all << " of "
-              << total(stacks) << " samples in f5/f3/f2: f5 " << pct(in_leaf[0], all)
-              << "%, f3 " << pct(in_leaf[1], all) << "%, f2 " << pct(in_leaf[2], all)
-              << "%; exact chain in " << pct(exact, all) << "%; " << fp_walked << " of " << records
-              << " stacks through the frame-pointer chain\n";
+              << total(stacks) << " samples in f5/f3/f2: f5 " << pct(in_leaf[0], all) << "%, f3 "
+              << pct(in_leaf[1], all) << "%, f2 " << pct(in_leaf[2], all) << "%; exact chain in " << pct(exact, all)
+              << "%; " << fp_walked << " of " << records << " stacks through the frame-pointer chain\n";
 
     // 8 s at 999 Hz is ~8000 samples; far fewer would make the 2-point bound meaningless.
     ASSERT_GE(all, 4000) << describe(r);
-    for (int i = 0; i < 3; ++i)
-        EXPECT_NEAR(pct(in_leaf[i], all), kExpectedShare[i], 2.0) << kLeaves[i];
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(pct(in_leaf[i], all), kExpectedShare[i], 2.0) << kLeaves[i];
     EXPECT_GE(pct(exact, all), 99.0) << "stacks other than " << kChain << "fN:\n" << r.out;
     EXPECT_EQ(stat(r, "truncated").value_or(-1), 0) << describe(r);
     if (vm().frame_pointers) {
@@ -212,8 +207,7 @@ std::vector<TopRow> parse_top(const std::string& out) {
     std::vector<TopRow> rows;
     EXPECT_FALSE(lines.empty()) << "no output";
     if (lines.empty()) return rows;
-    EXPECT_TRUE(lines[0].find("SELF%") != std::string::npos &&
-                lines[0].find("TOTAL%") != std::string::npos &&
+    EXPECT_TRUE(lines[0].find("SELF%") != std::string::npos && lines[0].find("TOTAL%") != std::string::npos &&
                 lines[0].find("FUNCTION") != std::string::npos)
         << "header: " << lines[0];
     for (size_t i = 1; i < lines.size(); ++i) {
@@ -245,8 +239,7 @@ TEST_F(SampleTest, DefaultTopOutput) {
         EXPECT_LE(row.total, 100.05) << row.function;
     }
     for (int i = 1; i < 3; ++i) {
-        auto it = std::find_if(rows.begin(), rows.end(),
-                               [&](auto& row) { return row.function == kLeaves[i]; });
+        auto it = std::find_if(rows.begin(), rows.end(), [&](auto& row) { return row.function == kLeaves[i]; });
         ASSERT_NE(it, rows.end()) << kLeaves[i] << " missing\n" << r.out;
         EXPECT_NEAR(it->self, kExpectedShare[i], 3) << kLeaves[i];
     }
@@ -270,8 +263,7 @@ TEST_F(SampleTest, SigintStopsAndPrints) {
 
 // --- deep recursion ----------------------------------------------------------------------
 
-const std::string kDeepRoot = "bb_work:deep_root/3", kDeepRec = "bb_work:deep_rec/3",
-                  kDeepLeaf = "bb_work:deep_leaf/2";
+const std::string kDeepRoot = "bb_work:deep_root/3", kDeepRec = "bb_work:deep_rec/3", kDeepLeaf = "bb_work:deep_leaf/2";
 
 TEST_P(SampleVmTest, DeepRecursion) {
     const long depth = 100;
@@ -293,14 +285,13 @@ TEST_P(SampleVmTest, DeepRecursion) {
         by_rec_frames[std::count(frames.begin(), frames.end(), kDeepRec)] += count;
     }
     const long n = total(stacks);
-    std::cout << "deep " << depth << ": " << n << " samples, " << pct(exact, n)
-              << "% exactly root + " << depth << " deep_rec + leaf; deep_rec frames:";
+    std::cout << "deep " << depth << ": " << n << " samples, " << pct(exact, n) << "% exactly root + " << depth
+              << " deep_rec + leaf; deep_rec frames:";
     for (auto [frames, count] : by_rec_frames) std::cout << " " << frames << "x" << count;
     std::cout << "\n";
 
     ASSERT_GE(n, 1000) << describe(r);
-    EXPECT_GE(pct(exact, n), 90.0) << "other stacks:\n"
-                                   << odd_shapes(stacks, [&](auto& f) { return f == expected; });
+    EXPECT_GE(pct(exact, n), 90.0) << "other stacks:\n" << odd_shapes(stacks, [&](auto& f) { return f == expected; });
     // A walker that read stale words below the stack would invent frames.
     EXPECT_LE(by_rec_frames.rbegin()->first, depth);
     EXPECT_EQ(stat(r, "truncated").value_or(-1), 0) << describe(r);
@@ -324,8 +315,10 @@ TEST_P(SampleVmTest, DeepRecursionTruncated) {
     for (long depth : {5000L, 100000L}) {
         ErlVm vm(this->vm(), workload("deep", depth));
         vm.wait_line("ready", 60s);
-        ToolResult r = run_tool(kTool, {"-d", "3", "--folded", "--only-erlang", "--max-depth",
-                                        std::to_string(max_depth), pid_arg(vm)}, 60s);
+        ToolResult r = run_tool(kTool,
+                                {"-d", "3", "--folded", "--only-erlang", "--max-depth", std::to_string(max_depth),
+                                 pid_arg(vm)},
+                                60s);
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         expect_summary(r);
         auto stacks = parse_folded(r.out);
@@ -349,13 +342,14 @@ TEST_P(SampleVmTest, DeepRecursionTruncated) {
         }
         const long n = total(stacks);
         const long truncated = stat(r, "truncated").value_or(-1);
-        std::cout << this->vm().name << ", deep " << depth << ", --max-depth " << max_depth << ": " << n
-                  << " samples, " << truncated << " truncated per summary, " << pct(rooted, n)
+        std::cout << this->vm().name << ", deep " << depth << ", --max-depth " << max_depth << ": " << n << " samples, "
+                  << truncated << " truncated per summary, " << pct(rooted, n)
                   << "% with the root, the cut and the leaf-most 480 frames, " << pct(beyond_scan, n)
                   << "% deeper than the scan\n";
         ASSERT_GE(n, 1000) << "samples dropped instead of truncated?\n" << describe(r);
         EXPECT_GE(truncated, n * 9 / 10) << describe(r);
-        EXPECT_GE(pct(depth < 10000 ? rooted : beyond_scan, n), 90.0) << odd_shapes(stacks, [&](auto&) { return false; });
+        EXPECT_GE(pct(depth < 10000 ? rooted : beyond_scan, n), 90.0)
+            << odd_shapes(stacks, [&](auto&) { return false; });
         EXPECT_GE(pct(rooted + beyond_scan, n), 99.0) << odd_shapes(stacks, [&](auto&) { return false; });
     }
 }
@@ -365,8 +359,8 @@ TEST_P(SampleVmTest, DeepRecursionTruncated) {
 struct SchedulerBlock {
     int number = 0;
     long tid = 0;
-    std::string what;  // `<0.85.0>` or `idle`
-    std::string name;  // the process's name, "" if none
+    std::string what;                 // `<0.85.0>` or `idle`
+    std::string name;                 // the process's name, "" if none
     std::vector<std::string> frames;  // leaf first
 };
 
@@ -426,8 +420,8 @@ TEST_P(SampleVmTest, Pstack) {
             }
         }
         ASSERT_EQ(busy.size(), 2u) << r.out;
-        ASSERT_TRUE(busy.count(pid_a) && busy.count(pid_b)) << "expected " << pid_a << " and "
-                                                              << pid_b << "\n" << r.out;
+        ASSERT_TRUE(busy.count(pid_a) && busy.count(pid_b)) << "expected " << pid_a << " and " << pid_b << "\n"
+                                                            << r.out;
         int inside = 0;
         for (auto [pid, leaf, caller] : {std::tuple{pid_a, "bb_work:spin_a/2", "bb_work:caller_a/1"},
                                          std::tuple{pid_b, "bb_work:spin_b/2", "bb_work:caller_b/1"}}) {
@@ -446,7 +440,8 @@ TEST_P(SampleVmTest, Pstack) {
             for (auto it = f.begin(); it != at_caller; ++it)
                 EXPECT_FALSE(std::regex_match(*it, erlang_function))
                     << pid << ": " << *it << " above " << caller << " is neither " << leaf
-                    << " nor shared or native code\n" << r.out;
+                    << " nor shared or native code\n"
+                    << r.out;
         }
         if (inside == 2) both_inside++;
     }
@@ -566,8 +561,8 @@ TEST_P(SampleReleaseTest, ShortLivedTasksKeepTheirNames) {
         std::string first = split_frames(stack).front();
         if (first.starts_with("bb_work:short_task/2 (task of bb_spawner) (")) named += n, root = first;
     }
-    std::cout << this->vm().name << ": " << named << " of " << in_tasks << " samples of the tasks under '"
-              << root << "'\n";
+    std::cout << this->vm().name << ": " << named << " of " << in_tasks << " samples of the tasks under '" << root
+              << "'\n";
     ASSERT_GE(in_tasks, 300) << describe(r);
     EXPECT_GE(pct(named, in_tasks), 85.0) << r.out.substr(0, 3000);
     static const std::regex many(R"(\((\d+) processes\)$)");
@@ -603,13 +598,11 @@ TEST_P(SampleReleaseTest, PerThreadEventsOnlyRunForTheVm) {
         std::ifstream in(stats);
         auto j = nlohmann::json::parse(in);
         long seen = j.at("seen"), runs = j.at("bpf_prog_run_cnt"), events = j.at("events");
-        std::cout << this->vm().name << (per_cpu ? " --per-cpu: " : " per-thread: ") << events << " events, "
-                  << runs << " program runs for " << seen << " samples of the VM\n";
+        std::cout << this->vm().name << (per_cpu ? " --per-cpu: " : " per-thread: ") << events << " events, " << runs
+                  << " program runs for " << seen << " samples of the VM\n";
         ASSERT_GT(seen, 1000) << describe(r);
-        if (per_cpu)
-            EXPECT_GT(runs, seen + 500) << "the neighbour's samples should run the program too";
-        else
-            EXPECT_EQ(runs, seen) << "a sample of another process ran the program";
+        if (per_cpu) EXPECT_GT(runs, seen + 500) << "the neighbour's samples should run the program too";
+        else EXPECT_EQ(runs, seen) << "a sample of another process ran the program";
     }
 }
 
@@ -624,8 +617,7 @@ TEST_P(SampleReleaseTest, NoSamplesFromOtherProcesses) {
     ToolResult rb = run_tool(kTool, {"-d", "3", "--folded", pid_arg(busy)}, 60s);
     ASSERT_EQ(rb.exit_code, 0) << describe(rb);
     auto ss = parse_folded(rs.out), sb = parse_folded(rb.out);
-    std::cout << "split532 VM: " << total(ss) << " samples; busy2 VM: " << total(sb)
-              << " samples\n";
+    std::cout << "split532 VM: " << total(ss) << " samples; busy2 VM: " << total(sb) << " samples\n";
 
     EXPECT_TRUE(any_frame_contains(ss, "bb_work:f5/2")) << describe(rs);
     EXPECT_TRUE(any_frame_contains(sb, "bb_work:spin_a/2")) << describe(rb);
@@ -812,16 +804,17 @@ TEST_P(SampleReleaseTest, VmKilledMidRun) {
     vm.kill_now();
     ToolResult r = finish_tool(t, false, 15s);
     const double after_kill = std::chrono::duration<double>(Clock::now() - killed_at).count();
-    std::cout << "tool exited " << after_kill << " s after the VM was killed, code "
-              << r.exit_code << "\n" << r.err;
+    std::cout << "tool exited " << after_kill << " s after the VM was killed, code " << r.exit_code << "\n" << r.err;
 
     ASSERT_NE(r.exit_code, -1) << "still running 15 s after the VM died\n" << describe(r);
     EXPECT_LT(after_kill, 5.0);
     EXPECT_NE(r.out.find("bb_work:f5/2"), std::string::npos)
-        << "the samples collected before the VM died were not printed\n" << describe(r);
+        << "the samples collected before the VM died were not printed\n"
+        << describe(r);
     EXPECT_GT(stat(r, "records").value_or(0), 0) << describe(r);
     EXPECT_TRUE(std::regex_search(r.err, std::regex("exit", std::regex::icase)))
-        << "stderr does not say the VM exited\n" << describe(r);
+        << "stderr does not say the VM exited\n"
+        << describe(r);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ TEST(AgentDiscovery, BeamExecutables) {
 }
 
 TEST(AgentDiscovery, NodeName) {
-    EXPECT_EQ(node_name({"beam.smp", "--", "-root", "/usr/lib/erlang", "--", "-sname", "worker", "-noshell"}), "worker");
+    EXPECT_EQ(node_name({"beam.smp", "--", "-root", "/usr/lib/erlang", "--", "-sname", "worker", "-noshell"}),
+              "worker");
     EXPECT_EQ(node_name({"beam.smp", "--", "-name", "a@10.0.0.1"}), "a@10.0.0.1");
     EXPECT_EQ(node_name({"beam.smp", "--", "-noshell"}), "");
     EXPECT_EQ(node_name({"beam.smp", "-sname"}), "");  // no value: garbage, not a crash
@@ -48,10 +49,13 @@ TEST(AgentDiscovery, ReleaseName) {
     // mix release: RELEASE_NAME; relx: REL_NAME; else the directory above releases/ in -boot.
     EXPECT_EQ(release_name({"beam.smp"}, {"RELEASE_NAME=my_app"}), "my_app");
     EXPECT_EQ(release_name({"beam.smp"}, {"REL_NAME=rabbit"}), "rabbit");
-    EXPECT_EQ(release_name({"beam.smp", "--", "-root", "/opt/shop/erts", "-boot", "/opt/shop/releases/1.2.0/start"}, {}),
+    EXPECT_EQ(release_name({"beam.smp", "--", "-root", "/opt/shop/erts", "-boot", "/opt/shop/releases/1.2.0/start"},
+                           {}),
               "shop");
     // OTP's own boot scripts are no release.
-    EXPECT_EQ(release_name({"beam.smp", "--", "-root", "/usr/lib/erlang", "-boot", "/usr/lib/erlang/releases/25/start_clean"}, {}),
+    EXPECT_EQ(release_name({"beam.smp", "--", "-root", "/usr/lib/erlang", "-boot",
+                            "/usr/lib/erlang/releases/25/start_clean"},
+                           {}),
               "");
     EXPECT_EQ(release_name({"beam.smp", "--", "-boot", "start_clean"}, {}), "");
     EXPECT_EQ(release_name({"beam.smp", "--", "-boot", "/releases/x"}, {}), "");
@@ -61,7 +65,9 @@ TEST(AgentDiscovery, ReleaseName) {
 TEST(AgentDiscovery, ContainerId) {
     const std::string id(64, 'a');
     EXPECT_EQ(container_id("/system.slice/docker-" + id + ".scope"), id);
-    EXPECT_EQ(container_id("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-" + id + ".scope"), id);
+    EXPECT_EQ(container_id("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-" +
+                           id + ".scope"),
+              id);
     EXPECT_EQ(container_id("/docker/" + id), id);
     EXPECT_EQ(container_id("/user.slice/user-0.slice/session-3.scope"), "");
     EXPECT_EQ(container_id("/docker/" + id + "a"), "");  // 65 hex digits: not an id
@@ -80,15 +86,19 @@ TEST(AgentDiscovery, ReadsThisProcessAsNotABeam) {
 TEST(AgentDiscovery, PodUidFromTheKubeletsCgroupPaths) {
     const std::string uid = "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d", id(64, 'a');
     // The systemd cgroup driver: the uid's dashes as underscores, in each QoS class's form.
-    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-" + id + ".scope"), uid);
-    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/crio-" + id + ".scope"), uid);
+    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-burstable.slice/"
+                      "kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-" +
+                      id + ".scope"),
+              uid);
+    EXPECT_EQ(pod_uid("/kubepods.slice/kubepods-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/crio-" + id + ".scope"),
+              uid);
     // cgroupfs: with dashes, the container's directory below.
     EXPECT_EQ(pod_uid("/kubepods/besteffort/pod" + uid + "/" + id), uid);
     EXPECT_EQ(pod_uid("/kubepods/pod" + uid + "/" + id), uid);
     EXPECT_EQ(pod_uid("/kubepods/pod" + uid), uid);
     // Not a pod's.
     EXPECT_EQ(pod_uid("/system.slice/pod" + uid + ".service"), "");  // no kubepods
-    EXPECT_EQ(pod_uid("/kubepods/burstable/pod1a2b3c4d-5e6f"), "");   // no whole uid
+    EXPECT_EQ(pod_uid("/kubepods/burstable/pod1a2b3c4d-5e6f"), "");  // no whole uid
     EXPECT_EQ(pod_uid("/kubepods/burstable/xpod" + uid), "");
     EXPECT_EQ(pod_uid("/kubepods/burstable/pod" + uid + "x"), "");
     EXPECT_EQ(pod_uid("/kubepods/burstable/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6g"), "");  // g
@@ -106,8 +116,10 @@ TEST(AgentDiscovery, ParsedTextsKeepOnlyWhatNamesTheVm) {
     t.exe = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";
     t.stat = "42 (beam.smp) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 30 0 123456 0 0";
     t.cmdline = nul_ended({"beam.smp", "--", "-sname", "rabbit"});
-    t.environ = nul_ended({"PATH=/bin", "SECRET_KEY=hunter2", "POD_NAME=shop-7d9c-x", "POD_NAMESPACE=prod", "RELEASE_NAME=shop"});
-    t.cgroup = "1:name=systemd:/old\n0::/kubepods/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d/" + std::string(64, 'c') + "\n";
+    t.environ = nul_ended(
+        {"PATH=/bin", "SECRET_KEY=hunter2", "POD_NAME=shop-7d9c-x", "POD_NAMESPACE=prod", "RELEASE_NAME=shop"});
+    t.cgroup = "1:name=systemd:/old\n0::/kubepods/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d/" + std::string(64, 'c') +
+               "\n";
     t.status = "Name:\tbeam.smp\nNSpid:\t42\t1\n";
     auto p = parse_beam(42, t);
     ASSERT_TRUE(p);
@@ -135,10 +147,10 @@ TEST(AgentMatcher, SearchesCommandLineNodeAndCgroup) {
     VmLabels l;
     l.node = "rabbit@host1";
     l.cgroup = "/kubepods/burstable/pod1/abc";
-    EXPECT_TRUE(Matcher({}).wanted(p, l));  // no pattern: every VM
-    EXPECT_TRUE(Matcher({"rabbit@"}).wanted(p, l));   // the node name
-    EXPECT_TRUE(Matcher({"/kubepods"}).wanted(p, l)); // the cgroup path
-    EXPECT_TRUE(Matcher({"-sname rabbit$"}).wanted(p, l));  // the command line, joined by spaces
+    EXPECT_TRUE(Matcher({}).wanted(p, l));                   // no pattern: every VM
+    EXPECT_TRUE(Matcher({"rabbit@"}).wanted(p, l));          // the node name
+    EXPECT_TRUE(Matcher({"/kubepods"}).wanted(p, l));        // the cgroup path
+    EXPECT_TRUE(Matcher({"-sname rabbit$"}).wanted(p, l));   // the command line, joined by spaces
     EXPECT_TRUE(Matcher({"nope", "erts-13"}).wanted(p, l));  // any of them
     EXPECT_FALSE(Matcher({"bbx@.*"}).wanted(p, l));
     EXPECT_FALSE(Matcher({"^rabbit$"}).wanted(p, l));
@@ -166,7 +178,8 @@ TEST(AgentMatcher, HugeCommandLinesAndPathologicalPatternsTakeLinearTime) {
     p.argv = {"/x/z", std::string(64 * 1024, 'a'), std::string(64 * 1024, 'x')};
     VmLabels l;
     l.cgroup = std::string(1024, 'a');
-    const std::vector<std::string> patterns{"(a*)*b", "(a|aa)*c", "(x+x+)+y", "^(a|a?)+b$", "rabbit@", "/kubepods", "bbx@.*"};
+    const std::vector<std::string> patterns{"(a*)*b",  "(a|aa)*c",  "(x+x+)+y", "^(a|a?)+b$",
+                                            "rabbit@", "/kubepods", "bbx@.*"};
     const Matcher m(patterns);
     const std::string all_a(64 * 1024, 'a'), all_x(64 * 1024, 'x');
     const auto t0 = std::chrono::steady_clock::now();
@@ -235,7 +248,8 @@ TEST(AgentLabels, SeriesLabelsAreTheSameAcrossRestarts) {
     const VmLabelSets b = run(200, std::string(64, 'b'), "rabbitmq-7d9c-bbbbb", "9a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d");
     EXPECT_EQ(a.series, b.series);
     EXPECT_EQ(pyroscope_name("rabbit", a.series),
-              "rabbit{service_name=rabbit,service_source=target,host=host1,node=rabbit@rabbitmq-0,release=rabbit,otp_release=26,"
+              "rabbit{service_name=rabbit,service_source=target,host=host1,node=rabbit@rabbitmq-0,release=rabbit,otp_"
+              "release=26,"
               "erts_version=14.2,k8s_namespace=queues,env=prod}");
     std::map<std::string, std::string> res(a.resource.begin(), a.resource.end());
     EXPECT_EQ(res["os_pid"], "100");
@@ -354,7 +368,8 @@ TEST(AgentSinks, PushQueueDropsTheOldestAndCountsFailures) {
     f.service = "svc";
     f.pprof_gz = std::string(100, 'x');
     for (int i = 0; i < 10; i++) p.enqueue(f);
-    for (int i = 0; i < 100 && p.counters().failures < 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 100 && p.counters().failures < 2; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     PushCounters c = p.counters();
     EXPECT_GE(c.failures, 2u);
     EXPECT_EQ(c.pushed, 0u);
@@ -373,8 +388,8 @@ TEST(AgentSinks, OtlpUrlRetriesAndResource) {
     for (long status : {400, 401, 404, 413, 500}) EXPECT_FALSE(otlp->retryable(status)) << status;
     EXPECT_EQ(otlp->refused(""), "");  // an empty response: full success
 
-    const std::vector<OtlpAttribute> res =
-        otlp_resource({{"service_name", "shop"}, {"os_pid", "1234"}, {"ns_pid", ""}, {"node", "a@h"}, {"env", "prod"}});
+    const std::vector<OtlpAttribute> res = otlp_resource(
+        {{"service_name", "shop"}, {"os_pid", "1234"}, {"ns_pid", ""}, {"node", "a@h"}, {"env", "prod"}});
     const std::vector<OtlpAttribute> want{{"process.runtime.name", std::string("BEAM")},
                                           {"service.name", std::string("shop")},
                                           {"process.pid", int64_t{1234}},
@@ -442,17 +457,40 @@ TEST(AgentConfig, FileAndErrors) {
 // Every setting of the table is an option and a key of the file, and both set it alike.
 TEST(AgentConfig, EverySettingFromTheCommandLineAndTheFile) {
     // A value each setting takes. A setting added to the table without one fails here.
-    const std::map<std::string, std::string> values{
-        {"every", "30"}, {"frequency", "49"}, {"events", "cpu,alloc"}, {"alloc-period", "4096"},
-        {"native-depth", "8"}, {"unwind-rows", "131072"}, {"output", "/tmp/bb-profiles"},
-        {"output-group", "adm"}, {"retention", "5"}, {"retention-bytes", "2000000"}, {"retention-age", "600"},
-        {"push", "http://p:4040"}, {"push-auth", "/etc/p.auth"}, {"push-tenant", "t1"},
-        {"push-headers-file", "/etc/p.headers"}, {"otlp", "http://c:4318"}, {"otlp-auth", "/etc/o.auth"},
-        {"otlp-headers-file", "/etc/o.headers"}, {"otlp-header", "X-Api-Key: k"}, {"ca-file", "/etc/ca.pem"},
-        {"client-cert", "/etc/c.pem"}, {"client-key", "/etc/c.key"}, {"queue-bytes", "1000"},
-        {"max-backoff", "5"}, {"push-tries", "3"}, {"push-max-age", "60"}, {"match", "rabbit"},
-        {"stats", "/tmp/bb-stats.json"}, {"metrics", "0"}, {"host", "h1"}, {"service", "shop"},
-        {"target-names", "false"}, {"process-labels", "registered"}, {"process-label-cap", "7"}};
+    const std::map<std::string, std::string> values{{"every", "30"},
+                                                    {"frequency", "49"},
+                                                    {"events", "cpu,alloc"},
+                                                    {"alloc-period", "4096"},
+                                                    {"native-depth", "8"},
+                                                    {"unwind-rows", "131072"},
+                                                    {"output", "/tmp/bb-profiles"},
+                                                    {"output-group", "adm"},
+                                                    {"retention", "5"},
+                                                    {"retention-bytes", "2000000"},
+                                                    {"retention-age", "600"},
+                                                    {"push", "http://p:4040"},
+                                                    {"push-auth", "/etc/p.auth"},
+                                                    {"push-tenant", "t1"},
+                                                    {"push-headers-file", "/etc/p.headers"},
+                                                    {"otlp", "http://c:4318"},
+                                                    {"otlp-auth", "/etc/o.auth"},
+                                                    {"otlp-headers-file", "/etc/o.headers"},
+                                                    {"otlp-header", "X-Api-Key: k"},
+                                                    {"ca-file", "/etc/ca.pem"},
+                                                    {"client-cert", "/etc/c.pem"},
+                                                    {"client-key", "/etc/c.key"},
+                                                    {"queue-bytes", "1000"},
+                                                    {"max-backoff", "5"},
+                                                    {"push-tries", "3"},
+                                                    {"push-max-age", "60"},
+                                                    {"match", "rabbit"},
+                                                    {"stats", "/tmp/bb-stats.json"},
+                                                    {"metrics", "0"},
+                                                    {"host", "h1"},
+                                                    {"service", "shop"},
+                                                    {"target-names", "false"},
+                                                    {"process-labels", "registered"},
+                                                    {"process-label-cap", "7"}};
     std::vector<std::string> args{"beam-bpf-agent"};
     std::string file;
     std::set<std::string> keys;

@@ -147,10 +147,12 @@ TEST(Aggregate, ErlangFirstChargesNativeTimeToItsCaller) {
               "  10.0    10.0  [gc]\n"
               "   0.0    90.0  m:root/0\n"
               "\n"
-              " SELF%  TOTAL%  NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)\n"
+              " SELF%  TOTAL%  NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with "
+              "them)\n"
               "  70.0    70.0  memcpy\n");
     bb::write_top(f.profile(a), flat, {.rows = 20, .flat = true});
-    EXPECT_EQ(flat.str().substr(0, flat.str().find('\n', 26) + 1), " SELF%  TOTAL%  FUNCTION\n  70.0    70.0  memcpy\n");
+    EXPECT_EQ(flat.str().substr(0, flat.str().find('\n', 26) + 1),
+              " SELF%  TOTAL%  FUNCTION\n  70.0    70.0  memcpy\n");
 }
 
 // A scheduler with no process in its loop: the JIT's shared code (global::process_main) is VM
@@ -204,7 +206,7 @@ TEST(AllocStrata, EachHeapScaledToItsExactWords) {
     // B's heap: a message copied in by A (the writer keeps the stack), 50 exact words.
     s.exact(b_pid, 50);
     s.sample(b_pid, std::vector<uint32_t>{f.root, f.native}, 100, {a_pid, 1});
-    s.exact(c_pid, 70);                                               // no sample
+    s.exact(c_pid, 70);                                                      // no sample
     s.sample(d_pid, std::vector<uint32_t>{f.root, f.leaf}, 30, {d_pid, 2});  // no exact words yet
     EXPECT_FALSE(s.empty());
     Aggregator agg;
@@ -262,7 +264,8 @@ TEST(Names, ElixirModulesAsElixirWritesThem) {
     const auto& header = nice.function(nice.erlang("Elixir.Enum::codeHeader", "Elixir.Enum", nullptr, 0, 0));
     EXPECT_EQ(header.name, "Enum::codeHeader");
     EXPECT_EQ(header.kind, FrameKind::vm);
-    EXPECT_EQ(nice.function(nice.erlang("global::call_nif_shared", "global", nullptr, 0, 0)).name, "global::call_nif_shared");
+    EXPECT_EQ(nice.function(nice.erlang("global::call_nif_shared", "global", nullptr, 0, 0)).name,
+              "global::call_nif_shared");
 }
 
 TEST(PidTerm, FormatAndParseRoundTripPerRelease) {

@@ -21,8 +21,8 @@ constexpr const char* kStrippedVm = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp";
 class TempFile {
 public:
     explicit TempFile(const std::string& contents) {
-        dir_ = fs::temp_directory_path() / ("elf_file_test." + std::to_string(::getpid()) + "." +
-                                            std::to_string(counter_++));
+        dir_ = fs::temp_directory_path() /
+               ("elf_file_test." + std::to_string(::getpid()) + "." + std::to_string(counter_++));
         fs::create_directories(dir_);
         std::ofstream(path()).write(contents.data(), std::streamsize(contents.size()));
     }
@@ -63,7 +63,7 @@ TEST(ElfFile, StrippedDistributionVm) {
     EXPECT_EQ(elf.path(), kStrippedVm);
     EXPECT_EQ(elf.build_id(), "94bcd90b66fca38e41e627fa3a2ec089b2e498be");
     EXPECT_FALSE(elf.has_debug_info());
-    EXPECT_EQ(elf.first_load_vaddr(), 0u);  // PIE
+    EXPECT_EQ(elf.first_load_vaddr(), 0u);   // PIE
     EXPECT_GT(elf.symbols().size(), 4000u);  // .dynsym only
 
     auto gc = elf.find("erts_garbage_collect_nobump");
@@ -102,7 +102,8 @@ TEST(ElfFile, EqualSymbolsHeldOnce) {
 // ("pthread_getspecific@@GLIBC_2.34", 315 of them): named as the source names them.
 TEST(ElfFile, SymbolVersionsAreNotPartOfNames) {
     ElfFile libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6");
-    const std::string path = "/usr/lib/debug/.build-id/" + libc.build_id().substr(0, 2) + "/" + libc.build_id().substr(2) + ".debug";
+    const std::string path = "/usr/lib/debug/.build-id/" + libc.build_id().substr(0, 2) + "/" +
+                             libc.build_id().substr(2) + ".debug";
     ASSERT_TRUE(fs::exists(path)) << path << " (libc6-dbg)";
     ElfFile debug = read_elf(path);
     size_t versioned = 0;
@@ -168,13 +169,12 @@ TEST(ElfFile, EmptyAndGarbageFiles) {
 TEST(ElfFile, TruncatedAndCorruptedElfNeverCrash) {
     const std::string source = fs::exists(kStrippedVm) ? kStrippedVm : "/proc/self/exe";
     const std::string whole = slurp(fs::canonical(source));
-    for (size_t len : {size_t(4), size_t(52), size_t(64), size_t(200), size_t(4096),
-                       size_t(1) << 20, whole.size() / 2, whole.size() - 1}) {
+    for (size_t len : {size_t(4), size_t(52), size_t(64), size_t(200), size_t(4096), size_t(1) << 20, whole.size() / 2,
+                       whole.size() - 1}) {
         TempFile cut(whole.substr(0, len));
         if (auto elf = ElfFile::open(cut.path()))
             for (const auto& s : elf->symbols()) EXPECT_FALSE(s.name.empty());
-        else
-            EXPECT_EQ(elf.error().find('\n'), std::string::npos);
+        else EXPECT_EQ(elf.error().find('\n'), std::string::npos);
     }
     // Flip bytes where the sizes and offsets libelf trusts are: the ELF header, the program
     // headers after it, and the section headers at e_shoff. This binary is the smaller victim.

@@ -42,8 +42,7 @@ public:
 };
 
 // struct debug_info{header=1, module_info} followed by range_info/line_info records.
-Bytes module_symfile(uint64_t base, uint32_t code_size, const std::string& name,
-                     const std::vector<TestRange>& ranges) {
+Bytes module_symfile(uint64_t base, uint32_t code_size, const std::string& name, const std::vector<TestRange>& ranges) {
     Writer w;
     w.put<uint32_t>(1);
     w.zeros(4);
@@ -91,8 +90,7 @@ Bytes lists_symfile() {
     return module_symfile(kBase, 0x400, "lists",
                           {{0x0, 0x40, "lists::codeHeader", {}},
                            {0x40, 0x60, "lists:foldl/3-CodeInfoPrologue", {}},
-                           {0x60, 0x200, "lists:foldl/3",
-                            {{0x60, 1260, "lists.erl"}, {0x100, 1262, "lists.erl"}}}});
+                           {0x60, 0x200, "lists:foldl/3", {{0x60, 1260, "lists.erl"}, {0x100, 1262, "lists.erl"}}}});
 }
 
 // Every successfully parsed module must satisfy what lookups rely on.
@@ -220,15 +218,14 @@ TEST(JitSymfile, WrongKindFails) {
 }
 
 TEST(JitSymfile, BadRangesAreDroppedAndTheRestSorted) {
-    auto m = bb::parse_module_symfile(
-        module_symfile(kBase, 0x100, "m",
-                       {{0x80, 0x90, "m:late/0", {}},
-                        {0x10, 0x40, "m:a/0", {}},
-                        {0x30, 0x50, "m:overlaps_a/0", {}},  // starts inside m:a/0
-                        {0x60, 0x50, "m:inverted/0", {}},
-                        {0x50, 0x50, "m::codeFooter", {}},   // empty
-                        {0xF0, 0x101, "m:past_code/0", {}},
-                        {0x40, 0x50, "m:b/0", {}}}));
+    auto m = bb::parse_module_symfile(module_symfile(kBase, 0x100, "m",
+                                                     {{0x80, 0x90, "m:late/0", {}},
+                                                      {0x10, 0x40, "m:a/0", {}},
+                                                      {0x30, 0x50, "m:overlaps_a/0", {}},  // starts inside m:a/0
+                                                      {0x60, 0x50, "m:inverted/0", {}},
+                                                      {0x50, 0x50, "m::codeFooter", {}},  // empty
+                                                      {0xF0, 0x101, "m:past_code/0", {}},
+                                                      {0x40, 0x50, "m:b/0", {}}}));
     ASSERT_TRUE(m) << m.error();
     std::vector<std::string> names;
     for (const auto& r : m->module.ranges) names.push_back(r.name);
@@ -597,8 +594,7 @@ TEST_F(JitIndex, CodeEventsGiveExactInstants) {
 // that has loaded thousands of modules costs a read per new one, and a walk is not torn by
 // loads during it.
 TEST_F(JitIndex, NeverUnlinkingListIsWalkedIncrementally) {
-    for (int i = 0; i < 50; i++)
-        vm.register_symfile(one_function("m" + std::to_string(i), "f/0", kCode + 0x1000 * i));
+    for (int i = 0; i < 50; i++) vm.register_symfile(one_function("m" + std::to_string(i), "f/0", kCode + 0x1000 * i));
     bb::JitCodeIndex idx(mem, vm.descriptor(), true, no_clock);
     ASSERT_TRUE(idx.refresh(100).ok);
     EXPECT_EQ(idx.module_count(), 50u);

@@ -21,8 +21,7 @@ namespace {
 using bb::VmOffsets;
 
 constexpr const char* kDebianBuildId = "94bcd90b66fca38e41e627fa3a2ec089b2e498be";
-constexpr const char* kDebugVm =
-    "/var/tmp/beam-bpf-otp/erlang-25.2.3+dfsg/bin/x86_64-pc-linux-gnu/beam.smp";
+constexpr const char* kDebugVm = "/var/tmp/beam-bpf-otp/erlang-25.2.3+dfsg/bin/x86_64-pc-linux-gnu/beam.smp";
 // scripts/build-test-vms.sh keeps the unstripped OTP 27 builds here before stripping.
 constexpr const char* kDebugVm27 = "/var/tmp/beam-bpf-otp27/debug/beam.smp";
 constexpr const char* kDebugVm27Lcnt = "/var/tmp/beam-bpf-otp27/debug/beam.lcnt.smp";
@@ -201,7 +200,8 @@ TEST(OffsetsFromDwarf, FixtureStructsInThisBinary) {
 }
 
 TEST(OffsetsFromDwarf, StrippedVmSaysWhatIsMissing) {
-    ASSERT_TRUE(std::filesystem::exists(kStrippedVm)) << kStrippedVm << " is not installed (scripts/setup.sh installs erlang-base)";
+    ASSERT_TRUE(std::filesystem::exists(kStrippedVm))
+        << kStrippedVm << " is not installed (scripts/setup.sh installs erlang-base)";
     auto r = bb::offsets_from_dwarf(kStrippedVm);
     EXPECT_FALSE(r);
     const std::string& err = r.error();
@@ -224,8 +224,8 @@ class ShippedTable : public ::testing::TestWithParam<std::tuple<const char*, con
 
 TEST_P(ShippedTable, MatchesDwarfOfItsBuild) {
     auto [path, release, features] = GetParam();
-    ASSERT_TRUE(std::filesystem::exists(path)) << "no -g VM build at " << path
-                                               << " (scripts/build-debug-vm.sh and build-test-vms.sh make them)";
+    ASSERT_TRUE(std::filesystem::exists(path))
+        << "no -g VM build at " << path << " (scripts/build-debug-vm.sh and build-test-vms.sh make them)";
     auto from_dwarf = bb::offsets_from_dwarf(path);
     ASSERT_TRUE(from_dwarf) << from_dwarf.error();
     auto builtin = bb::builtin_offsets(release, features, "");

@@ -38,15 +38,17 @@ TEST(Otlp, DictionaryFrameTypesMergedSamplesAndEscapedText) {
 
     const pb::ProfilesDictionary& d = req.dictionary();
     EXPECT_EQ(d.string_table(0), "");
-    EXPECT_EQ(d.mapping_table(0).ByteSizeLong() + d.location_table(0).ByteSizeLong() + d.function_table(0).ByteSizeLong() +
-                  d.attribute_table(0).ByteSizeLong() + d.stack_table(0).ByteSizeLong(),
+    EXPECT_EQ(d.mapping_table(0).ByteSizeLong() + d.location_table(0).ByteSizeLong() +
+                  d.function_table(0).ByteSizeLong() + d.attribute_table(0).ByteSizeLong() +
+                  d.stack_table(0).ByteSizeLong(),
               0u);
     EXPECT_EQ(d.link_table(0).trace_id(), std::string(16, '\0'));
     EXPECT_EQ(d.link_table(0).span_id(), std::string(8, '\0'));
     auto str = [&](int32_t i) { return d.string_table(i); };
     auto attrs = [&](const auto& indices) {
         std::map<std::string, std::string> out;
-        for (int32_t i : indices) out[str(d.attribute_table(i).key_strindex())] = d.attribute_table(i).value().string_value();
+        for (int32_t i : indices)
+            out[str(d.attribute_table(i).key_strindex())] = d.attribute_table(i).value().string_value();
         return out;
     };
     // A stack's frames, leaf first, as "name:type".
@@ -75,8 +77,9 @@ TEST(Otlp, DictionaryFrameTypesMergedSamplesAndEscapedText) {
     EXPECT_EQ(prof.samples(0).values(0), 5 * 1'001'001);
     EXPECT_EQ(frames(prof.samples(0).stack_index()), (std::vector<std::string>{"memcpy:native", "lists:foldl/3:beam"}));
     EXPECT_EQ(attrs(prof.samples(0).attribute_indices()),
-              (std::map<std::string, std::string>{
-                  {"beam.process.pid", "<0.85.0>"}, {"beam.process.name", "my_worker"}, {"thread.name", "scheduler 1"}}));
+              (std::map<std::string, std::string>{{"beam.process.pid", "<0.85.0>"},
+                                                  {"beam.process.name", "my_worker"},
+                                                  {"thread.name", "scheduler 1"}}));
     EXPECT_EQ(frames(prof.samples(1).stack_index()),
               (std::vector<std::string>{"do_syscall_64:kernel", "[gc]:beam", "lists:foldl/3:beam"}));
     EXPECT_TRUE(prof.samples(1).attribute_indices().empty());

@@ -13,7 +13,8 @@ namespace {
 
 bb::Profile two_stacks() {
     bb::Profile p;
-    p.functions = {{bb::FrameKind::erlang, "MyApp.run/1", "'Elixir.MyApp':run/1", "lib/my_app.ex", 3, "[JIT] Elixir.MyApp"},
+    p.functions = {{bb::FrameKind::erlang, "MyApp.run/1", "'Elixir.MyApp':run/1", "lib/my_app.ex", 3,
+                    "[JIT] Elixir.MyApp"},
                    {bb::FrameKind::erlang, "lists:foldl/3", "lists:foldl/3", "lists.erl", 1260, "[JIT] lists"},
                    {bb::FrameKind::native, "memcpy", "memcpy", "", 0, "libc.so.6"}};
     p.locations = {{0, 4}, {1, 1263}, {2, 0}};
@@ -56,7 +57,8 @@ TEST(Pprof, TablesReferToEachOther) {
     EXPECT_EQ(str(fn.filename()), "lists.erl");
     EXPECT_EQ(fn.start_line(), 1260);
     EXPECT_EQ(str(pp.mapping(static_cast<int>(leaf.mapping_id() - 1)).filename()), "[JIT] lists");
-    const auto& caller = pp.function(static_cast<int>(pp.location(static_cast<int>(s.location_id(1) - 1)).line(0).function_id() - 1));
+    const auto& caller = pp.function(
+        static_cast<int>(pp.location(static_cast<int>(s.location_id(1) - 1)).line(0).function_id() - 1));
     EXPECT_EQ(str(caller.name()), "MyApp.run/1");
     EXPECT_EQ(str(caller.system_name()), "'Elixir.MyApp':run/1");
     ASSERT_EQ(s.value_size(), 2);
@@ -64,7 +66,9 @@ TEST(Pprof, TablesReferToEachOther) {
     EXPECT_EQ(s.value(1), 7 * 1'001'001);
     std::map<std::string, std::string> labels;
     for (const auto& l : s.label()) labels[str(l.key())] = str(l.str());
-    EXPECT_EQ(labels, (std::map<std::string, std::string>{{"pid", "<0.85.0>"}, {"process", "my_worker"}, {"scheduler", "scheduler 1"}}));
+    EXPECT_EQ(labels, (std::map<std::string, std::string>{{"pid", "<0.85.0>"},
+                                                          {"process", "my_worker"},
+                                                          {"scheduler", "scheduler 1"}}));
     EXPECT_EQ(pp.sample(1).label_size(), 1);  // no process: the scheduler only
 }
 

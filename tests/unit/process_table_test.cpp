@@ -53,9 +53,10 @@ TEST(ProcessTable, LiveProcess) {
 TEST(ProcessTable, StatusAsTheVmNamesIt) {
     Copy c;
     const std::pair<uint32_t, const char*> cases[] = {
-        {1u << 11, "exiting"},      {1u << 17 | 1u << 15, "garbage_collecting"}, {1u << 16, "suspended"},
-        {1u << 15, "running"},      {1u << 29, "running"},                        {1u << 13, "runnable"},
-        {1u << 20, "runnable"},     {0, "waiting"}};
+        {1u << 11, "exiting"},   {1u << 17 | 1u << 15, "garbage_collecting"},
+        {1u << 16, "suspended"}, {1u << 15, "running"},
+        {1u << 29, "running"},   {1u << 13, "runnable"},
+        {1u << 20, "runnable"},  {0, "waiting"}};
     for (auto [state, status] : cases) {
         c.set32(c.o.proc_state, state);
         auto e = c.parse();

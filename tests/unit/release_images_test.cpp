@@ -90,9 +90,7 @@ struct AtomImage {
         Image::put<int32_t>(table + o.itab_entries, entries);
         return atom_term(ix);
     }
-    std::optional<std::string> text(uint64_t term) const {
-        return read_atom_text(img.mem(), o, rel, table, term);
-    }
+    std::optional<std::string> text(uint64_t term) const { return read_atom_text(img.mem(), o, rel, table, term); }
     uint64_t atom_address(uint64_t ix) const { return *reinterpret_cast<uint64_t*>(pages[ix >> 10] + 8 * (ix & 1023)); }
 };
 
@@ -135,8 +133,8 @@ TEST_P(ReleaseImages, AtomText) {
     EXPECT_EQ(atoms.text(init), "init");
     EXPECT_EQ(atoms.text(repo), "Elixir.MyApp.Repo");  // on the second page
     EXPECT_EQ(atoms.text(empty), "");
-    EXPECT_EQ(atoms.text(eight), "12345678");  // a whole word, no padding
-    EXPECT_EQ(atoms.text(utf8), long_utf8);  // from 28 a sub-binary: over 64 bytes
+    EXPECT_EQ(atoms.text(eight), "12345678");   // a whole word, no padding
+    EXPECT_EQ(atoms.text(utf8), long_utf8);     // from 28 a sub-binary: over 64 bytes
     EXPECT_FALSE(atoms.text(atom_term(1501)));  // past the table's entries
     EXPECT_FALSE(atoms.text(0x3f));             // not an atom
     EXPECT_FALSE(read_atom_text(img.mem(), o, rel, 0, init));

@@ -18,8 +18,9 @@ std::string in_binary(const std::string& version) {
 }
 
 TEST(VmBuild, Otp25DebianString) {
-    auto b = parse(in_binary("Erlang/OTP 25%s [erts-13.1.5] [source] [64-bit] [smp:%beu:%beu] "
-                             "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s]"));
+    auto b = parse(
+        in_binary("Erlang/OTP 25%s [erts-13.1.5] [source] [64-bit] [smp:%beu:%beu] "
+                  "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s]"));
     ASSERT_TRUE(b);
     EXPECT_EQ(b->otp_release, 25);
     EXPECT_EQ(b->erts_version, "13.1.5");
@@ -31,17 +32,19 @@ TEST(VmBuild, Otp25DebianString) {
 }
 
 TEST(VmBuild, FeaturesThatMoveFieldsAreKeptSorted) {
-    auto b = parse(in_binary("Erlang/OTP 27%s [erts-15.2.7] [source] [64-bit] [smp:%beu:%beu] "
-                             "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s] [lock-counting] [dtrace] "
-                             "[frame-pointer]"));
+    auto b = parse(
+        in_binary("Erlang/OTP 27%s [erts-15.2.7] [source] [64-bit] [smp:%beu:%beu] "
+                  "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s] [lock-counting] [dtrace] "
+                  "[frame-pointer]"));
     ASSERT_TRUE(b);
     EXPECT_EQ(b->otp_release, 27);
     EXPECT_EQ(b->features, "dtrace,lock-counting");  // [frame-pointer] moves nothing
 }
 
 TEST(VmBuild, InterpreterHasNoJitTag) {
-    auto b = parse(in_binary("Erlang/OTP 26%s [erts-14.2] [source] [64-bit] [smp:%beu:%beu] "
-                             "[ds:%beu:%beu:%beu] [async-threads:%d]"));
+    auto b = parse(
+        in_binary("Erlang/OTP 26%s [erts-14.2] [source] [64-bit] [smp:%beu:%beu] "
+                  "[ds:%beu:%beu:%beu] [async-threads:%d]"));
     ASSERT_TRUE(b);
     EXPECT_EQ(b->flavor, "emu");
     EXPECT_FALSE(b->native_stack);
@@ -67,8 +70,8 @@ TEST(VmBuild, GarbageNeverCrashes) {
     EXPECT_FALSE(parse(""));
     EXPECT_FALSE(parse("Erlang/OTP "));
     EXPECT_FALSE(parse("Erlang/OTP 27%s [erts-"));
-    EXPECT_FALSE(parse("Erlang/OTP 27%s [source]"));  // no erts version
-    EXPECT_FALSE(parse("Erlang/OTP 27 [erts-15.2]"));   // not the format string
+    EXPECT_FALSE(parse("Erlang/OTP 27%s [source]"));   // no erts version
+    EXPECT_FALSE(parse("Erlang/OTP 27 [erts-15.2]"));  // not the format string
     std::mt19937 rng(7);
     const std::string good = "Erlang/OTP 27%s [erts-15.2.7] [64-bit] [jit:ns%s]";
     for (int round = 0; round < 5000; round++) {

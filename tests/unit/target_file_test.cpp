@@ -85,8 +85,9 @@ TEST(TargetFile, ExecutableFoundByItsInode) {
 // The version string is found across the boundary of two 1 MiB reads, and not past the cap.
 TEST(TargetFile, VersionScanIsChunkedAndBounded) {
     TempDir dir;
-    const std::string version = "Erlang/OTP 25%s [erts-13.1.5] [source] [64-bit] [smp:%beu:%beu] "
-                                "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s]";
+    const std::string version =
+        "Erlang/OTP 25%s [erts-13.1.5] [source] [64-bit] [smp:%beu:%beu] "
+        "[ds:%beu:%beu:%beu] [async-threads:%d] [jit:ns%s]";
     std::string bytes(3u << 20, '\0');
     const size_t at = (1u << 20) - 40;  // starts in the first read, ends in the second
     bytes.replace(at, version.size(), version);

@@ -110,14 +110,14 @@ TEST(Terms, LongAndDeepAndCyclicTermsStop) {
     auto looped = text(h.source(), cell, {.max_chars = 1000});
     ASSERT_TRUE(looped);
     EXPECT_TRUE(looped->starts_with("[1,1,1,") && looped->ends_with("...")) << *looped;  // out of reads
-    EXPECT_FALSE(flat_size(h.source(), cell, 10000));  // endless: over the budget
+    EXPECT_FALSE(flat_size(h.source(), cell, 10000));                                    // endless: over the budget
 }
 
 TEST(Terms, UnreadableOrMalformedIsNothing) {
     Heap h;
     EXPECT_EQ(text(h.source(), kBase + 8 * 1000 + 2), std::nullopt);  // boxed, outside memory
-    EXPECT_EQ(text(h.source(), 99ull << 6 | 0x0b), std::nullopt);    // an atom the table lacks
-    h.words.push_back(0x3);                                          // a header with bad tag bits
+    EXPECT_EQ(text(h.source(), 99ull << 6 | 0x0b), std::nullopt);     // an atom the table lacks
+    h.words.push_back(0x3);                                           // a header with bad tag bits
     EXPECT_EQ(text(h.source(), kBase + 2), std::nullopt);
 }
 

@@ -43,25 +43,33 @@ TEST(Text, ControlCharactersAsIoLibPrintsThem) {
     EXPECT_EQ(printable(std::string("x\0y", 3)), "x\\000y");
     EXPECT_EQ(printable("\x01\x1f"), "\\001\\037");
     // U+009B, CSI to a UTF-8 terminal, and the other C1 controls: octal, as io_lib does (< 160).
-    EXPECT_EQ(printable("\xc2\x9b" "2J"), "\\2332J");
+    EXPECT_EQ(printable("\xc2\x9b"
+                        "2J"),
+              "\\2332J");
     EXPECT_EQ(printable("\xc2\x80\xc2\x9f"), "\\200\\237");
     // U+00A0 and up print as themselves.
     EXPECT_EQ(printable("\xc2\xa0"), "\xc2\xa0");
 }
 
 TEST(Text, BidiControlsEscaped) {
-    EXPECT_EQ(printable("abc\xe2\x80\xae" "fed"), "abc\\x{202E}fed");
+    EXPECT_EQ(printable("abc\xe2\x80\xae"
+                        "fed"),
+              "abc\\x{202E}fed");
     EXPECT_EQ(printable("\xe2\x81\xa6"), "\\x{2066}");
     EXPECT_EQ(printable("\xe2\x80\xa9"), "\xe2\x80\xa9");  // a paragraph separator is not one
 }
 
 TEST(Text, InvalidUtf8ByteByByte) {
-    EXPECT_EQ(printable("a\xff" "b"), "a\\x{FF}b");
-    EXPECT_EQ(printable("\xc3"), "\\x{C3}");                     // cut short
-    EXPECT_EQ(printable("\xc0\xaf"), "\\x{C0}\\x{AF}");          // overlong '/'
-    EXPECT_EQ(printable("\xed\xa0\x80"), "\\x{ED}\\x{A0}\\x{80}");  // a surrogate
+    EXPECT_EQ(printable("a\xff"
+                        "b"),
+              "a\\x{FF}b");
+    EXPECT_EQ(printable("\xc3"), "\\x{C3}");                                   // cut short
+    EXPECT_EQ(printable("\xc0\xaf"), "\\x{C0}\\x{AF}");                        // overlong '/'
+    EXPECT_EQ(printable("\xed\xa0\x80"), "\\x{ED}\\x{A0}\\x{80}");             // a surrogate
     EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\x{F4}\\x{90}\\x{80}\\x{80}");  // past U+10FFFF
-    EXPECT_EQ(printable("\xe2\x82" "A"), "\\x{E2}\\x{82}A");
+    EXPECT_EQ(printable("\xe2\x82"
+                        "A"),
+              "\\x{E2}\\x{82}A");
     EXPECT_FALSE(is_printable("\xff"));
 }
 

@@ -28,7 +28,8 @@ struct MemoryWriter : UnwindStore::Writer {
 // A table of `n` rows whose rules depend on `seed`, and n / 4 + 1 buckets.
 std::shared_ptr<const UnwindTable> table(uint32_t n, uint16_t seed) {
     auto t = std::make_shared<UnwindTable>();
-    for (uint32_t i = 0; i < n; i++) t->rows.push_back({0x1000 + 16 * i, BB_CFA_RSP, 0, static_cast<uint16_t>(seed + i)});
+    for (uint32_t i = 0; i < n; i++)
+        t->rows.push_back({0x1000 + 16 * i, BB_CFA_RSP, 0, static_cast<uint16_t>(seed + i)});
     for (uint32_t i = 0; i <= n / 4; i++) t->buckets.push_back(4 * i);
     return t;
 }

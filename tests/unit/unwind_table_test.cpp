@@ -46,8 +46,7 @@ std::map<uint64_t, std::vector<std::string>> cfa_expressions(const std::string& 
     while (std::getline(in, line)) {
         if (size_t pc = line.find(" FDE "); pc != std::string::npos && line.find("pc=") != std::string::npos)
             fde = std::stoull(line.substr(line.find("pc=") + 3, 16), nullptr, 16);
-        else if (line.find(" CIE") != std::string::npos)
-            fde = ~0ull;
+        else if (line.find(" CIE") != std::string::npos) fde = ~0ull;
         else if (size_t at = line.find("DW_CFA_def_cfa_expression ("); at != std::string::npos && fde != ~0ull)
             out[fde].push_back(line.substr(at + 27, line.rfind(')') - at - 27));
     }
@@ -131,9 +130,9 @@ size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullpt
         std::string ra = col["ra"];
         if (ra == "u") want_rule = BB_CFA_END;
         else if (ra != "c-8") want_rule = BB_CFA_BAD;
-        bool same = r->cfa_rule == want_rule &&
-                    (want_rule != BB_CFA_RSP && want_rule != BB_CFA_RBP ? true
-                                                                        : 8 * r->cfa_words == want_off && r->rbp_slot == want_slot);
+        bool same = r->cfa_rule == want_rule && (want_rule != BB_CFA_RSP && want_rule != BB_CFA_RBP
+                                                     ? true
+                                                     : 8 * r->cfa_words == want_off && r->rbp_slot == want_slot);
         if (cfa == "exp" && ra == "c-8" && exprs.count(fde_start)) {
             bool followed = false, offset_listed = false;
             for (const auto& e : exprs.at(fde_start)) {
@@ -156,12 +155,13 @@ size_t compare_with_readelf(const std::string& path, size_t* deref_rows = nullpt
             }
         }
         // A register rule readelf prints for rbp that the table cannot follow makes the row BAD.
-        if (!same && r->cfa_rule == BB_CFA_BAD && col.count("rbp") && col["rbp"] != "u" && !col["rbp"].starts_with("c-"))
+        if (!same && r->cfa_rule == BB_CFA_BAD && col.count("rbp") && col["rbp"] != "u" &&
+            !col["rbp"].starts_with("c-"))
             same = true;
         if (!same && mismatches++ < 5)
-            ADD_FAILURE() << path << " at " << std::hex << loc << ": readelf says CFA " << cfa << " rbp "
-                          << col["rbp"] << " ra " << ra << "; table has rule " << std::dec << int(r->cfa_rule)
-                          << " offset " << 8 * r->cfa_words << " rbp slot " << int(r->rbp_slot);
+            ADD_FAILURE() << path << " at " << std::hex << loc << ": readelf says CFA " << cfa << " rbp " << col["rbp"]
+                          << " ra " << ra << "; table has rule " << std::dec << int(r->cfa_rule) << " offset "
+                          << 8 * r->cfa_words << " rbp slot " << int(r->rbp_slot);
     }
     EXPECT_EQ(mismatches, 0u) << path;
     return compared;

@@ -58,12 +58,9 @@ std::string dir_safe(const std::string& s) {
 // A store's pusher after a reload: started, reconfigured, or stopped (dropping what it held:
 // said in the reload line).
 void reload_pusher(std::unique_ptr<Pusher>& p, const PushConfig& cfg, std::unique_ptr<PushProtocol> (*protocol)()) {
-    if (cfg.url.empty())
-        p.reset();
-    else if (p)
-        p->reconfigure(cfg);
-    else
-        p = std::make_unique<Pusher>(protocol(), cfg);
+    if (cfg.url.empty()) p.reset();
+    else if (p) p->reconfigure(cfg);
+    else p = std::make_unique<Pusher>(protocol(), cfg);
 }
 
 Retention retention_of(const AgentConfig& c) { return {c.retention, c.retention_bytes, c.retention_age_s}; }
@@ -79,7 +76,8 @@ uint64_t rss_kib() {
 
 std::string service_name(const AgentConfig& cfg, const VmLabels& l, std::string* source) {
     if (source) source->clear();
-    if (auto it = cfg.service_by_node.find(l.node); !l.node.empty() && it != cfg.service_by_node.end()) return it->second;
+    if (auto it = cfg.service_by_node.find(l.node); !l.node.empty() && it != cfg.service_by_node.end())
+        return it->second;
     if (!cfg.service.empty()) return cfg.service;
     // Any local user can start a beam.smp that calls itself anything: a name the target chose is
     // used only if allowed, and says where it came from.
@@ -91,7 +89,8 @@ std::string service_name(const AgentConfig& cfg, const VmLabels& l, std::string*
 }
 
 std::unordered_map<uint64_t, std::string> registered_labels(const std::unordered_map<uint64_t, uint64_t>& samples,
-                                                            const std::function<std::string(uint64_t)>& name, size_t cap) {
+                                                            const std::function<std::string(uint64_t)>& name,
+                                                            size_t cap) {
     std::map<std::string, uint64_t> by_name;
     for (const auto& [pid, n] : samples)
         if (std::string text = name(pid); !text.empty()) by_name[text] += n;
@@ -121,8 +120,7 @@ VmLabelSets label_sets(const VmLabels& l, const std::string& service, const std:
                   // A Deployment's pods are renamed at each restart, their namespace is not.
                   {"k8s_namespace", l.pod_namespace}};
     for (const auto& kv : configured) out.series.push_back(kv);
-    for (const auto& [k, v] : out.series)
-        out.resource.emplace_back(k == "k8s_namespace" ? "k8s.namespace.name" : k, v);
+    for (const auto& [k, v] : out.series) out.resource.emplace_back(k == "k8s_namespace" ? "k8s.namespace.name" : k, v);
     // Keys otlp_resource maps to the semantic conventions' names, or already those names.
     const Labels per_restart{{"os_pid", std::to_string(os_pid)},
                              {"ns_pid", ns_pid && ns_pid != os_pid ? std::to_string(ns_pid) : ""},
@@ -275,7 +273,8 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
                                 l.pod_name.empty() && l.pod_uid.empty()
                                     ? ""
                                     : fmt::format(", pod {}/{} ({})", l.pod_namespace.empty() ? "-" : l.pod_namespace,
-                                                  l.pod_name.empty() ? "-" : l.pod_name, l.pod_uid.empty() ? "-" : l.pod_uid),
+                                                  l.pod_name.empty() ? "-" : l.pod_name,
+                                                  l.pod_uid.empty() ? "-" : l.pod_uid),
                                 describe_event(f->o)),
                     &shared_);
     } catch (const std::exception& e) {
@@ -316,7 +315,8 @@ void Agent::attach_alloc(Followed& f) {
     } catch (const std::exception& e) {
         size_t with = 0;  // a debug register of every CPU each
         for (const auto& [pid, g] : vms_) with += g->alloc != nullptr;
-        log(fmt::format("pid {}: no allocation profile ({} VMs have one): {}", f.proc.pid, with, clean(e.what(), 1024)));
+        log(fmt::format("pid {}: no allocation profile ({} VMs have one): {}", f.proc.pid, with,
+                        clean(e.what(), 1024)));
         return;
     }
     f.alloc = std::move(a);
@@ -346,10 +346,8 @@ void Agent::drain() {
             std::chrono::milliseconds(0),
             [&](const bb_record& r) {
                 auto it = vms_.find(static_cast<pid_t>(r.tgid));
-                if (it == vms_.end())
-                    c_.orphaned++;
-                else
-                    it->second->handle(r);
+                if (it == vms_.end()) c_.orphaned++;
+                else it->second->handle(r);
             },
             false);
     for (auto& [pid, f] : vms_) f->drain_alloc();
@@ -386,8 +384,8 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     // of process identity (pid and scheduler labels made a series of nearly every sample).
     std::unordered_map<uint64_t, std::string> process_label;
     if (cfg_.process_labels == "registered") {
-        process_label = registered_labels(f.registered, [&](uint64_t pid) { return f.names->known(pid); },
-                                          cfg_.process_label_cap);
+        process_label = registered_labels(
+            f.registered, [&](uint64_t pid) { return f.names->known(pid); }, cfg_.process_label_cap);
         m.process_text = [&](uint64_t pid) {
             auto it = process_label.find(pid);
             return it == process_label.end() ? std::string("other") : it->second;
@@ -395,8 +393,8 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     }
     Profile prof = agg.profile(s.sym.frames(), m);
 
-    const VmLabelSets sets = label_sets(l, service, source, host_, f.proc.pid, f.proc.ns_pid,
-                                        s.vm.build().otp_release, s.vm.build().erts_version, cfg_.labels);
+    const VmLabelSets sets = label_sets(l, service, source, host_, f.proc.pid, f.proc.ns_pid, s.vm.build().otp_release,
+                                        s.vm.build().erts_version, cfg_.labels);
     FinishedProfile fp;
     fp.kind = kind;
     fp.dir_name = f.dir_name;
@@ -470,7 +468,8 @@ void Agent::apply(AgentConfig cfg) {
     cfg_ = std::move(cfg);
     matcher_ = std::move(matcher);
     host_ = cfg_.host.empty() ? host_ : clean(cfg_.host);
-    log(fmt::format("configuration reloaded{}", kept.empty() ? "" : "; needs a restart to change: " + fmt::format("{}", fmt::join(kept, ", "))));
+    log(fmt::format("configuration reloaded{}",
+                    kept.empty() ? "" : "; needs a restart to change: " + fmt::format("{}", fmt::join(kept, ", "))));
     std::vector<pid_t> unwanted;
     for (const auto& [pid, f] : vms_)
         if (!wanted(f->proc, f->labels)) unwanted.push_back(pid);
@@ -518,12 +517,12 @@ void Agent::write_stats() const {
     };
     // The unwind rows every VM shares (native/unwind_store.hpp); none before the first attach.
     UnwindStore::Stats us = shared_.unwind ? shared_.unwind->store->stats() : UnwindStore::Stats{};
-    j["unwind_store"] = {{"kernel_bytes", us.kernel_bytes()},     {"row_capacity", us.row_capacity},
-                         {"rows_used", us.rows_used},             {"bucket_capacity", us.bucket_capacity},
-                         {"buckets_used", us.buckets_used},       {"regions", us.regions},
-                         {"module_entries", us.shares},           {"tables", us.tables},
-                         {"tables_compiled", us.compiled},        {"tables_reused", us.table_reuses},
-                         {"regions_reused", us.region_reuses},    {"refused", us.refused}};
+    j["unwind_store"] = {{"kernel_bytes", us.kernel_bytes()},  {"row_capacity", us.row_capacity},
+                         {"rows_used", us.rows_used},          {"bucket_capacity", us.bucket_capacity},
+                         {"buckets_used", us.buckets_used},    {"regions", us.regions},
+                         {"module_entries", us.shares},        {"tables", us.tables},
+                         {"tables_compiled", us.compiled},     {"tables_reused", us.table_reuses},
+                         {"regions_reused", us.region_reuses}, {"refused", us.refused}};
     // Each store's counters: Pyroscope's unprefixed (as they were before OTLP), OTLP's "otlp_".
     const std::pair<std::string, const Pusher*> stores[] = {{"", pusher_.get()}, {"otlp_", otlp_.get()}};
     for (const auto& [prefix, pusher] : stores) {
@@ -541,8 +540,9 @@ void Agent::write_stats() const {
         // Prometheus' text format: the same figures, counters with _total.
         std::string text;
         auto metric = [&](const std::string& name, const char* type, const std::string& help, const nlohmann::json& v) {
-            text += fmt::format("# HELP beam_bpf_agent_{0} {1}\n# TYPE beam_bpf_agent_{0} {2}\nbeam_bpf_agent_{0} {3}\n",
-                                name, help, type, v.dump());
+            text +=
+                fmt::format("# HELP beam_bpf_agent_{0} {1}\n# TYPE beam_bpf_agent_{0} {2}\nbeam_bpf_agent_{0} {3}\n",
+                            name, help, type, v.dump());
         };
         metric("vms_followed", "gauge", "VMs followed now", j["vms_followed"]);
         metric("vms_attached_total", "counter", "VMs attached since the start", j["vms_attached"]);
@@ -556,16 +556,21 @@ void Agent::write_stats() const {
         for (const auto& [p, pusher] : stores) {
             const std::string store = p.empty() ? "Pyroscope" : "the OTLP receiver";
             metric(p + "pushes_total", "counter", "profiles accepted by " + store, j[p + "pushes"]);
-            metric(p + "push_failures_total", "counter", "push attempts to " + store + " that failed", j[p + "push_failures"]);
-            metric(p + "push_dropped_total", "counter", "profiles dropped from the full queue to " + store, j[p + "push_dropped"]);
-            metric(p + "push_rejected_total", "counter", "profiles " + store + " refused (not sent again)", j[p + "push_rejected"]);
-            metric(p + "push_given_up_total", "counter", "profiles given up after their tries or age", j[p + "push_given_up"]);
+            metric(p + "push_failures_total", "counter", "push attempts to " + store + " that failed",
+                   j[p + "push_failures"]);
+            metric(p + "push_dropped_total", "counter", "profiles dropped from the full queue to " + store,
+                   j[p + "push_dropped"]);
+            metric(p + "push_rejected_total", "counter", "profiles " + store + " refused (not sent again)",
+                   j[p + "push_rejected"]);
+            metric(p + "push_given_up_total", "counter", "profiles given up after their tries or age",
+                   j[p + "push_given_up"]);
             metric(p + "queue_bytes", "gauge", "bytes of profiles waiting for " + store, j[p + "queue_bytes"]);
             metric(p + "queue_profiles", "gauge", "profiles waiting for " + store, j[p + "queue_profiles"]);
         }
         metric("unwind_rows_used", "gauge", "native unwind rows held for all VMs, each file's once",
                j["unwind_store"]["rows_used"]);
-        metric("rss_bytes", "gauge", "the agent's resident memory", nlohmann::json(j["rss_kib"].get<uint64_t>() * 1024));
+        metric("rss_bytes", "gauge", "the agent's resident memory",
+               nlohmann::json(j["rss_kib"].get<uint64_t>() * 1024));
         metrics_->set(std::move(text));
     }
     if (cfg_.stats_file.empty()) return;
@@ -648,8 +653,9 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         p->flush(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                             deadline - std::chrono::steady_clock::now())));
         PushCounters pc = p->counters();
-        sent += fmt::format(", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} given up, {} left unsent",
-                            pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.given_up, pc.queue_profiles);
+        sent += fmt::format(
+            ", {} pushed{}, {} push failures, {} dropped from the queue, {} rejected, {} given up, {} left unsent",
+            pc.pushed, name, pc.failures, pc.dropped, pc.rejected, pc.given_up, pc.queue_profiles);
     }
     write_stats();
     log(fmt::format("stopped: {} profiles{}", c_.profiles, sent));

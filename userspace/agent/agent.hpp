@@ -38,12 +38,12 @@ namespace bb::agent {
 
 struct AgentCounters {
     uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
-    uint64_t samples = 0;         // records aggregated, all VMs
-    uint64_t alloc_samples = 0;   // -e cpu,alloc: allocation samples aggregated, all VMs
-    uint64_t ring_dropped = 0;    // samples the BPF side could not hand over (ring full), all VMs
-    uint64_t orphaned = 0;        // records of a VM no longer followed (taken as it was detached)
-    uint64_t profiles = 0;        // profiles finished (written and/or queued): CPU, and allocation
-    uint64_t write_errors = 0;    // profiles the directory sink could not write
+    uint64_t samples = 0;                              // records aggregated, all VMs
+    uint64_t alloc_samples = 0;                        // -e cpu,alloc: allocation samples aggregated, all VMs
+    uint64_t ring_dropped = 0;                         // samples the BPF side could not hand over (ring full), all VMs
+    uint64_t orphaned = 0;                             // records of a VM no longer followed (taken as it was detached)
+    uint64_t profiles = 0;                             // profiles finished (written and/or queued): CPU, and allocation
+    uint64_t write_errors = 0;                         // profiles the directory sink could not write
 };
 
 // --process-labels registered: the `process` sample label of each registered process (pid term ->
@@ -51,7 +51,8 @@ struct AgentCounters {
 // their name, every other process is "other" (its value when absent from the map). Distinct
 // values per profile: at most cap + 1, whatever the VM runs.
 std::unordered_map<uint64_t, std::string> registered_labels(const std::unordered_map<uint64_t, uint64_t>& samples,
-                                                            const std::function<std::string(uint64_t)>& name, size_t cap);
+                                                            const std::function<std::string(uint64_t)>& name,
+                                                            size_t cap);
 
 // A VM's service name: configuration first (service.NODE, service), then what the target
 // supplies (its release name, else its node name) if cfg.target_names, else "beam.smp".
@@ -78,8 +79,7 @@ public:
     // Runs until `stop` is set; `reload` set means: call `reconfigure` and apply what it returns.
     // On stop, every followed VM's last (partial) interval is written and pushed, the push
     // queue flushed for up to 5 s.
-    void run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
-             const std::function<AgentConfig()>& reconfigure);
+    void run(const std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<AgentConfig()>& reconfigure);
 
 private:
     struct Followed;
@@ -100,7 +100,9 @@ private:
     void detach(pid_t pid, const std::string& why);
     void apply(AgentConfig cfg);
     void write_stats() const;
-    std::string service_of(const VmLabels& l, std::string* source = nullptr) const { return service_name(cfg_, l, source); }
+    std::string service_of(const VmLabels& l, std::string* source = nullptr) const {
+        return service_name(cfg_, l, source);
+    }
 
     AgentConfig cfg_;
     Matcher matcher_;  // cfg_.match compiled

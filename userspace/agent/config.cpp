@@ -53,8 +53,8 @@ void in_range(const char* option, T v, T lo, T hi, const char* unit) {
 
 // The settings that only mean something with another one, and that other one.
 constexpr std::pair<const char*, const char*> kNeeds[] = {
-    {"push-auth", "push"},          {"push-tenant", "push"},        {"push-headers-file", "push"},
-    {"otlp-auth", "otlp"},          {"otlp-headers-file", "otlp"},  {"process-label-cap", "process-labels"},
+    {"push-auth", "push"}, {"push-tenant", "push"},       {"push-headers-file", "push"},
+    {"otlp-auth", "otlp"}, {"otlp-headers-file", "otlp"}, {"process-label-cap", "process-labels"},
 };
 
 }  // namespace
@@ -82,12 +82,18 @@ constexpr Setting::Reload fixed(Restart group) {
 
 const std::vector<Setting>& settings() {
     static const std::vector<Setting> table{
-        {.key = "every", .names = "--every", .help = "seconds per profile (default 60)",
-         .set = set_number<&AgentConfig::every>, .reload = fixed<&AgentConfig::every>(Restart::every)},
-        {.key = "frequency", .names = "-F,--frequency",
+        {.key = "every",
+         .names = "--every",
+         .help = "seconds per profile (default 60)",
+         .set = set_number<&AgentConfig::every>,
+         .reload = fixed<&AgentConfig::every>(Restart::every)},
+        {.key = "frequency",
+         .names = "-F,--frequency",
          .help = "samples per second of each VM thread while it runs (default 99)",
-         .set = set_number<&AgentConfig::frequency>, .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
-        {.key = "events", .names = "-e,--events",
+         .set = set_number<&AgentConfig::frequency>,
+         .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
+        {.key = "events",
+         .names = "-e,--events",
          .help = "cpu (default), or cpu,alloc: an allocation profile per VM too, the stacks that allocate words on "
                  "process heaps (as beam-bpf-sample -e alloc; each such VM takes a debug register of every CPU, 4 "
                  "at most)",
@@ -98,119 +104,159 @@ const std::vector<Setting>& settings() {
                  c.alloc = v != "cpu";
              },
          .reload = fixed<&AgentConfig::alloc>(Restart::events)},
-        {.key = "alloc-period", .names = "--alloc-period",
+        {.key = "alloc-period",
+         .names = "--alloc-period",
          .help = "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)",
-         .set = set_number<&AgentConfig::alloc_period>, .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
-        {.key = "native-depth", .names = "--native-depth",
+         .set = set_number<&AgentConfig::alloc_period>,
+         .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
+        {.key = "native-depth",
+         .names = "--native-depth",
          .help = "native frames below the Erlang ones (default 64; 0: the native leaf only)",
          .set = set_number<&AgentConfig::native_depth>,
          .reload = fixed<&AgentConfig::native_depth>(Restart::native_depth)},
-        {.key = "unwind-rows", .names = "--unwind-rows",
+        {.key = "unwind-rows",
+         .names = "--unwind-rows",
          .help = "native unwind rows held in the kernel for all VMs, each file's once (default 2097152: 20 MiB)",
-         .set = set_number<&AgentConfig::unwind_rows>, .reload = fixed<&AgentConfig::unwind_rows>(Restart::unwind_rows)},
-        {.key = "output", .names = "-o,--output",
+         .set = set_number<&AgentConfig::unwind_rows>,
+         .reload = fixed<&AgentConfig::unwind_rows>(Restart::unwind_rows)},
+        {.key = "output",
+         .names = "-o,--output",
          .help = fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)",
                              kDefaultOutput),
-         .set = set_text<&AgentConfig::output>, .reload = fixed<&AgentConfig::output>(Restart::output)},
-        {.key = "output-group", .names = "--output-group",
+         .set = set_text<&AgentConfig::output>,
+         .reload = fixed<&AgentConfig::output>(Restart::output)},
+        {.key = "output-group",
+         .names = "--output-group",
          .help = "a group that may read the profiles and stats (files 0640 in 0750 directories; default: none, 0600 "
                  "in 0700)",
-         .set = set_text<&AgentConfig::output_group>, .reload = fixed<&AgentConfig::output_group>(Restart::output)},
-        {.key = "retention", .names = "--retention",
+         .set = set_text<&AgentConfig::output_group>,
+         .reload = fixed<&AgentConfig::output_group>(Restart::output)},
+        {.key = "retention",
+         .names = "--retention",
          .help = "files kept per VM subdirectory and kind (default 60; 0: no count bound; up to 100000)",
          .set = set_number<&AgentConfig::retention>},
-        {.key = "retention-bytes", .names = "--retention-bytes",
+        {.key = "retention-bytes",
+         .names = "--retention-bytes",
          .help = "bytes of profiles kept, all VMs together, the oldest removed first (default 1073741824; 1 MiB to 1 "
                  "TiB)",
          .set = set_number<&AgentConfig::retention_bytes>},
-        {.key = "retention-age", .names = "--retention-age",
+        {.key = "retention-age",
+         .names = "--retention-age",
          .help = "seconds a profile is kept (default 604800: 7 days; 10 to 31622400); the directory of an exited VM "
                  "goes with its last file",
          .set = set_number<&AgentConfig::retention_age_s>},
-        {.key = "push", .names = "--push",
+        {.key = "push",
+         .names = "--push",
          .help = "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof; no credentials in it (--push-auth)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.url = v; }},
-        {.key = "push-auth", .names = "--push-auth",
+        {.key = "push-auth",
+         .names = "--push-auth",
          .help = "for --push: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.auth_file = v; }},
-        {.key = "push-tenant", .names = "--push-tenant", .help = "for --push: X-Scope-OrgID for a multi-tenant Pyroscope",
+        {.key = "push-tenant",
+         .names = "--push-tenant",
+         .help = "for --push: X-Scope-OrgID for a multi-tenant Pyroscope",
          .set = [](AgentConfig& c, Text, Text v) { c.push.headers.push_back("X-Scope-OrgID: " + v); }},
-        {.key = "push-headers-file", .names = "--push-headers-file",
+        {.key = "push-headers-file",
+         .names = "--push-headers-file",
          .help = "for --push: a file of 'Name: value' headers, one a line (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.headers_file = v; }},
-        {.key = "otlp", .names = "--otlp",
+        {.key = "otlp",
+         .names = "--otlp",
          .help = "an OTLP/HTTP receiver of profiles (http://collector:4318; no path: /v1development/profiles): POST, "
                  "ExportProfilesServiceRequest as application/x-protobuf, gzip-encoded",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.url = v; }},
-        {.key = "otlp-auth", .names = "--otlp-auth",
+        {.key = "otlp-auth",
+         .names = "--otlp-auth",
          .help = "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.auth_file = v; }},
-        {.key = "otlp-headers-file", .names = "--otlp-headers-file",
+        {.key = "otlp-headers-file",
+         .names = "--otlp-headers-file",
          .help = "for --otlp: a file of 'Name: value' headers (X-Api-Key: ...), one a line, read at each request "
                  "(mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.headers_file = v; }},
         // Kept to refuse it with the way to do it: a header on the command line is every user's (ps).
-        {.key = "otlp-header", .names = "--otlp-header", .help = "refused: headers come from --otlp-headers-file",
+        {.key = "otlp-header",
+         .names = "--otlp-header",
+         .help = "refused: headers come from --otlp-headers-file",
          .set =
              [](AgentConfig&, Text, Text) {
                  // A header often carries a key; a command line is every user's to read (ps), and a
                  // configuration file is often world-readable.
-                 throw UserError("otlp-header: headers may hold secrets: put them in a file named by "
-                                 "otlp-headers-file (one 'Name: value' line each, mode 0600)");
+                 throw UserError(
+                     "otlp-header: headers may hold secrets: put them in a file named by "
+                     "otlp-headers-file (one 'Name: value' line each, mode 0600)");
              },
          .one_value = true},
         // TLS for both stores: the CAs that sign them, and the agent's certificate where they ask.
-        {.key = "ca-file", .names = "--ca-file",
+        {.key = "ca-file",
+         .names = "--ca-file",
          .help = "PEM certificates of the CAs that sign the stores' https certificates (default: the system's)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.ca_file = c.otlp.ca_file = v; }},
-        {.key = "client-cert", .names = "--client-cert",
+        {.key = "client-cert",
+         .names = "--client-cert",
          .help = "PEM certificate the agent shows a store that asks for one (mutual TLS)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.client_cert = c.otlp.client_cert = v; }},
-        {.key = "client-key", .names = "--client-key",
+        {.key = "client-key",
+         .names = "--client-key",
          .help = "the PEM private key of --client-cert, if not in its file (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.client_key = c.otlp.client_key = v; }},
         // Each store has its own queue, of this bound and backoff.
-        {.key = "queue-bytes", .names = "--queue-bytes",
+        {.key = "queue-bytes",
+         .names = "--queue-bytes",
          .help = "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB; 1 to 4 GiB: 1 "
                  "keeps only the newest)",
-         .set =
-             [](AgentConfig& c, Text key, Text v) { c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v); }},
-        {.key = "max-backoff", .names = "--max-backoff",
+         .set = [](AgentConfig& c, Text key,
+                   Text v) { c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v); }},
+        {.key = "max-backoff",
+         .names = "--max-backoff",
          .help = "seconds between retries of a failed push, at most (default 30; 1 to 3600)",
          .set =
              [](AgentConfig& c, Text key, Text v) {
                  c.push.max_backoff = c.otlp.max_backoff = std::chrono::milliseconds(
                      static_cast<int64_t>(std::min(number<double>(key, v), 1e9) * 1000));
              }},
-        {.key = "push-tries", .names = "--push-tries",
+        {.key = "push-tries",
+         .names = "--push-tries",
          .help = "a profile a store fails this many times is given up, and said (default 10; 1 to 1000)",
-         .set = [](AgentConfig& c, Text key, Text v) { c.push.max_tries = c.otlp.max_tries = number<unsigned>(key, v); }},
-        {.key = "push-max-age", .names = "--push-max-age",
+         .set = [](AgentConfig& c, Text key,
+                   Text v) { c.push.max_tries = c.otlp.max_tries = number<unsigned>(key, v); }},
+        {.key = "push-max-age",
+         .names = "--push-max-age",
          .help = "a profile not delivered after this many seconds is given up, and said (default 3600)",
-         .set =
-             [](AgentConfig& c, Text key, Text v) {
-                 c.push.max_age = c.otlp.max_age = std::chrono::seconds(number<uint32_t>(key, v));
-             }},
-        {.key = "match", .names = "--match",
+         .set = [](AgentConfig& c, Text key,
+                   Text v) { c.push.max_age = c.otlp.max_age = std::chrono::seconds(number<uint32_t>(key, v)); }},
+        {.key = "match",
+         .names = "--match",
          .help = "follow only VMs in whose command line (its first 4 KiB), node name or cgroup path this RE2 pattern "
                  "is found (repeatable)",
-         .set = [](AgentConfig& c, Text, Text v) { c.match.push_back(v); }, .one_value = true},
-        {.key = "stats", .names = "--stats", .help = "counters as JSON, rewritten every second",
+         .set = [](AgentConfig& c, Text, Text v) { c.match.push_back(v); },
+         .one_value = true},
+        {.key = "stats",
+         .names = "--stats",
+         .help = "counters as JSON, rewritten every second",
          .set = set_text<&AgentConfig::stats_file>},
-        {.key = "metrics", .names = "--metrics",
+        {.key = "metrics",
+         .names = "--metrics",
          .help = "the counters in Prometheus' text format on http://127.0.0.1:PORT/metrics (0: a free port, said on "
                  "stderr)",
-         .set = set_number<&AgentConfig::metrics_port>, .reload = fixed<&AgentConfig::metrics_port>(Restart::metrics)},
-        {.key = "host", .names = "--host", .help = "the host label (default: the host name)",
+         .set = set_number<&AgentConfig::metrics_port>,
+         .reload = fixed<&AgentConfig::metrics_port>(Restart::metrics)},
+        {.key = "host",
+         .names = "--host",
+         .help = "the host label (default: the host name)",
          .set = set_text<&AgentConfig::host>},
-        {.key = "service", .names = "--service",
+        {.key = "service",
+         .names = "--service",
          .help = "the service name of every VM (default: its release name, else its node name)",
          .set = set_text<&AgentConfig::service>},
-        {.key = "target-names", .names = "--target-names",
+        {.key = "target-names",
+         .names = "--target-names",
          .help = "true (default): a VM's release or node name may be its service name; false: only --service and "
                  "service.NODE",
          .set = [](AgentConfig& c, Text key, Text v) { c.target_names = boolean(key, v); }},
-        {.key = "process-labels", .names = "--process-labels",
+        {.key = "process-labels",
+         .names = "--process-labels",
          .help = "none (default): no sample label per Erlang process; registered: a 'process' label with the "
                  "registered name, --process-label-cap values at most per profile, the rest 'other'",
          .set =
@@ -219,7 +265,8 @@ const std::vector<Setting>& settings() {
                      throw UserError(fmt::format("process-labels={}: none or registered", v));
                  c.process_labels = v;
              }},
-        {.key = "process-label-cap", .names = "--process-label-cap",
+        {.key = "process-label-cap",
+         .names = "--process-label-cap",
          .help = "distinct 'process' label values per profile (default 50; 1 to 1000)",
          .set = set_number<&AgentConfig::process_label_cap>},
     };
@@ -254,7 +301,8 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
 
 void load_config_file(const std::string& path, AgentConfig& c) {
     struct stat st;
-    if (stat(path.c_str(), &st) != 0) throw UserError(fmt::format("cannot read the configuration {}: {}", path, std::strerror(errno)));
+    if (stat(path.c_str(), &st) != 0)
+        throw UserError(fmt::format("cannot read the configuration {}: {}", path, std::strerror(errno)));
     if (!S_ISREG(st.st_mode)) throw UserError(fmt::format("the configuration {} is not a file", path));
     std::ifstream f(path);
     if (!f) throw UserError(fmt::format("cannot read the configuration {}", path));
@@ -276,9 +324,11 @@ void load_config_file(const std::string& path, AgentConfig& c) {
 
 void check(const AgentConfig& c) {
     in_range("every", c.every, 1.0, 86400.0, "seconds");
-    if (c.metrics_port < -1 || c.metrics_port > 65535) throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
+    if (c.metrics_port < -1 || c.metrics_port > 65535)
+        throw UserError(fmt::format("--metrics {}: a port", c.metrics_port));
     if (c.unwind_rows < (64u << 10) || c.unwind_rows > (64u << 20))
-        throw UserError(fmt::format("--unwind-rows {}: 65536 to 67108864 (10 bytes of kernel memory each)", c.unwind_rows));
+        throw UserError(
+            fmt::format("--unwind-rows {}: 65536 to 67108864 (10 bytes of kernel memory each)", c.unwind_rows));
     if (c.frequency == 0 || c.frequency > 100000) throw UserError(fmt::format("-F {}: 1 to 100000 Hz", c.frequency));
     in_range("native-depth", c.native_depth, 0u, static_cast<uint32_t>(BB_MAX_NATIVE_FRAMES), "frames");
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
@@ -301,13 +351,16 @@ void check(const AgentConfig& c) {
     for (const auto& [key, needs] : kNeeds)
         if (c.given.count(key) && !c.given.count(needs)) throw UserError(fmt::format("--{} needs --{}", key, needs));
     for (const char* k : {"ca-file", "client-cert", "client-key"})
-        if (c.given.count(k) && c.push.url.empty() && c.otlp.url.empty()) throw UserError(fmt::format("--{} needs --push or --otlp", k));
-    if (c.given.count("client-key") && !c.given.count("client-cert")) throw UserError("--client-key needs --client-cert");
+        if (c.given.count(k) && c.push.url.empty() && c.otlp.url.empty())
+            throw UserError(fmt::format("--{} needs --push or --otlp", k));
+    if (c.given.count("client-key") && !c.given.count("client-cert"))
+        throw UserError("--client-key needs --client-cert");
     if (c.stats_file.size()) {
         std::filesystem::path dir = std::filesystem::path(c.stats_file).parent_path();
         if (dir.empty()) dir = std::filesystem::current_path();
         if (access(dir.c_str(), W_OK) != 0)
-            throw UserError(fmt::format("--stats {}: cannot write in {}: {}", c.stats_file, dir.string(), std::strerror(errno)));
+            throw UserError(
+                fmt::format("--stats {}: cannot write in {}: {}", c.stats_file, dir.string(), std::strerror(errno)));
     }
     for (const std::string& m : c.match)
         if (std::string e = Matcher::error(m); !e.empty())
@@ -321,8 +374,10 @@ void check(const AgentConfig& c) {
         std::string authority = push->url.substr(push->url.find("://") + 3);
         authority = authority.substr(0, authority.find_first_of("/?#"));
         if (authority.find('@') != std::string::npos)
-            throw UserError(fmt::format("{}: the URL holds credentials (user@ or user:password@): put them in a file named "
-                                        "by {}-auth", option, option));
+            throw UserError(
+                fmt::format("{}: the URL holds credentials (user@ or user:password@): put them in a file named "
+                            "by {}-auth",
+                            option, option));
         if (has_control(push->url) || push->url.size() > 2048) throw UserError(fmt::format("{}: not a URL", option));
         // A header is one line: no byte that could end it and start another.
         for (const std::string& h : push->headers)
@@ -330,8 +385,9 @@ void check(const AgentConfig& c) {
                 throw UserError(fmt::format("{} header '{}': one line 'Name: value'", option, h));
     }
     for (const auto& [k, v] : c.labels)
-        if (k.empty() || k.size() > 64 ||
-            !std::all_of(k.begin(), k.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
+        if (k.empty() || k.size() > 64 || !std::all_of(k.begin(), k.end(), [](char ch) {
+                return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+            }))
             throw UserError(fmt::format("label.{}: a key of letters, digits and _ (at most 64)", k));
     for (const std::string* s : {&c.host, &c.service})
         if (has_control(*s) || s->size() > 256) throw UserError("--host and --service: one line of at most 256 bytes");
@@ -393,7 +449,8 @@ std::string describe(const AgentConfig& c) {
         if (p->url.empty()) continue;
         line(fmt::format("{}-auth", key), or_none(p->auth_file));
         line(fmt::format("{}-headers-file", key), or_none(p->headers_file));
-        for (const std::string& h : p->headers) line(fmt::format("{}-header", key), h.substr(0, h.find(':')) + ": (set)");
+        for (const std::string& h : p->headers)
+            line(fmt::format("{}-header", key), h.substr(0, h.find(':')) + ": (set)");
     }
     if (!c.push.url.empty() || !c.otlp.url.empty()) {
         line("ca-file", c.push.ca_file.empty() ? "(the system's CAs)" : c.push.ca_file);
@@ -423,13 +480,11 @@ std::vector<std::string> secret_file_warnings(const AgentConfig& c) {
     auto look = [&](const char* option, const std::string& path) {
         if (path.empty()) return;
         struct stat st;
-        if (stat(path.c_str(), &st) != 0)
-            out.push_back(fmt::format("--{} {}: {}", option, path, std::strerror(errno)));
-        else if (!S_ISREG(st.st_mode))
-            out.push_back(fmt::format("--{} {}: not a file", option, path));
+        if (stat(path.c_str(), &st) != 0) out.push_back(fmt::format("--{} {}: {}", option, path, std::strerror(errno)));
+        else if (!S_ISREG(st.st_mode)) out.push_back(fmt::format("--{} {}: not a file", option, path));
         else if (st.st_mode & (S_IRGRP | S_IROTH))
-            out.push_back(fmt::format("--{} {}: readable by {} (mode {:04o}): it holds secrets; chmod 600 it", option, path,
-                                      st.st_mode & S_IROTH ? "every user" : "its group", st.st_mode & 07777));
+            out.push_back(fmt::format("--{} {}: readable by {} (mode {:04o}): it holds secrets; chmod 600 it", option,
+                                      path, st.st_mode & S_IROTH ? "every user" : "its group", st.st_mode & 07777));
     };
     look("push-auth", c.push.auth_file);
     look("push-headers-file", c.push.headers_file);

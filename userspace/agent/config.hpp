@@ -19,14 +19,14 @@ namespace bb::agent {
 inline constexpr const char* kDefaultOutput = "/var/lib/beam-bpf/profiles";
 
 struct AgentConfig {
-    double every = 60;              // seconds per profile
+    double every = 60;  // seconds per profile
     // 99 Hz per VM thread while it runs (see docs/agent.md, Why 99 Hz).
     uint64_t frequency = 99;
-    uint32_t native_depth = 64;     // native frames below the Erlang ones (0: the native leaf only)
+    uint32_t native_depth = 64;  // native frames below the Erlang ones (0: the native leaf only)
     // -e cpu,alloc: an allocation profile per VM and interval too (beam-bpf-sample -e alloc's
     // watchpoints: a debug register of each CPU per VM, so at most a few VMs at once).
     bool alloc = false;
-    uint64_t alloc_period = 0;      // words per allocation sample on average (0: -e alloc's default)
+    uint64_t alloc_period = 0;  // words per allocation sample on average (0: -e alloc's default)
     // Unwind rows the agent's shared store holds, all VMs together (native/unwind_store.hpp):
     // 2M rows (16 MiB, and 4 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25
     // VM maps 136,202 rows, so about 15 builds whose files all differ (a VM of a build already
@@ -36,18 +36,18 @@ struct AgentConfig {
     // Profiles and stats are the agent's alone (0600 in 0700 directories), or its and this
     // group's (0640 in 0750): they name functions, processes, nodes and cgroups.
     std::string output_group;
-    size_t retention = 60;          // files kept per VM directory and kind (0: no count bound)
-    uint64_t retention_bytes = 1ull << 30;  // all VMs' files together, oldest removed first
+    size_t retention = 60;                     // files kept per VM directory and kind (0: no count bound)
+    uint64_t retention_bytes = 1ull << 30;     // all VMs' files together, oldest removed first
     uint64_t retention_age_s = 7 * 24 * 3600;  // files older are removed, then empty VM directories
-    PushConfig push;                // Pyroscope; push.url empty: no push
-    PushConfig otlp;                // an OTLP/HTTP receiver of profiles; otlp.url empty: none
-    std::vector<std::string> match; // RE2 patterns (linear time over target text); a VM is followed
-                                    // if one is found in its command line (its first 4 KiB), node
-                                    // name or cgroup path (none given: all)
+    PushConfig push;                           // Pyroscope; push.url empty: no push
+    PushConfig otlp;                           // an OTLP/HTTP receiver of profiles; otlp.url empty: none
+    std::vector<std::string> match;            // RE2 patterns (linear time over target text); a VM is followed
+                                               // if one is found in its command line (its first 4 KiB), node
+                                               // name or cgroup path (none given: all)
     std::string stats_file;
-    int metrics_port = -1;          // Prometheus text on 127.0.0.1:PORT/metrics (0: a free port; -1: none)
-    std::string host;               // the host label; "" -> gethostname()
-    std::string service;            // every VM's service name, over the release and node names
+    int metrics_port = -1;  // Prometheus text on 127.0.0.1:PORT/metrics (0: a free port; -1: none)
+    std::string host;       // the host label; "" -> gethostname()
+    std::string service;    // every VM's service name, over the release and node names
     std::map<std::string, std::string> service_by_node;  // service.NODE=NAME
     // Whether a name the target supplies (RELEASE_NAME in its environment, -name/-sname) may
     // become its service name; false: only service / service.NODE, else "beam.smp".
@@ -58,7 +58,7 @@ struct AgentConfig {
     std::string process_labels = "none";
     size_t process_label_cap = 50;
     std::vector<std::pair<std::string, std::string>> labels;  // label.KEY=VALUE: added to every profile
-    std::set<std::string> given;    // the keys set (by the file or the command line), for check()
+    std::set<std::string> given;  // the keys set (by the file or the command line), for check()
 };
 
 // What a reload (SIGHUP) cannot change, because the running agent was made with it (its

@@ -13,8 +13,8 @@ namespace bb::agent {
 
 namespace {
 
-MHD_Result answer(void* cls, MHD_Connection* c, const char* url, const char* method, const char*, const char*,
-                  size_t*, void**) {
+MHD_Result answer(void* cls, MHD_Connection* c, const char* url, const char* method, const char*, const char*, size_t*,
+                  void**) {
     const auto* self = static_cast<const MetricsEndpoint*>(cls);
     const bool ok = std::strcmp(method, "GET") == 0 && std::strcmp(url, "/metrics") == 0;
     std::string body = ok ? self->text() : "beam-bpf-agent: GET /metrics\n";

@@ -31,7 +31,9 @@ public:
         return nullptr;
     }
     // The OTLP/HTTP specification's retryable codes; every other 4xx and 5xx must not be retried.
-    bool retryable(long status) const override { return status == 429 || status == 502 || status == 503 || status == 504; }
+    bool retryable(long status) const override {
+        return status == 429 || status == 502 || status == 503 || status == 504;
+    }
     // A partial success: the receiver took some of the request and says why not the rest.
     std::string refused(const std::string& answer) const override {
         opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceResponse r;
@@ -48,11 +50,16 @@ std::unique_ptr<PushProtocol> otlp_protocol() { return std::make_unique<Otlp>();
 std::vector<OtlpAttribute> otlp_resource(const std::vector<std::pair<std::string, std::string>>& labels) {
     // The semantic conventions' names where there is one; the numbers as numbers.
     static const std::map<std::string, std::string> named{
-        {"service_name", "service.name"},       {"host", "host.name"},
-        {"os_pid", "process.pid"},              {"ns_pid", "process.vpid"},
-        {"erts_version", "process.runtime.version"}, {"container_id", "container.id"},
-        {"cgroup", "process.linux.cgroup"},     {"node", "beam.node"},
-        {"release", "beam.release"},            {"otp_release", "beam.otp_release"},
+        {"service_name", "service.name"},
+        {"host", "host.name"},
+        {"os_pid", "process.pid"},
+        {"ns_pid", "process.vpid"},
+        {"erts_version", "process.runtime.version"},
+        {"container_id", "container.id"},
+        {"cgroup", "process.linux.cgroup"},
+        {"node", "beam.node"},
+        {"release", "beam.release"},
+        {"otp_release", "beam.otp_release"},
     };
     std::vector<OtlpAttribute> out{{"process.runtime.name", std::string("BEAM")}};
     for (const auto& [k, v] : labels) {
@@ -63,8 +70,7 @@ std::vector<OtlpAttribute> otlp_resource(const std::vector<std::pair<std::string
         auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
         if ((key == "process.pid" || key == "process.vpid") && ec == std::errc() && end == v.data() + v.size())
             out.emplace_back(key, n);
-        else
-            out.emplace_back(key, v);
+        else out.emplace_back(key, v);
     }
     return out;
 }

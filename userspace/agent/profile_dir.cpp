@@ -42,7 +42,8 @@ ProfileDir::ProfileDir(std::string dir, Retention retention, const std::string& 
         if (!ec) make_private_dir(dir_);
     }
     if (ec || access(dir_.c_str(), W_OK) != 0)
-        throw UserError(fmt::format("--output {}: cannot write there: {}", dir_, ec ? ec.message() : std::strerror(errno)));
+        throw UserError(
+            fmt::format("--output {}: cannot write there: {}", dir_, ec ? ec.message() : std::strerror(errno)));
     struct stat st;
     if (stat(dir_.c_str(), &st) == 0 && (st.st_mode & (group_ == static_cast<gid_t>(-1) ? 077 : 007)))
         warning_ = fmt::format("--output {} is open to other users (mode {:04o}); each VM's subdirectory is not", dir_,
@@ -61,7 +62,8 @@ std::string ProfileDir::write(const FinishedProfile& p) {
     const std::string vm_dir = dir_ + "/" + p.dir_name;
     std::error_code ec;
     if (!fs::is_directory(fs::symlink_status(vm_dir, ec))) {
-        if (!fs::create_directory(vm_dir, ec) && ec) throw UserError(fmt::format("cannot create {}: {}", vm_dir, ec.message()));
+        if (!fs::create_directory(vm_dir, ec) && ec)
+            throw UserError(fmt::format("cannot create {}: {}", vm_dir, ec.message()));
         if (fs::is_symlink(fs::symlink_status(vm_dir, ec)))
             throw UserError(fmt::format("cannot create {}: a link is there", vm_dir));
     }
@@ -102,12 +104,14 @@ size_t ProfileDir::sweep(const std::set<std::string>& live, int64_t now_unix_s) 
         vm_dirs.push_back(d.path().filename().string());
         for (const auto& e : fs::directory_iterator(d.path(), ec)) {
             struct stat st;
-            if (!profile_name(e.path().filename().string()) || lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+            if (!profile_name(e.path().filename().string()) || lstat(e.path().c_str(), &st) != 0 ||
+                !S_ISREG(st.st_mode))
                 continue;
             files.push_back({st.st_mtim.tv_sec, e.path().string(), static_cast<uint64_t>(st.st_size)});
         }
     }
-    std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return std::tie(a.mtime, a.path) < std::tie(b.mtime, b.path); });
+    std::sort(files.begin(), files.end(),
+              [](const File& a, const File& b) { return std::tie(a.mtime, a.path) < std::tie(b.mtime, b.path); });
     uint64_t total = 0;
     for (const File& f : files) total += f.size;
     size_t removed = 0;

@@ -18,9 +18,9 @@
 namespace bb::agent {
 
 struct Retention {
-    size_t files = 60;                   // per VM directory and kind (0: no count bound)
-    uint64_t bytes = 1ull << 30;         // all VMs' files together
-    uint64_t age_s = 7 * 24 * 3600;      // by modification time
+    size_t files = 60;               // per VM directory and kind (0: no count bound)
+    uint64_t bytes = 1ull << 30;     // all VMs' files together
+    uint64_t age_s = 7 * 24 * 3600;  // by modification time
 };
 
 class ProfileDir {

@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels) {
     auto value = [](std::string v) {
         for (char& c : v)
-            if (std::strchr("{},=\"", c) || static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+            if (std::strchr("{},=\"", c) || static_cast<unsigned char>(c) < 0x20 ||
+                static_cast<unsigned char>(c) >= 0x7f)
                 c = '_';
         return v;
     };
@@ -79,8 +80,9 @@ public:
     const char* option() const override { return "--push"; }
     PushItem item(const FinishedProfile& p) const override {
         return {fmt::format("name={}&from={}&until={}&format=pprof&sampleRate={}&spyName=beam-bpf",
-                            url_escape(nullptr, pyroscope_name(p.service, p.labels)), p.start_unix_ns / 1'000'000'000ull,
-                            (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull, p.frequency_hz),
+                            url_escape(nullptr, pyroscope_name(p.service, p.labels)),
+                            p.start_unix_ns / 1'000'000'000ull, (p.end_unix_ns + 999'999'999ull) / 1'000'000'000ull,
+                            p.frequency_hz),
                 p.pprof_gz, p.kind};
     }
     std::string url(const std::string& configured, const PushItem& it) const override {
@@ -142,8 +144,7 @@ std::string add_file_headers(const std::string& path, curl_slist*& headers) {
         if (trimmed(line).empty() || trimmed(line).starts_with('#')) continue;
         if (has_control_byte(line)) return fmt::format("line {} of {} holds a control byte", n, path);
         size_t colon = line.find(':');
-        if (colon == 0 || colon == std::string::npos ||
-            line.find_first_of(" \t") < colon)
+        if (colon == 0 || colon == std::string::npos || line.find_first_of(" \t") < colon)
             return fmt::format("line {} of {} is not \"Name: value\"", n, path);
         headers = curl_slist_append(headers, line.c_str());
     }
@@ -153,20 +154,20 @@ std::string add_file_headers(const std::string& path, curl_slist*& headers) {
 // What kind of failure a libcurl error is: a change of kind is said at once.
 std::string cause_of(CURLcode rc) {
     switch (rc) {
-        case CURLE_COULDNT_CONNECT: return "no connection";
-        case CURLE_COULDNT_RESOLVE_HOST: return "unknown host";
-        case CURLE_OPERATION_TIMEDOUT: return "timeout";
-        case CURLE_SSL_CONNECT_ERROR:
-        case CURLE_PEER_FAILED_VERIFICATION:
-        case CURLE_SSL_CERTPROBLEM:
-        case CURLE_SSL_CIPHER:
-        case CURLE_SSL_CACERT_BADFILE:
-        case CURLE_SSL_ISSUER_ERROR:
-        case CURLE_SSL_CLIENTCERT: return "TLS";
-        case CURLE_SEND_ERROR:
-        case CURLE_RECV_ERROR:
-        case CURLE_GOT_NOTHING: return "connection lost";
-        default: return curl_easy_strerror(rc);
+    case CURLE_COULDNT_CONNECT: return "no connection";
+    case CURLE_COULDNT_RESOLVE_HOST: return "unknown host";
+    case CURLE_OPERATION_TIMEDOUT: return "timeout";
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CLIENTCERT: return "TLS";
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING: return "connection lost";
+    default: return curl_easy_strerror(rc);
     }
 }
 
@@ -195,7 +196,6 @@ constexpr auto kLinePeriod = std::chrono::minutes(1);
 }  // namespace
 
 std::unique_ptr<PushProtocol> pyroscope_protocol() { return std::make_unique<Pyroscope>(); }
-
 
 Pusher::Pusher(std::unique_ptr<PushProtocol> protocol, PushConfig cfg)
     : protocol_(std::move(protocol)), cfg_(std::move(cfg)) {
@@ -277,7 +277,8 @@ void Pusher::give_up_locked(const Queued& q, const std::string& why) {
     const auto age = std::chrono::duration_cast<std::chrono::seconds>(now - q.enqueued).count();
     say(lines_.given_up_unsaid == 1
             ? fmt::format("gave up a {} profile after {} tries over {} s: {}", q.item->kind, q.tries, age, why)
-            : fmt::format("gave up {} profiles since the last such line, the last a {} profile after {} tries over {} s: {}",
+            : fmt::format("gave up {} profiles since the last such line, the last a {} profile after {} tries over {} "
+                          "s: {}",
                           lines_.given_up_unsaid, q.item->kind, q.tries, age, why));
     lines_.given_up_unsaid = 0;
     lines_.given_up_at = now;
@@ -294,8 +295,9 @@ void Pusher::failed_locked(const Sent& s) {
     // in between (one profile the store fails, tried again and again).
     if (!changed && quiet) return;
     say(!changed && was_failing
-            ? fmt::format("pushing to {} still fails: {} failures in {} s, the last: {}", shown(cfg_.url), lines_.unsaid,
-                          std::chrono::duration_cast<std::chrono::seconds>(now - lines_.at).count(), s.detail)
+            ? fmt::format("pushing to {} still fails: {} failures in {} s, the last: {}", shown(cfg_.url),
+                          lines_.unsaid, std::chrono::duration_cast<std::chrono::seconds>(now - lines_.at).count(),
+                          s.detail)
             : fmt::format("pushing to {} fails: {}{}", shown(cfg_.url), s.detail,
                           lines_.unsaid > 1 ? fmt::format(" ({} failures since the last line)", lines_.unsaid) : ""));
     lines_.said = true;
@@ -394,7 +396,8 @@ Pusher::Sent Pusher::send(const Item& it, const PushConfig& cfg) {
     }
     if (rc != CURLE_OK) {
         s.cause = cause_of(rc);
-        s.detail = error[0] ? fmt::format("{} ({})", clean(error, 256), curl_easy_strerror(rc)) : curl_easy_strerror(rc);
+        s.detail = error[0] ? fmt::format("{} ({})", clean(error, 256), curl_easy_strerror(rc))
+                            : curl_easy_strerror(rc);
         return s;
     }
     s.cause = fmt::format("HTTP {}", status);
@@ -440,10 +443,8 @@ void Pusher::run() {
         }
         if (next == queue_.end()) {
             if (queue_.empty()) cv_.notify_all();  // flush() waits for an empty queue
-            if (wake == Clock::time_point::max())
-                cv_.wait(l);
-            else
-                cv_.wait_until(l, std::min(wake, now + cfg_.max_age));
+            if (wake == Clock::time_point::max()) cv_.wait(l);
+            else cv_.wait_until(l, std::min(wake, now + cfg_.max_age));
             continue;
         }
         Queued q = std::move(*next);

@@ -20,13 +20,13 @@ namespace bb::agent {
 // One finished interval of one VM, as both sinks take it.
 struct FinishedProfile {
     std::string kind = "cpu";  // or "alloc" (-e cpu,alloc): its file names and Pyroscope's sample types
-    std::string dir_name;    // the VM's subdirectory: "<service>-<os pid>", cleaned
-    std::string service;     // Pyroscope's application name
+    std::string dir_name;      // the VM's subdirectory: "<service>-<os pid>", cleaned
+    std::string service;       // Pyroscope's application name
     std::vector<std::pair<std::string, std::string>> labels;  // host, os_pid, node, ...
     uint64_t start_unix_ns = 0, end_unix_ns = 0;
     uint64_t frequency_hz = 0;
-    std::string pprof_gz;    // the gzipped profile.proto
-    std::string otlp;        // the OTLP export request (report/otlp.hpp), gzipped, when --otlp is on
+    std::string pprof_gz;  // the gzipped profile.proto
+    std::string otlp;      // the OTLP export request (report/otlp.hpp), gzipped, when --otlp is on
 };
 
 // Label keys and values as Pyroscope's application name takes them: keys of [A-Za-z0-9_],
@@ -34,13 +34,13 @@ struct FinishedProfile {
 std::string pyroscope_name(const std::string& service, const std::vector<std::pair<std::string, std::string>>& labels);
 
 struct PushConfig {
-    std::string url;         // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added), or OTLP's
-    std::string auth_file;   // "user:password" (basic) or "Bearer TOKEN"; "" for none
+    std::string url;                   // Pyroscope's base URL ("http://pyroscope:4040"; /ingest is added), or OTLP's
+    std::string auth_file;             // "user:password" (basic) or "Bearer TOKEN"; "" for none
     std::vector<std::string> headers;  // "Name: value" on every request (--push-tenant: X-Scope-OrgID)
     // Headers that may hold secrets: a file of "Name: value" lines, read at each request.
     std::string headers_file;
-    std::string ca_file;                   // PEM CAs to verify the store with ("": the system's)
-    std::string client_cert, client_key;   // PEM, for mutual TLS ("": none)
+    std::string ca_file;                  // PEM CAs to verify the store with ("": the system's)
+    std::string client_cert, client_key;  // PEM, for mutual TLS ("": none)
     // A profile is given up (counted and logged) after this many failed tries or this age.
     unsigned max_tries = 10;
     std::chrono::seconds max_age{3600};
@@ -50,11 +50,11 @@ struct PushConfig {
 };
 
 struct PushCounters {
-    uint64_t pushed = 0;        // accepted (2xx)
-    uint64_t failures = 0;      // attempts that failed (each retry counts)
-    uint64_t dropped = 0;       // profiles lost: pushed out of a full queue (oldest first)
-    uint64_t rejected = 0;      // profiles the store refused with a 4xx other than 429: not retried
-    uint64_t given_up = 0;      // profiles dropped after max_tries failed tries or at max_age
+    uint64_t pushed = 0;    // accepted (2xx)
+    uint64_t failures = 0;  // attempts that failed (each retry counts)
+    uint64_t dropped = 0;   // profiles lost: pushed out of a full queue (oldest first)
+    uint64_t rejected = 0;  // profiles the store refused with a 4xx other than 429: not retried
+    uint64_t given_up = 0;  // profiles dropped after max_tries failed tries or at max_age
     uint64_t queue_bytes = 0, queue_profiles = 0;
     std::string last_error;
 };
@@ -155,13 +155,13 @@ private:
         bool failing = false, said = false;  // the last request failed; a line said so
         std::string cause;
         Clock::time_point at{};
-        uint64_t unsaid = 0;        // failures since the last line
+        uint64_t unsaid = 0;  // failures since the last line
         uint64_t given_up_unsaid = 0;
         Clock::time_point given_up_at{};
     } lines_;
     bool stop_ = false;
     std::atomic<bool> abort_{false};  // read by libcurl's progress callback: ends a request in flight
-    void* curl_ = nullptr;  // CURL*, used by the sending thread only
+    void* curl_ = nullptr;            // CURL*, used by the sending thread only
     std::thread thread_;
 };
 

@@ -168,16 +168,16 @@ pid_t find_vm(const std::vector<std::string>& targets, const std::string& node) 
             auto p = parse_pid(t);
             what.push_back(fmt::format("{} is {}", clean(t, 32), p ? what_is(*p) : "not a pid"));
         }
-        throw UserError(fmt::format("several pids given ({}): profile one VM at a time; {}", join(given),
-                                    join(what, "; ")));
+        throw UserError(
+            fmt::format("several pids given ({}): profile one VM at a time; {}", join(given), join(what, "; ")));
     }
     const std::string& text = targets.front();
     auto parsed = parse_pid(text);
     if (!parsed) {
         if (text.find('@') != std::string::npos)
             throw UserError(fmt::format("{}: not a pid; for a node name: --node {}", clean(text), clean(text)));
-        throw UserError(fmt::format("{}: not a pid (the OS pid of beam.smp; beam-bpf-vms lists the VMs here)",
-                                    clean(text)));
+        throw UserError(
+            fmt::format("{}: not a pid (the OS pid of beam.smp; beam-bpf-vms lists the VMs here)", clean(text)));
     }
     pid_t pid = *parsed;
     ProcBrief b = brief(pid);

@@ -26,7 +26,7 @@ pid_t find_vm(const std::vector<std::string>& targets, const std::string& node);
 struct VmListing {
     BeamProcess process;
     VmLabels labels;
-    int otp_release = 0;      // 0 when its binary has no version string (or cannot be read)
+    int otp_release = 0;  // 0 when its binary has no version string (or cannot be read)
     double uptime_s = 0;
 };
 std::vector<VmListing> list_vms();

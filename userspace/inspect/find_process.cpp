@@ -44,18 +44,20 @@ uint64_t find_process(const Vm& vm, ProcessNames& names, const std::string& give
     if (given.starts_with('<')) {
         auto pid = vm.parse_pid(given);
         if (!pid)
-            throw UserError(fmt::format("{} {}: not a pid of OTP {} (a local pid like <0.85.0>: numbers below 2^{}, "
-                                        "serials below 2^{})",
-                                        flag, given, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
+            throw UserError(
+                fmt::format("{} {}: not a pid of OTP {} (a local pid like <0.85.0>: numbers below 2^{}, "
+                            "serials below 2^{})",
+                            flag, given, vm.release().major, pids.num_bits, pids.data_bits - pids.num_bits));
         const uint64_t want = *pid & pids.mask();
         // A pid that names no process would filter every sample out: a silent empty run.
         if (auto table = table_of(vm)) {
             auto is_it = [&](uint64_t p) { return (p & pids.mask()) == want; };
             if (std::ranges::none_of(table->processes, [&](const ProcessEntry& e) { return is_it(e.pid); }) &&
                 std::ranges::none_of(table->unreadable_pids, is_it))
-                throw UserError(fmt::format("{} {}: no such process in the VM ({} processes now; beam-bpf-procs {} "
-                                            "lists them)",
-                                            flag, given, table->processes.size(), vm.pid()));
+                throw UserError(
+                    fmt::format("{} {}: no such process in the VM ({} processes now; beam-bpf-procs {} "
+                                "lists them)",
+                                flag, given, table->processes.size(), vm.pid()));
         }
         return want;
     }

@@ -200,9 +200,10 @@ private:
     // Checked every 4,096 links of a chain: past the deadline, the copy is given up.
     bool late(size_t n) const {
         if (n % 4096 || monotonic_ns() < deadline_) return false;
-        throw UserError(fmt::format("copying the process took more than {} s (a chain of over {} messages or "
-                                    "fragments): too long to inspect",
-                                    kMaxCopyNs / 1'000'000'000, n));
+        throw UserError(
+            fmt::format("copying the process took more than {} s (a chain of over {} messages or "
+                        "fragments): too long to inspect",
+                        kMaxCopyNs / 1'000'000'000, n));
     }
     const Vm& vm_;
     const VmOffsets& o_;
@@ -270,7 +271,9 @@ bool read_areas(const std::vector<HeapSnapshot::Area>& areas, uint64_t addr, std
 }  // namespace
 
 bool HeapSnapshot::read(uint64_t addr, std::span<std::byte> dst) const { return read_areas(areas, addr, dst); }
-bool HeapSnapshot::read_binary(uint64_t addr, std::span<std::byte> dst) const { return read_areas(binaries, addr, dst); }
+bool HeapSnapshot::read_binary(uint64_t addr, std::span<std::byte> dst) const {
+    return read_areas(binaries, addr, dst);
+}
 
 HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t max_bytes,
                               const term::TermSource& terms, uint64_t binary_prefix) {
@@ -312,10 +315,11 @@ HeapSnapshot snapshot_process(const Vm& vm, uint64_t c_p, uint64_t pid, uint64_t
     }
     if (!seen) throw UserError("the process exited, or its Process does not read right on this build");
     if (unread == kAttempts)
-        throw UserError(fmt::format("the memory its Process points at does not read as a process's (a heap, stack, "
-                                    "queue or dictionary where nothing is mapped, or a chain that loops) in each "
-                                    "of {} copies",
-                                    kAttempts));
+        throw UserError(
+            fmt::format("the memory its Process points at does not read as a process's (a heap, stack, "
+                        "queue or dictionary where nothing is mapped, or a chain that loops) in each "
+                        "of {} copies",
+                        kAttempts));
     throw UserError(fmt::format("busy, try again: the process ran during each of {} copies of its heap", kAttempts));
 }
 
@@ -336,9 +340,9 @@ term::TermSource snapshot_terms(const Vm& vm, const HeapSnapshot& s, term::TermS
 
 const char* kind_name(Root::Kind k) {
     switch (k) {
-        case Root::Kind::Stack: return "stack";
-        case Root::Kind::Dictionary: return "dictionary";
-        case Root::Kind::Message: return "message";
+    case Root::Kind::Stack: return "stack";
+    case Root::Kind::Dictionary: return "dictionary";
+    case Root::Kind::Message: return "message";
     }
     return "?";
 }

@@ -25,11 +25,11 @@ namespace bb {
 struct HeapSnapshot {
     ProcessEntry proc;  // as read before the copy (unchanged after it)
     uint64_t stop = 0, hend = 0;
-    std::vector<uint64_t> stack;                                // words [stop, hend)
-    std::vector<std::pair<uint64_t, uint64_t>> dictionary;      // key, value
-    std::vector<uint64_t> messages;                             // each message's term, oldest first
-    size_t undecoded_messages = 0;  // distribution messages not yet decoded: no term to show
-    size_t attempts = 0;            // copies taken until one held still
+    std::vector<uint64_t> stack;                            // words [stop, hend)
+    std::vector<std::pair<uint64_t, uint64_t>> dictionary;  // key, value
+    std::vector<uint64_t> messages;                         // each message's term, oldest first
+    size_t undecoded_messages = 0;                          // distribution messages not yet decoded: no term to show
+    size_t attempts = 0;                                    // copies taken until one held still
     struct Area {
         uint64_t addr;
         std::vector<std::byte> bytes;
@@ -66,9 +66,9 @@ struct Root {
     std::string where;     // "y3", "#12" (the 12th message); for the dictionary, see `key`
     std::string function;  // for a stack slot: the function whose frame holds it
     uint64_t term = 0;
-    uint64_t key = 0;  // a dictionary entry's key
-    std::optional<term::Size> size;  // nullopt: could not be sized (bad, or the budget spent)
-    uint64_t distinct_words = 0;     // words of its term no root before it reaches (size_roots)
+    uint64_t key = 0;                 // a dictionary entry's key
+    std::optional<term::Size> size;   // nullopt: could not be sized (bad, or the budget spent)
+    uint64_t distinct_words = 0;      // words of its term no root before it reaches (size_roots)
     std::optional<std::string> text;  // nullopt: did not decode
     // Other roots holding the very same term (one pointer), folded into this one by fold_shared.
     struct Sharer {

@@ -15,8 +15,8 @@ namespace bb {
 namespace {
 
 // ERTS_PSFLG_* of erl_process.h (the same bits in OTP 25 to 29; beam_bpf.h has the running ones).
-constexpr uint32_t kFree = 1u << 10, kExiting = 1u << 11, kActive = 1u << 13, kSuspended = 1u << 16,
-                   kGc = BB_PSFLG_GC, kActiveSys = 1u << 20, kDirtyActiveSys = 1u << 28;
+constexpr uint32_t kFree = 1u << 10, kExiting = 1u << 11, kActive = 1u << 13, kSuspended = 1u << 16, kGc = BB_PSFLG_GC,
+                   kActiveSys = 1u << 20, kDirtyActiveSys = 1u << 28;
 
 // Larger than any real heap (2^37 words = 1 TiB): a field past this is not a size.
 constexpr uint64_t kMaxWords = 1ull << 37;
@@ -47,8 +47,8 @@ bool ProcessEntry::busy() const {
 
 bool ProcessEntry::unchanged_since(const ProcessEntry& o) const {
     auto key = [](const ProcessEntry& e) {
-        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.abandoned_heap, e.heap_sz,
-                        e.mbuf, e.msg_frag, e.mbuf_sz, e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
+        return std::tie(e.pid, e.reds, e.heap, e.htop, e.stop, e.hend, e.old_heap, e.old_htop, e.abandoned_heap,
+                        e.heap_sz, e.mbuf, e.msg_frag, e.mbuf_sz, e.sig_first, e.sig_cont, e.msgq_len, e.dictionary);
     };
     return key(*this) == key(o) && !busy();
 }
@@ -167,13 +167,13 @@ bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntr
     // (sent, not yet fetched). process_info(P, memory) counts the inner queue after making P
     // handle all it was sent before the request: every message of the three.
     uint64_t budget = max_messages;
-    for (uint64_t first : {e.sig_first, e.sig_cont, e.sig_inq_first})
-        ok = add_queue(mem, o, first, budget, e) && ok;
+    for (uint64_t first : {e.sig_first, e.sig_cont, e.sig_inq_first}) ok = add_queue(mem, o, first, budget, e) && ok;
     return ok;
 }
 
 std::string ProcessTable::sizes_mismatch() const {
-    size_t fit = std::count_if(processes.begin(), processes.end(), [](const ProcessEntry& e) { return e.heap_sz == e.heap_span; });
+    size_t fit = std::count_if(processes.begin(), processes.end(),
+                               [](const ProcessEntry& e) { return e.heap_sz == e.heap_span; });
     if (processes.size() < 4 || fit * 2 > processes.size()) return "";
     return fmt::format("heap_sz is the size of the heap in only {} of {} processes", fit, processes.size());
 }

@@ -23,14 +23,14 @@ struct ProcessEntry {
     // Words, as process_info/2 counts them: heap_size (the young heap), the old heap, heap
     // fragments (mbuf_sz), and stack_size (hend - stop).
     uint64_t heap_sz = 0, old_heap_sz = 0, mbuf_sz = 0, stack_sz = 0;
-    uint64_t heap_span = 0;  // hend - heap: heap_sz, unless a GC abandoned that heap for a new one
-    uint64_t reds = 0;      // reductions up to its last time on a scheduler
-    int64_t msgq_len = 0;   // messages in its own queue (sig_qs.len)
-    uint64_t reg = 0;       // its RegProc *, 0 if not registered
-    uint64_t reg_name = 0;  // the atom it is registered under (read_process_table() reads it), or 0
+    uint64_t heap_span = 0;             // hend - heap: heap_sz, unless a GC abandoned that heap for a new one
+    uint64_t reds = 0;                  // reductions up to its last time on a scheduler
+    int64_t msgq_len = 0;               // messages in its own queue (sig_qs.len)
+    uint64_t reg = 0;                   // its RegProc *, 0 if not registered
+    uint64_t reg_name = 0;              // the atom it is registered under (read_process_table() reads it), or 0
     std::array<uint64_t, 3> initial{};  // module, function, arity
-    uint64_t current = 0;   // const ErtsCodeMFA *, 0 when the VM has not set it
-    uint64_t i = 0;         // where it runs, or resumes
+    uint64_t current = 0;               // const ErtsCodeMFA *, 0 when the VM has not set it
+    uint64_t i = 0;                     // where it runs, or resumes
     // Where its memory is: the young heap [heap, htop), the stack [stop, hend), the old heap
     // [old_heap, old_htop), heap fragments (mbuf), the inner and middle message queues and the
     // dictionary (a ProcDict *).
@@ -39,9 +39,9 @@ struct ProcessEntry {
     // a chain of ErtsMessage the next collection merges. The stack and heap point into them.
     uint64_t msg_frag = 0;
     uint64_t sig_first = 0, sig_cont = 0, dictionary = 0;
-    uint64_t sig_inq_first = 0;  // the outer queue: signals not yet fetched by the process
-    uint64_t abandoned_heap = 0; // the heap a GC left for a new one (then both are counted)
-    uint64_t psd = 0;            // its ErtsPSD *, 0 if none
+    uint64_t sig_inq_first = 0;   // the outer queue: signals not yet fetched by the process
+    uint64_t abandoned_heap = 0;  // the heap a GC left for a new one (then both are counted)
+    uint64_t psd = 0;             // its ErtsPSD *, 0 if none
     // Bytes outside the Process and its heaps that process_info(P, memory) counts: its queued
     // messages (inner, middle and outer queues: an ErtsMessage each, plus the heap fragments
     // holding data not yet on the heap), its dictionary's array and its ErtsPSD.
@@ -65,11 +65,11 @@ struct ProcessEntry {
 
 struct ProcessTable {
     std::vector<ProcessEntry> processes;  // in process-table order
-    size_t unreadable = 0;  // slots whose Process did not verify, or vanished during the read
+    size_t unreadable = 0;                // slots whose Process did not verify, or vanished during the read
     // The pid terms of those that hold a live pid: processes whose Process does not read (its
     // heap pointers out of order or past any heap: a torn read, or a lie). At most 1,024.
     std::vector<uint64_t> unreadable_pids;
-    size_t partial = 0;     // processes whose queues or dictionary changed while they were read
+    size_t partial = 0;  // processes whose queues or dictionary changed while they were read
     // "" when the sizes read right: heap_sz equals hend - heap in most processes (it does but
     // while a GC has abandoned a heap), which a wrong offset for it would not give.
     std::string sizes_mismatch() const;

@@ -144,8 +144,8 @@ std::string term_layout_mismatch(const Vm& vm) {
         }
         auto v = vm.mem().read<uint64_t>(at);
         if (v != value)
-            return v ? fmt::format("this build's {} is {:#x}, not {:#x} as the OTP {} source has it", symbol, *v,
-                                   value, vm.release().major)
+            return v ? fmt::format("this build's {} is {:#x}, not {:#x} as the OTP {} source has it", symbol, *v, value,
+                                   vm.release().major)
                      : fmt::format("cannot read this build's {} to check its term layout", symbol);
     }
     return "";
@@ -185,15 +185,17 @@ ProcessNames::ProcessNames(const Vm& vm, bool raw_names) : vm_(vm), raw_names_(r
         return;
     }
     if (text != "init") {
-        unavailable_ = fmt::format("the registered name of <0.0.0> does not read as init: this build's atom table or "
-                                   "Process offsets are not as OTP {} has them",
-                                   vm.release().major);
+        unavailable_ = fmt::format(
+            "the registered name of <0.0.0> does not read as init: this build's atom table or "
+            "Process offsets are not as OTP {} has them",
+            vm.release().major);
         return;
     }
     auto m = mem.read<uint64_t>(*init + o.proc_initial), f = mem.read<uint64_t>(*init + o.proc_initial + 8);
     auto a = mem.read<uint64_t>(*init + o.proc_initial + 16);
     if (!m || !f || !a || !atoms_.text(*m) || !atoms_.text(*f) || *a > 255)
-        unavailable_ = "the initial call of <0.0.0> does not read as one (struct offsets for names do not fit this build)";
+        unavailable_ =
+            "the initial call of <0.0.0> does not read as one (struct offsets for names do not fit this build)";
 }
 
 std::string ProcessNames::mfa_text(uint64_t m, uint64_t f, uint64_t a) {

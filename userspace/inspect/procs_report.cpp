@@ -38,9 +38,7 @@ std::string ProcsContext::function(uint64_t mfa, uint64_t addr) {
 
 namespace {
 
-std::string signed_bytes(int64_t b) {
-    return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b));
-}
+std::string signed_bytes(int64_t b) { return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b)); }
 
 struct Row {
     const ProcessEntry* p;
@@ -69,9 +67,7 @@ size_t name_width(const std::vector<Row>& rows) {
     return std::min(w, kNameWidthMax);
 }
 
-std::string fit(const std::string& s, size_t width) {
-    return s.size() <= width ? s : s.substr(0, width - 3) + "...";
-}
+std::string fit(const std::string& s, size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
 
 ProcessTable read_table(const Vm& vm) {
     ProcessTable table = read_process_table(vm);
@@ -139,9 +135,8 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
         std::cout << json_text(j, 1) << "\n";
         return 0;
     }
-    fmt::print("beam-bpf-procs: {} processes of {} {} ({}), {} unreadable, read in {:.1f} ms\n",
-               table.processes.size(), printable(c.vm.exe()), c.vm.pid(), c.vm.build().describe(), table.unreadable,
-               read_ns / 1e6);
+    fmt::print("beam-bpf-procs: {} processes of {} {} ({}), {} unreadable, read in {:.1f} ms\n", table.processes.size(),
+               printable(c.vm.exe()), c.vm.pid(), c.vm.build().describe(), table.unreadable, read_ns / 1e6);
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
     const size_t nw = name_width(rows);
@@ -149,9 +144,8 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
                "REDS", "STATUS", "NAME", nw, "CURRENT");
     for (const Row& r : rows) {
         const ProcessEntry& e = *r.p;
-        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid,
-                   human_bytes(e.memory(proc_size)), e.total_heap_sz(), e.stack_sz, e.msgq_len, e.reds, e.status(),
-                   fit(r.name, nw), nw, r.current);
+        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid, human_bytes(e.memory(proc_size)),
+                   e.total_heap_sz(), e.stack_sz, e.msgq_len, e.reds, e.status(), fit(r.name, nw), nw, r.current);
     }
     return 0;
 }
@@ -186,7 +180,8 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                 r.d_queue = e.msgq_len;
                 r.d_reds = e.reds;
             } else {
-                r.d_memory = static_cast<int64_t>(e.memory(proc_size)) - static_cast<int64_t>(it->second.memory(proc_size));
+                r.d_memory = static_cast<int64_t>(e.memory(proc_size)) -
+                             static_cast<int64_t>(it->second.memory(proc_size));
                 r.d_queue = e.msgq_len - it->second.msgq_len;
                 r.d_reds = e.reds >= it->second.reds ? e.reds - it->second.reds : 0;
             }
@@ -202,15 +197,18 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             return std::pair(growth(a), a.d_reds) > std::pair(growth(b), b.d_reds);
         });
         // A process that neither grew nor ran in the interval is not news: no rows of +0.
-        std::erase_if(rows, [](const Row& r) { return !r.fresh && r.d_memory <= 0 && r.d_queue <= 0 && r.d_reds == 0; });
+        std::erase_if(rows,
+                      [](const Row& r) { return !r.fresh && r.d_memory <= 0 && r.d_queue <= 0 && r.d_reds == 0; });
         if (!o.all && rows.size() > o.top) rows.resize(o.top);
         for (Row& r : rows) {
             Row named = make_row(c, *r.p);
             r.pid = named.pid, r.name = named.name, r.initial = named.initial, r.current = named.current;
         }
         if (o.json) {
-            nlohmann::json j{{"interval_s", o.watch}, {"processes_total", table.processes.size()},
-                             {"unreadable", table.unreadable}, {"processes", nlohmann::json::array()}};
+            nlohmann::json j{{"interval_s", o.watch},
+                             {"processes_total", table.processes.size()},
+                             {"unreadable", table.unreadable},
+                             {"processes", nlohmann::json::array()}};
             for (const Row& r : rows) {
                 auto p = row_json(r, proc_size);
                 p["memory_growth"] = r.d_memory;
@@ -222,9 +220,10 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             std::cout << json_text(j, -1) << std::endl;  // one line per interval
         } else {
             if (tty) fmt::print("\x1b[H\x1b[2J");
-            fmt::print("beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
-                       "they hold)\n",
-                       table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
+            fmt::print(
+                "beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
+                "they hold)\n",
+                table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
             const size_t nw = name_width(rows);
             fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
                        "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
@@ -260,9 +259,10 @@ ProcessEntry inspected_process(ProcsContext& c, const std::string& text) {
         unreadable = std::ranges::any_of(table.unreadable_pids, [&](uint64_t pid) { return (pid & mask) == want; });
     }
     if (unreadable)
-        throw UserError(fmt::format("--inspect {}: its Process does not read right (heap pointers out of order or "
-                                    "implausible in each of 10 readings): not inspected",
-                                    text));
+        throw UserError(
+            fmt::format("--inspect {}: its Process does not read right (heap pointers out of order or "
+                        "implausible in each of 10 readings): not inspected",
+                        text));
     throw UserError(fmt::format("--inspect {}: no such process", text));
 }
 
@@ -328,9 +328,7 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o) {
         for (auto& sh : r.first_sharers)
             if (sh.kind == Root::Kind::Dictionary) sh.where = key_text(sh.key);
     }
-    auto shown = [](const Root& r) {
-        return r.text ? *r.text : fmt::format("<bad term at {:#x}>", r.term & ~3ull);
-    };
+    auto shown = [](const Root& r) { return r.text ? *r.text : fmt::format("<bad term at {:#x}>", r.term & ~3ull); };
     auto place = [](Root::Kind kind, const std::string& where, const std::string& function) {
         return fmt::format("{} {}{}{}", kind_name(kind), where, function.empty() ? "" : " ", function);
     };
@@ -352,30 +350,35 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o) {
         j["roots"] = nlohmann::json::array();
         for (size_t i = 0; i < shown_rows; i++) {
             const Root& r = rows[i];
-            nlohmann::json k{{"kind", kind_name(r.kind)}, {"where", r.where}, {"term", shown(r)}, {"decoded", r.text.has_value()}};
+            nlohmann::json k{{"kind", kind_name(r.kind)},
+                             {"where", r.where},
+                             {"term", shown(r)},
+                             {"decoded", r.text.has_value()}};
             if (!r.function.empty()) k["function"] = r.function;
             if (r.size) k["words"] = r.size->words, k["off_heap_bytes"] = r.size->off_heap_bytes;
             else k["words"] = nullptr;
             k["distinct_words"] = r.distinct_words;
             if (r.sharers) {
                 k["same_term_roots"] = r.sharers;
-                for (const auto& sh : r.first_sharers) k["same_term_as"].push_back(place(sh.kind, sh.where, sh.function));
+                for (const auto& sh : r.first_sharers)
+                    k["same_term_as"].push_back(place(sh.kind, sh.where, sh.function));
             }
             j["roots"].push_back(k);
         }
         for (int kind = 0; kind < 3; kind++)
             j["totals"][kind_name(static_cast<Root::Kind>(kind))] = {{"terms", totals[kind].terms},
-                                                                      {"words", totals[kind].words},
-                                                                      {"distinct_words", sizes.distinct_words[kind]},
-                                                                      {"off_heap_bytes", totals[kind].off_heap_bytes}};
+                                                                     {"words", totals[kind].words},
+                                                                     {"distinct_words", sizes.distinct_words[kind]},
+                                                                     {"off_heap_bytes", totals[kind].off_heap_bytes}};
         std::cout << json_text(j, 1) << "\n";
         return 0;
     }
     fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
                row.current.empty() ? "?" : row.current);
-    fmt::print("  heap {} words{}, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
-               p.heap_sz, p.abandoned_heap ? " (abandoned until a pending collection)" : "", p.old_heap_sz, p.mbuf_sz,
-               p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()), snap.attempts);
+    fmt::print(
+        "  heap {} words{}, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
+        p.heap_sz, p.abandoned_heap ? " (abandoned until a pending collection)" : "", p.old_heap_sz, p.mbuf_sz,
+        p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()), snap.attempts);
     fmt::print("{:>10} {:>9}  {:<44} {}\n", "WORDS", "OFF-HEAP", "ROOT", "TERM");
     for (size_t i = 0; i < shown_rows; i++) {
         const Root& r = rows[i];
@@ -387,9 +390,11 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o) {
     if (shown_rows < rows.size()) fmt::print("  ... {} more (--all, or -t N)\n", rows.size() - shown_rows);
     fmt::print("totals (flat sizes, shared terms counted per reference; distinct: each heap word once):");
     for (int kind = 0; kind < 3; kind++)
-        fmt::print("{} {} {} terms, {} words ({} distinct){}", kind ? ";" : "", kind_name(static_cast<Root::Kind>(kind)),
-                   totals[kind].terms, totals[kind].words, sizes.distinct_words[kind],
-                   totals[kind].off_heap_bytes ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes)) : "");
+        fmt::print("{} {} {} terms, {} words ({} distinct){}", kind ? ";" : "",
+                   kind_name(static_cast<Root::Kind>(kind)), totals[kind].terms, totals[kind].words,
+                   sizes.distinct_words[kind],
+                   totals[kind].off_heap_bytes ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes))
+                                               : "");
     fmt::print("\n");
     if (snap.undecoded_messages)
         fmt::print("  {} distribution messages not yet decoded (no term to show)\n", snap.undecoded_messages);

@@ -19,7 +19,10 @@ class FlatSizer {
 public:
     enum class Mode { flat, distinct };
     FlatSizer(const TermSource& src, uint64_t max_cells, SizeMemo* memo = nullptr, Mode mode = Mode::flat)
-        : src_(src), r_(src, static_cast<int64_t>(std::min<uint64_t>(max_cells, INT64_MAX))), memo_(memo), mode_(mode) {}
+        : src_(src),
+          r_(src, static_cast<int64_t>(std::min<uint64_t>(max_cells, INT64_MAX))),
+          memo_(memo),
+          mode_(mode) {}
 
     std::optional<Size> size(uint64_t t) {
         std::vector<uint64_t> todo{t};
@@ -35,7 +38,8 @@ public:
             while (!opened.empty() && todo.size() == opened.back().todo_len) {
                 const Open& o = opened.back();
                 if (memo_->sizes.size() < memo_->max_remembered)
-                    memo_->sizes[o.cell] = {size_.words - o.before.words, size_.off_heap_bytes - o.before.off_heap_bytes};
+                    memo_->sizes[o.cell] = {size_.words - o.before.words,
+                                            size_.off_heap_bytes - o.before.off_heap_bytes};
                 memo_->open.erase(o.cell);
                 opened.pop_back();
             }

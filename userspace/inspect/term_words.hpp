@@ -12,7 +12,7 @@
 namespace bb::term::detail {
 
 inline constexpr uint64_t kTuple = 0x00, kPosBig = 0x08, kNegBig = 0x0c, kRef = 0x10, kFun = 0x14, kFloat = 0x18,
-                   kExternalPid = 0x30, kExternalPort = 0x34, kExternalRef = 0x38;
+                          kExternalPid = 0x30, kExternalPort = 0x34, kExternalRef = 0x38;
 // The subtags that moved between releases come from the release's TermLayout.
 inline const TermLayout& subtags(const TermSource& s) { return s.layout; }
 
@@ -45,9 +45,9 @@ private:
 
 // A binary's bytes and where they are: on the heap (read through src.read) or off it.
 struct BinaryRef {
-    uint64_t data = 0;     // address of its first byte
-    uint64_t bytes = 0;    // whole bytes
-    bool whole = true;     // a whole number of bytes, starting on a byte
+    uint64_t data = 0;   // address of its first byte
+    uint64_t bytes = 0;  // whole bytes
+    bool whole = true;   // a whole number of bytes, starting on a byte
     bool off_heap = false;
 };
 
@@ -59,7 +59,8 @@ inline std::optional<BinaryRef> binary_ref(Reader& r, const TermSource& src, uin
     if (sub == st.heap_bin) {
         auto size = w(1);
         if (!size) return std::nullopt;
-        BinaryRef b{p + 16, src.layout.bits_unified() ? *size / 8 : *size, !src.layout.bits_unified() || *size % 8 == 0, false};
+        BinaryRef b{p + 16, src.layout.bits_unified() ? *size / 8 : *size, !src.layout.bits_unified() || *size % 8 == 0,
+                    false};
         if (b.bytes > 8 * (hdr >> 6)) return std::nullopt;  // more than the header holds
         return b;
     }

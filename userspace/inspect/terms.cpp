@@ -22,10 +22,11 @@ namespace {
 using namespace detail;
 
 bool is_reserved_word(std::string_view s) {
-    static constexpr std::array<std::string_view, 29> words{
-        "after", "and", "andalso", "band", "begin", "bnot", "bor", "bsl", "bsr", "bxor",
-        "case", "catch", "cond", "div", "else", "end", "fun", "if", "let", "maybe",
-        "not", "of", "or", "orelse", "receive", "rem", "try", "when", "xor"};
+    static constexpr std::array<std::string_view, 29> words{"after",   "and",   "andalso", "band", "begin", "bnot",
+                                                            "bor",     "bsl",   "bsr",     "bxor", "case",  "catch",
+                                                            "cond",    "div",   "else",    "end",  "fun",   "if",
+                                                            "let",     "maybe", "not",     "of",   "or",    "orelse",
+                                                            "receive", "rem",   "try",     "when", "xor"};
     return std::find(words.begin(), words.end(), s) != words.end();
 }
 
@@ -87,7 +88,10 @@ std::string bignum_text(std::vector<uint64_t> digits, bool negative) {
 class TermPrinter {
 public:
     TermPrinter(const TermSource& src, const Limits& limits)
-        : src_(src), limits_(limits), r_(src, limits.max_reads), elixir_(limits.syntax == Syntax::elixir),
+        : src_(src),
+          limits_(limits),
+          r_(src, limits.max_reads),
+          elixir_(limits.syntax == Syntax::elixir),
           sep_(elixir_ ? ", " : ",") {}
 
     std::optional<std::string> print(uint64_t t) {
@@ -230,7 +234,8 @@ private:
         }
         // Elixir: a struct as %Module{field: value} (its __struct__ key names it), and atom
         // keys as `key: value` when every key is an atom.
-        bool atom_keys = elixir_ && std::all_of(pairs.begin(), pairs.end(), [](const auto& kv) { return is_atom(kv.first); });
+        bool atom_keys = elixir_ &&
+                         std::all_of(pairs.begin(), pairs.end(), [](const auto& kv) { return is_atom(kv.first); });
         std::string structure;
         if (atom_keys)
             for (auto it = pairs.begin(); it != pairs.end(); ++it)
@@ -305,7 +310,8 @@ private:
                 pairs.emplace_back(*k, *v);
             } else if (is_boxed(*child)) {
                 auto h = word(*child - 2);
-                if (!h || (*h & 0x3c) != subtags(src_).map || !map_pairs(*child - 2, *h, pairs, level + 1)) return false;
+                if (!h || (*h & 0x3c) != subtags(src_).map || !map_pairs(*child - 2, *h, pairs, level + 1))
+                    return false;
             } else {
                 return false;
             }
@@ -328,14 +334,14 @@ private:
             bad_ = true;
             return;
         }
-        bool printable = std::all_of(data.begin(), data.end(), [](std::byte c) {
-            return std::isprint(static_cast<unsigned char>(c)) != 0;
-        });
+        bool printable = std::all_of(data.begin(), data.end(),
+                                     [](std::byte c) { return std::isprint(static_cast<unsigned char>(c)) != 0; });
         if (elixir_ && printable && !data.empty()) {  // a string: "text", #{ escaped
             out_ += '"';
             for (size_t i = 0; i < data.size(); i++) {
                 char ch = static_cast<char>(data[i]);
-                if (ch == '"' || ch == '\\' || (ch == '#' && i + 1 < data.size() && char(data[i + 1]) == '{')) out_ += '\\';
+                if (ch == '"' || ch == '\\' || (ch == '#' && i + 1 < data.size() && char(data[i + 1]) == '{'))
+                    out_ += '\\';
                 out_ += ch;
             }
             out_ += data.size() < b->bytes ? "\"..." : "\"";
@@ -429,9 +435,8 @@ private:
 
 std::string printed_atom(std::string_view text) {
     bool bare = !text.empty() && std::islower(static_cast<unsigned char>(text[0])) && !is_reserved_word(text) &&
-                std::all_of(text.begin(), text.end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@';
-                });
+                std::all_of(text.begin(), text.end(),
+                            [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@'; });
     if (bare) return std::string(text);
     return "'" + escaped(text, '\'') + "'";  // control characters as io_lib writes them: '\e[2J'
 }
@@ -440,11 +445,11 @@ std::string elixir_atom(std::string_view text) {
     if (text == "true" || text == "false" || text == "nil") return std::string(text);
     // An alias: 'Elixir.MyApp.Repo' is MyApp.Repo, each segment a capitalized identifier.
     auto identifier = [](std::string_view s, bool capital) {
-        return !s.empty() && (capital ? std::isupper(static_cast<unsigned char>(s[0]))
-                                      : std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
-               std::all_of(s.begin(), s.end(), [](char c) {
-                   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@';
-               });
+        return !s.empty() &&
+               (capital ? std::isupper(static_cast<unsigned char>(s[0]))
+                        : std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
+               std::all_of(s.begin(), s.end(),
+                           [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '@'; });
     };
     if (text.starts_with("Elixir.") && text.size() > 7) {
         std::string_view rest = text.substr(7);

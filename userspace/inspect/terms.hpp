@@ -24,8 +24,8 @@ inline bool is_small(uint64_t t) { return (t & 0xf) == 0xf; }
 inline bool is_local_pid(uint64_t t) { return (t & 0xf) == 0x3; }
 inline bool is_local_port(uint64_t t) { return (t & 0xf) == 0x7; }
 inline bool is_catch(uint64_t t) { return (t & 0x3f) == 0x1b; }  // a catch tag, only on stacks
-inline bool is_list(uint64_t t) { return (t & 3) == 1; }   // a pointer to a cons cell, + 1
-inline bool is_boxed(uint64_t t) { return (t & 3) == 2; }  // a pointer to a header word, + 2
+inline bool is_list(uint64_t t) { return (t & 3) == 1; }         // a pointer to a cons cell, + 1
+inline bool is_boxed(uint64_t t) { return (t & 3) == 2; }        // a pointer to a header word, + 2
 inline bool is_immediate(uint64_t t) { return (t & 3) == 3; }
 inline int64_t small_value(uint64_t t) { return static_cast<int64_t>(t) >> 4; }
 inline uint64_t atom_index(uint64_t t) { return t >> 6; }

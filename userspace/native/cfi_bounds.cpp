@@ -16,14 +16,14 @@ namespace bb {
 size_t eh_encoded_size(uint8_t enc) {
     if (enc == DW_EH_PE_omit) return 0;
     switch (enc & 0x0f) {
-        case DW_EH_PE_absptr: return 8;
-        case DW_EH_PE_udata2:
-        case DW_EH_PE_sdata2: return 2;
-        case DW_EH_PE_udata4:
-        case DW_EH_PE_sdata4: return 4;
-        case DW_EH_PE_udata8:
-        case DW_EH_PE_sdata8: return 8;
-        default: return 0;  // LEB128 or garbage
+    case DW_EH_PE_absptr: return 8;
+    case DW_EH_PE_udata2:
+    case DW_EH_PE_sdata2: return 2;
+    case DW_EH_PE_udata4:
+    case DW_EH_PE_sdata4: return 4;
+    case DW_EH_PE_udata8:
+    case DW_EH_PE_sdata8: return 8;
+    default: return 0;  // LEB128 or garbage
     }
 }
 
@@ -67,42 +67,42 @@ ProgramCost cost_of(const uint8_t* program, const uint8_t* end, size_t loc_size)
     while (r.ok && r.p < r.end) {
         const uint8_t op = *r.p++;
         switch (op & 0xc0) {
-            case DW_CFA_advance_loc: continue;
-            case DW_CFA_offset: reg(op & 0x3f), r.uleb(); continue;
-            case DW_CFA_restore: reg(op & 0x3f); continue;
+        case DW_CFA_advance_loc: continue;
+        case DW_CFA_offset: reg(op & 0x3f), r.uleb(); continue;
+        case DW_CFA_restore: reg(op & 0x3f); continue;
         }
         switch (op) {
-            case DW_CFA_nop:
-            case DW_CFA_restore_state: break;
-            case DW_CFA_remember_state: c.remembers++; break;
-            case DW_CFA_GNU_window_save: reg(31); break;  // SPARC's shorthand sizes the frame for 32
-            case DW_CFA_advance_loc1: r.skip(1); break;
-            case DW_CFA_advance_loc2: r.skip(2); break;
-            case DW_CFA_advance_loc4: r.skip(4); break;
-            case DW_CFA_MIPS_advance_loc8: r.skip(8); break;
-            case DW_CFA_set_loc:
-                if (loc_size) r.skip(loc_size);
-                else r.uleb();
-                break;
-            case DW_CFA_def_cfa:
-            case DW_CFA_def_cfa_sf: r.uleb(), r.uleb(); break;  // the CFA's register is no frame slot
-            case DW_CFA_def_cfa_register:
-            case DW_CFA_def_cfa_offset:
-            case DW_CFA_def_cfa_offset_sf:
-            case DW_CFA_GNU_args_size: r.uleb(); break;
-            case DW_CFA_def_cfa_expression: r.skip(r.uleb()); break;
-            case DW_CFA_undefined:
-            case DW_CFA_same_value:
-            case DW_CFA_restore_extended: reg(r.uleb()); break;
-            case DW_CFA_offset_extended:
-            case DW_CFA_offset_extended_sf:
-            case DW_CFA_GNU_negative_offset_extended:
-            case DW_CFA_val_offset:
-            case DW_CFA_val_offset_sf: reg(r.uleb()), r.uleb(); break;
-            case DW_CFA_register: reg(r.uleb()), r.uleb(); break;
-            case DW_CFA_expression:
-            case DW_CFA_val_expression: reg(r.uleb()), r.skip(r.uleb()); break;
-            default: return c;  // libdw stops here: the program is invalid
+        case DW_CFA_nop:
+        case DW_CFA_restore_state: break;
+        case DW_CFA_remember_state: c.remembers++; break;
+        case DW_CFA_GNU_window_save: reg(31); break;  // SPARC's shorthand sizes the frame for 32
+        case DW_CFA_advance_loc1: r.skip(1); break;
+        case DW_CFA_advance_loc2: r.skip(2); break;
+        case DW_CFA_advance_loc4: r.skip(4); break;
+        case DW_CFA_MIPS_advance_loc8: r.skip(8); break;
+        case DW_CFA_set_loc:
+            if (loc_size) r.skip(loc_size);
+            else r.uleb();
+            break;
+        case DW_CFA_def_cfa:
+        case DW_CFA_def_cfa_sf: r.uleb(), r.uleb(); break;  // the CFA's register is no frame slot
+        case DW_CFA_def_cfa_register:
+        case DW_CFA_def_cfa_offset:
+        case DW_CFA_def_cfa_offset_sf:
+        case DW_CFA_GNU_args_size: r.uleb(); break;
+        case DW_CFA_def_cfa_expression: r.skip(r.uleb()); break;
+        case DW_CFA_undefined:
+        case DW_CFA_same_value:
+        case DW_CFA_restore_extended: reg(r.uleb()); break;
+        case DW_CFA_offset_extended:
+        case DW_CFA_offset_extended_sf:
+        case DW_CFA_GNU_negative_offset_extended:
+        case DW_CFA_val_offset:
+        case DW_CFA_val_offset_sf: reg(r.uleb()), r.uleb(); break;
+        case DW_CFA_register: reg(r.uleb()), r.uleb(); break;
+        case DW_CFA_expression:
+        case DW_CFA_val_expression: reg(r.uleb()), r.skip(r.uleb()); break;
+        default: return c;  // libdw stops here: the program is invalid
         }
     }
     return c;
@@ -132,17 +132,18 @@ CieShape shape_of(const Dwarf_CIE& cie) {
     return s;
 }
 
-std::optional<uint64_t> read_pointer(const uint8_t* p, size_t n, uint8_t enc, uint64_t field_vaddr, uint64_t data_vaddr) {
+std::optional<uint64_t> read_pointer(const uint8_t* p, size_t n, uint8_t enc, uint64_t field_vaddr,
+                                     uint64_t data_vaddr) {
     const size_t size = eh_encoded_size(enc);
     if (size == 0 || size > n) return std::nullopt;
     uint64_t v = 0;
     std::memcpy(&v, p, size);
     if ((enc & 0x08) && size < 8 && (v >> (size * 8 - 1)) & 1) v |= ~uint64_t{0} << (size * 8);  // signed
     switch (enc & 0x70) {
-        case DW_EH_PE_absptr: return v;
-        case DW_EH_PE_pcrel: return field_vaddr + v;
-        case DW_EH_PE_datarel: return data_vaddr + v;
-        default: return std::nullopt;
+    case DW_EH_PE_absptr: return v;
+    case DW_EH_PE_pcrel: return field_vaddr + v;
+    case DW_EH_PE_datarel: return data_vaddr + v;
+    default: return std::nullopt;
     }
 }
 
@@ -189,7 +190,6 @@ std::vector<EhFrame> eh_frames(Elf* elf, std::string& error) {
     }
     return out;
 }
-
 
 // The entries of one .eh_frame that libdw may run, checked once each.
 class EntryCheck {

@@ -38,22 +38,21 @@ std::vector<NativeMatch> resolve_functions(const Vm& vm, const std::string& func
         const std::string name = file ? file->name : vm.exe();
         for (const auto& s : e.symbols()) {
             if (!s.is_func || s.size == 0) continue;
-            if (matches(s.name))
-                found.push_back({s, name, s.value + bias, file});
-            else if (found.empty())
-                all.push_back(s.name);
+            if (matches(s.name)) found.push_back({s, name, s.value + bias, file});
+            else if (found.empty()) all.push_back(s.name);
         }
         if (!found.empty()) break;  // the first file that has FUNC is the one meant
     }
     if (found.empty()) {
         const std::string near = join(closest(func, std::move(all), 5));
         if (auto why = vm.missing_local_symbols(); !why.empty())
-            throw UserError(fmt::format("no function {}{} in {} or its libraries: {}", func, exact ? "" : "*",
-                                        vm.exe(), why));
-        throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func,
-                                    exact ? "" : "*", vm.exe(), near));
+            throw UserError(
+                fmt::format("no function {}{} in {} or its libraries: {}", func, exact ? "" : "*", vm.exe(), why));
+        throw UserError(fmt::format("no function {}{} in {} or its libraries; closest: {}", func, exact ? "" : "*",
+                                    vm.exe(), near));
     }
-    std::sort(found.begin(), found.end(), [](const NativeMatch& a, const NativeMatch& b) { return a.sym.name < b.sym.name; });
+    std::sort(found.begin(), found.end(),
+              [](const NativeMatch& a, const NativeMatch& b) { return a.sym.name < b.sym.name; });
     return found;
 }
 

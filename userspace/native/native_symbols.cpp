@@ -56,8 +56,8 @@ int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr, char**, Elf** elfp) 
 // digits in a host path), then debuginfod when DEBUGINFOD_URLS is set. libdwfl's search by the
 // .gnu_debuglink name, a string in the target's file, beside the main file or under
 // /usr/lib/debug, would open paths the target chooses: it gets no file name and no link.
-int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base, const char*,
-                   const char*, GElf_Word, char** debuginfo_file_name) {
+int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base, const char*, const char*,
+                   GElf_Word, char** debuginfo_file_name) {
     return dwfl_standard_find_debuginfo(mod, userdata, modname, base, nullptr, nullptr, 0, debuginfo_file_name);
 }
 
@@ -82,7 +82,8 @@ const std::vector<char>& own_vdso() {
         if (base)
             for (const auto& m : read_maps(getpid()))
                 if (m.path == "[vdso]" && m.start == base)
-                    return std::vector<char>(reinterpret_cast<const char*>(m.start), reinterpret_cast<const char*>(m.end));
+                    return std::vector<char>(reinterpret_cast<const char*>(m.start),
+                                             reinterpret_cast<const char*>(m.end));
         return std::vector<char>{};
     }();
     return image;

@@ -14,10 +14,10 @@
 namespace bb {
 
 struct NativeSymbol {
-    std::string name;    // "erts_garbage_collect_nobump"; empty when the module has no symbol there
-    std::string module;  // basename: "beam.smp", "libc.so.6"
-    uint64_t offset = 0; // addr - symbol start
-    uint64_t size = 0;   // symbol size (0: unknown)
+    std::string name;     // "erts_garbage_collect_nobump"; empty when the module has no symbol there
+    std::string module;   // basename: "beam.smp", "libc.so.6"
+    uint64_t offset = 0;  // addr - symbol start
+    uint64_t size = 0;    // symbol size (0: unknown)
 };
 
 struct FileSymbols;  // native_symbols.cpp
@@ -61,7 +61,10 @@ public:
     // "tcp_sendmsg", or nullopt when the address is in no function this reader knows.
     std::optional<std::string> lookup(uint64_t addr);
     // Why names are unavailable ("" when they are).
-    const std::string& unavailable() { load(); return unavailable_; }
+    const std::string& unavailable() {
+        load();
+        return unavailable_;
+    }
 
 private:
     void load();

@@ -48,9 +48,7 @@ void RangeAllocator::give(uint32_t start, uint32_t n) {
 std::optional<FileId> file_id(int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0) return std::nullopt;
-    return FileId{st.st_dev,
-                  st.st_ino,
-                  static_cast<uint64_t>(st.st_size),
+    return FileId{st.st_dev, st.st_ino, static_cast<uint64_t>(st.st_size),
                   st.st_mtim.tv_sec * 1'000'000'000ll + st.st_mtim.tv_nsec,
                   st.st_ctim.tv_sec * 1'000'000'000ll + st.st_ctim.tv_nsec};
 }
@@ -113,9 +111,9 @@ Result<UnwindStore::Share> UnwindStore::place(const std::shared_ptr<const Unwind
     if (!first_row || !first_bucket) {
         if (first_row) rows_.give(*first_row, nrows);
         counts_.refused++;
-        return Fail{fmt::format("no room for its {} unwind rows and {} buckets ({} of {} rows and {} of {} buckets in use)",
-                                nrows, nbuckets, rows_.used(), rows_.capacity(), buckets_.used(),
-                                buckets_.capacity())};
+        return Fail{
+            fmt::format("no room for its {} unwind rows and {} buckets ({} of {} rows and {} of {} buckets in use)",
+                        nrows, nbuckets, rows_.used(), rows_.capacity(), buckets_.used(), buckets_.capacity())};
     }
     try {
         writer_->write(*first_row, t->rows, *first_bucket, t->buckets);

@@ -96,13 +96,13 @@ public:
 
     struct Stats {
         uint32_t row_capacity = 0, rows_used = 0, bucket_capacity = 0, buckets_used = 0;
-        size_t regions = 0;         // tables placed now
-        size_t shares = 0;          // module entries pointing at them
-        size_t tables = 0;          // compiled tables held now
-        uint64_t compiled = 0;      // tables compiled since the start
-        uint64_t table_reuses = 0;  // a file's table found compiled
-        uint64_t region_reuses = 0; // a placement that found its rows placed
-        uint64_t refused = 0;       // placements refused: no room
+        size_t regions = 0;          // tables placed now
+        size_t shares = 0;           // module entries pointing at them
+        size_t tables = 0;           // compiled tables held now
+        uint64_t compiled = 0;       // tables compiled since the start
+        uint64_t table_reuses = 0;   // a file's table found compiled
+        uint64_t region_reuses = 0;  // a placement that found its rows placed
+        uint64_t refused = 0;        // placements refused: no room
         // The arrays' memory: the kernel stores an array's values 8 bytes apart, 4-byte buckets too.
         uint64_t kernel_bytes() const { return (uint64_t(row_capacity) + bucket_capacity) * 8; }
     };

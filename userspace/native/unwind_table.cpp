@@ -51,7 +51,8 @@ std::optional<int64_t> cfa_plus(const Dwarf_Op* ops, size_t nops) {
     if (nops == 0 || ops[0].atom != DW_OP_call_frame_cfa) return std::nullopt;
     if (nops == 1) return 0;
     if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) return static_cast<int64_t>(ops[1].number);
-    if (nops == 3 && ops[1].atom == DW_OP_consts && ops[2].atom == DW_OP_plus) return static_cast<int64_t>(ops[1].number);
+    if (nops == 3 && ops[1].atom == DW_OP_consts && ops[2].atom == DW_OP_plus)
+        return static_cast<int64_t>(ops[1].number);
     return std::nullopt;
 }
 
@@ -152,7 +153,9 @@ std::vector<uint64_t> fde_starts(Elf* elf, std::string& error, std::string& budg
         GElf_Phdr ph;
         if (!gelf_getphdr(elf, static_cast<int>(i), &ph) || ph.p_type != PT_GNU_EH_FRAME) continue;
         // Read alone (libelf checks it lies in the file), not the whole file.
-        Elf_Data* chunk = ph.p_filesz >= 4 ? elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE) : nullptr;
+        Elf_Data* chunk = ph.p_filesz >= 4
+                              ? elf_getdata_rawchunk(elf, static_cast<int64_t>(ph.p_offset), ph.p_filesz, ELF_T_BYTE)
+                              : nullptr;
         if (!chunk || chunk->d_size < 4) {
             error = ".eh_frame_hdr outside the file";
             return starts;
@@ -246,8 +249,9 @@ UnwindTable compile(Elf* elf) {
     size_t lookups = 0;
     for (size_t i = 0; i < starts.size(); i++) {
         if (t.rows.size() >= kMaxRowsPerFile || lookups >= kMaxLookupsPerFile) {
-            t.budget = fmt::format("{} rows from {} rule look-ups, the budget of a file; {} of its {} functions left out",
-                                   t.rows.size(), lookups, starts.size() - i, starts.size());
+            t.budget =
+                fmt::format("{} rows from {} rule look-ups, the budget of a file; {} of its {} functions left out",
+                            t.rows.size(), lookups, starts.size() - i, starts.size());
             break;
         }
         uint64_t next = i + 1 < starts.size() ? starts[i + 1] : UINT32_MAX;
@@ -386,8 +390,8 @@ size_t NativeUnwind::refresh() {
         const std::string path = m.deleted() ? m.path.substr(0, m.path.size() - 10) : m.path;
         const std::string name = path.substr(path.rfind('/') + 1);
         if (modules_.size() >= BB_MAX_UNWIND_MODULES) {
-            budget_spent(fmt::format("{} and any other file mapped past {} of them: the walker's limit of files",
-                                     name, BB_MAX_UNWIND_MODULES));
+            budget_spent(fmt::format("{} and any other file mapped past {} of them: the walker's limit of files", name,
+                                     BB_MAX_UNWIND_MODULES));
             continue;
         }
         // One table per file, however many mappings and names it has: by device and inode.
@@ -395,9 +399,10 @@ size_t NativeUnwind::refresh() {
         auto& table = tables_[file_key];
         if (!table) {
             if (tables_.size() > kMaxFiles || rows_compiled_ >= kMaxRowsCompiled) {
-                budget_spent(fmt::format("{} and any other file past {} files or {} rows compiled: the unwind "
-                                         "budget of a run",
-                                         name, kMaxFiles, kMaxRowsCompiled));
+                budget_spent(
+                    fmt::format("{} and any other file past {} files or {} rows compiled: the unwind "
+                                "budget of a run",
+                                name, kMaxFiles, kMaxRowsCompiled));
                 tables_.erase(file_key);
                 continue;
             }
@@ -456,7 +461,8 @@ std::optional<NativeUnwind::Function> NativeUnwind::function_at(uint64_t addr) c
     for (size_t i = 0; i < modules_.size(); i++) {
         const auto& m = modules_[i];
         if (addr < m.start || addr >= m.end) continue;
-        if (auto f = module_tables_[i]->function_at(addr - m.bias)) return Function{paths_[i], f->first, f->second, m.bias};
+        if (auto f = module_tables_[i]->function_at(addr - m.bias))
+            return Function{paths_[i], f->first, f->second, m.bias};
         return std::nullopt;
     }
     return std::nullopt;

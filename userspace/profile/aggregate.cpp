@@ -17,10 +17,8 @@ void Aggregator::add(std::span<const uint32_t> stack, uint64_t count, Who who) {
     key.stack.assign(stack.begin(), stack.end());
     key.who = who;
     auto it = samples_.find(key);
-    if (it != samples_.end())
-        it->second += count;
-    else
-        samples_.emplace(key, count);
+    if (it != samples_.end()) it->second += count;
+    else samples_.emplace(key, count);
     total_ += count;
 }
 
@@ -55,7 +53,7 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
     };
     // --by-process: a root frame per process, made here rather than in the FrameTable, which
     // lives as long as the run: processes come and go by the million on a busy node.
-    std::unordered_map<uint64_t, uint32_t> process_roots;  // pid term -> location
+    std::unordered_map<uint64_t, uint32_t> process_roots;     // pid term -> location
     std::unordered_map<std::string, uint32_t> roots_by_name;  // root text -> location
     std::unordered_map<uint32_t, size_t> pids_of_root;        // location -> processes under it
     auto process_root = [&](uint64_t pid) {

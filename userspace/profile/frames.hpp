@@ -24,8 +24,8 @@ class FrameTable {
 public:
     explicit FrameTable(bool raw_names = false) : raw_names_(raw_names) {}
     // A location of an Erlang function, named as the JIT names it ("lists:foldl/3").
-    uint32_t erlang(const std::string& vm_name, const std::string& module, const std::string* file,
-                    uint32_t start_line, uint32_t line);
+    uint32_t erlang(const std::string& vm_name, const std::string& module, const std::string* file, uint32_t start_line,
+                    uint32_t line);
     // Any other frame: native symbols, "[kernel]", the VM's pseudo frames. C++ symbols are
     // shown demangled, without their parameters (the system name keeps them).
     uint32_t other(FrameKind kind, const std::string& name, const std::string& mapping);

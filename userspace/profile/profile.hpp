@@ -55,11 +55,11 @@ struct Profile {
     uint64_t period_ns = 0;        // CPU time one sample stands for; 0 when counts are not time
     uint64_t start_unix_ns = 0;    // wall clock at the start of the profiled interval
     uint64_t duration_ns = 0;
-    std::string title;             // "beam.smp 1234 (OTP 27)": shown by viewers
+    std::string title;  // "beam.smp 1234 (OTP 27)": shown by viewers
     // Labels of the whole profile, which pprof can only carry on each sample (beam-bpf-agent:
     // host, node, service_name, ...); empty values are left out.
     std::vector<std::pair<std::string, std::string>> labels;
-    bool lines = false;            // --lines: frames are per line, shown "name (file:LINE)"
+    bool lines = false;  // --lines: frames are per line, shown "name (file:LINE)"
 
     // The frame text of a location as folded stacks and the top table show it.
     std::string label(uint32_t location) const {
@@ -82,9 +82,9 @@ struct Profile {
 // lines of one function are two frames, without it all of a function's locations are one.
 // Numbered in label order, so that sorting stacks of frame numbers sorts callees by name.
 struct LabelFrames {
-    std::vector<std::string> labels;     // frame -> label
-    std::vector<uint32_t> location;      // frame -> its first location (file, line, kind)
-    std::vector<uint32_t> of_location;   // location -> frame
+    std::vector<std::string> labels;    // frame -> label
+    std::vector<uint32_t> location;     // frame -> its first location (file, line, kind)
+    std::vector<uint32_t> of_location;  // location -> frame
 };
 inline LabelFrames label_frames(const Profile& p) {
     LabelFrames f;
@@ -95,7 +95,8 @@ inline LabelFrames label_frames(const Profile& p) {
     f.labels.erase(std::unique(f.labels.begin(), f.labels.end()), f.labels.end());
     f.location.assign(f.labels.size(), UINT32_MAX);
     for (uint32_t i = 0; i < of.size(); i++) {
-        auto frame = static_cast<uint32_t>(std::lower_bound(f.labels.begin(), f.labels.end(), of[i]) - f.labels.begin());
+        auto frame = static_cast<uint32_t>(std::lower_bound(f.labels.begin(), f.labels.end(), of[i]) -
+                                           f.labels.begin());
         f.of_location.push_back(frame);
         if (f.location[frame] == UINT32_MAX) f.location[frame] = i;
     }

@@ -121,8 +121,7 @@ void write_html(const Profile& p, std::ostream& out) {
     std::vector<uint32_t> path{0};  // the nodes of the previous stack, root first
     for (const auto& [stack, count] : stacks) {
         size_t same = 0;
-        while (same < stack.size() && same + 1 < path.size() && nodes[path[same + 1]].frame == stack[same])
-            same++;
+        while (same < stack.size() && same + 1 < path.size() && nodes[path[same + 1]].frame == stack[same]) same++;
         path.resize(same + 1);
         for (size_t k = same; k < stack.size(); k++) {
             path.push_back(static_cast<uint32_t>(nodes.size()));

@@ -34,7 +34,9 @@ public:
         // The empty key of each table is its element 0.
         strings_[""] = mappings_[""] = attributes_[{"", ""}] = stacks_[{}] = 0;
     }
-    int32_t str(const std::string& s) { return index(strings_, s, [&] { d_.add_string_table(s); }); }
+    int32_t str(const std::string& s) {
+        return index(strings_, s, [&] { d_.add_string_table(s); });
+    }
     int32_t attribute(const std::string& key, const std::string& value) {
         return index(attributes_, {key, value}, [&] {
             pb::KeyValueAndUnit* kv = d_.add_attribute_table();
@@ -94,10 +96,8 @@ std::string otlp_request(const Profile& profile, const std::vector<OtlpAttribute
     for (const auto& [key, value] : resource) {
         common::KeyValue* kv = rp->mutable_resource()->add_attributes();
         kv->set_key(printable(key));
-        if (const auto* s = std::get_if<std::string>(&value))
-            kv->mutable_value()->set_string_value(printable(*s));
-        else
-            kv->mutable_value()->set_int_value(std::get<int64_t>(value));
+        if (const auto* s = std::get_if<std::string>(&value)) kv->mutable_value()->set_string_value(printable(*s));
+        else kv->mutable_value()->set_int_value(std::get<int64_t>(value));
     }
     pb::ScopeProfiles* sp = rp->add_scope_profiles();
     sp->mutable_scope()->set_name("beam-bpf");
@@ -135,7 +135,8 @@ std::string otlp_request(const Profile& profile, const std::vector<OtlpAttribute
     std::map<std::pair<int32_t, std::vector<int32_t>>, pb::Sample*> by_identity;
     for (const Sample& s : p.samples) {
         std::vector<int32_t> leaf_first;
-        for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it) leaf_first.push_back(static_cast<int32_t>(*it + 1));
+        for (auto it = s.stack.rbegin(); it != s.stack.rend(); ++it)
+            leaf_first.push_back(static_cast<int32_t>(*it + 1));
         std::vector<int32_t> attrs;
         if (!s.pid.empty()) attrs.push_back(dict.attribute("beam.process.pid", s.pid));
         if (!s.process.empty()) attrs.push_back(dict.attribute("beam.process.name", s.process));

@@ -9,9 +9,11 @@
 namespace bb {
 
 namespace {
-constexpr std::pair<std::string_view, Format> kFormats[] = {
-    {"top", Format::top}, {"folded", Format::folded}, {"pprof", Format::pprof},
-    {"speedscope", Format::speedscope}, {"html", Format::html}};
+constexpr std::pair<std::string_view, Format> kFormats[] = {{"top", Format::top},
+                                                            {"folded", Format::folded},
+                                                            {"pprof", Format::pprof},
+                                                            {"speedscope", Format::speedscope},
+                                                            {"html", Format::html}};
 }  // namespace
 
 std::optional<Format> parse_format(std::string_view name) {

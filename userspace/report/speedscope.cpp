@@ -21,11 +21,8 @@ std::string scheduler_kind(const std::string& scheduler) {
 
 // Known kinds in the order a reader expects them; any other kind after them, by name.
 bool kind_before(const std::string& a, const std::string& b) {
-    static const std::vector<std::string> known = {"scheduler", "dirty cpu scheduler",
-                                                   "dirty io scheduler"};
-    auto rank = [](const std::string& k) {
-        return std::find(known.begin(), known.end(), k) - known.begin();
-    };
+    static const std::vector<std::string> known = {"scheduler", "dirty cpu scheduler", "dirty io scheduler"};
+    auto rank = [](const std::string& k) { return std::find(known.begin(), known.end(), k) - known.begin(); };
     if (rank(a) != rank(b)) return rank(a) < rank(b);
     return a < b;
 }

@@ -39,18 +39,17 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
                  "threads: every process on the machine then takes the sampling interrupts (see docs/performance.md)");
     app.add_option_function<std::string>(
-           "-e,--event",
-           [&o](const std::string& name) {
-               for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc})
-                   if (name == event_name(e)) return void(o.event = e);
-               throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc and alloc-gc");
-           },
-                   "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
-                   "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
-                   "VMs), or alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
-                   "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
-                   "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md)")
-        ;
+        "-e,--event",
+        [&o](const std::string& name) {
+            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc})
+                if (name == event_name(e)) return void(o.event = e);
+            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc and alloc-gc");
+        },
+        "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
+        "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
+        "VMs), or alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
+        "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
+        "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md)");
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
                    "-e alloc, words allocated (on average; default 65536)");
@@ -93,8 +92,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "add the kernel's frames to samples taken in a system call or fault (named from "
                  "/proc/kallsyms), as perf shows them");
     app.add_option("--max-depth", o.max_depth,
-                   fmt::format("Erlang frames kept per sample (2 to {}). A deeper stack keeps its leaf-most frames and, from "
-                               "{} on, its {} root-most callers (within 128 KiB more of stack), with a \"[truncated N frames]\" "
+                   fmt::format("Erlang frames kept per sample (2 to {}). A deeper stack keeps its leaf-most frames "
+                               "and, from "
+                               "{} on, its {} root-most callers (within 128 KiB more of stack), with a \"[truncated N "
+                               "frames]\" "
                                "frame between",
                                BB_MAX_FRAMES, 2 * BB_ROOT_FRAMES, BB_ROOT_FRAMES))
         ->capture_default_str();
@@ -152,20 +153,21 @@ void resolve(CommonOptions& o) {
     if (o.event == Event::alloc && o.period && (o.period < 64 || o.period > 0xffffffffull))
         throw UserError(fmt::format("--period {}: -e alloc samples every 64 to 4294967295 words", o.period));
     if (!is_alloc(o.event) && o.period && o.period < 10000)
-        throw UserError(fmt::format("--period {}: at least 10000 {}", o.period,
-                                    o.event == Event::cycles ? "cycles" : "ns"));
+        throw UserError(
+            fmt::format("--period {}: at least 10000 {}", o.period, o.event == Event::cycles ? "cycles" : "ns"));
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration_given && !(o.duration >= kMinDuration))
-        throw UserError(fmt::format("-d {}: a duration of at least {} s; omit -d to run until Ctrl-C", o.duration,
-                                    kMinDuration));
+        throw UserError(
+            fmt::format("-d {}: a duration of at least {} s; omit -d to run until Ctrl-C", o.duration, kMinDuration));
     if (o.native_depth > BB_MAX_NATIVE_FRAMES)
         throw UserError(fmt::format("--native-depth {}: must be 0 to {}", o.native_depth, BB_MAX_NATIVE_FRAMES));
     if (o.kernel && o.only_erlang) throw UserError("--kernel adds kernel frames: not with --only-erlang");
     if (o.by_pid) o.by_process = true;
     o.formats = formats_of(o);
     bool to_stdout = o.output.empty() || o.output == "-";
-    if (o.every < 0 || (o.every > 0 && o.every < 1)) throw UserError(fmt::format("--every {}: at least 1 second", o.every));
+    if (o.every < 0 || (o.every > 0 && o.every < 1))
+        throw UserError(fmt::format("--every {}: at least 1 second", o.every));
     if (o.every > 0 && o.output.find("%t") == std::string::npos)
         throw UserError("--every needs -o with %t in it (each report's start time), e.g. -o 'prof-%t.pb.gz'");
     if (o.formats.size() > 1 && to_stdout)
@@ -179,12 +181,14 @@ void resolve(CommonOptions& o) {
 
 std::string describe_event(const CommonOptions& o) {
     if (o.event == Event::alloc)
-        return fmt::format("alloc: words allocated, a sample every ~{} words where they are allocated (hardware "
-                           "watchpoints), totals at every GC entry",
-                           o.period ? o.period : kAllocIntervalWords);
+        return fmt::format(
+            "alloc: words allocated, a sample every ~{} words where they are allocated (hardware "
+            "watchpoints), totals at every GC entry",
+            o.period ? o.period : kAllocIntervalWords);
     if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
-    std::string rate = o.period ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
-                                : fmt::format("{} Hz", o.frequency);
+    std::string rate = o.period
+                           ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
+                           : fmt::format("{} Hz", o.frequency);
     return fmt::format("{} {} {}", event_name(o.event), rate, o.per_cpu ? "per CPU" : "per VM thread");
 }
 
@@ -215,9 +219,10 @@ void check_privileges() {
     if (missing.empty()) return;
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    throw UserError(fmt::format("insufficient privileges: missing {}; run as root or grant CAP_BPF, "
-                                "CAP_PERFMON and CAP_SYS_PTRACE",
-                                list));
+    throw UserError(
+        fmt::format("insufficient privileges: missing {}; run as root or grant CAP_BPF, "
+                    "CAP_PERFMON and CAP_SYS_PTRACE",
+                    list));
 }
 
 }  // namespace bb

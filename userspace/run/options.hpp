@@ -37,10 +37,10 @@ struct CommonOptions {
     std::string node;                  // --node NAME instead of a PID
     int pid = 0;                       // the beam.smp they name, set by the tool before Session
     uint64_t frequency = 999;
-    uint64_t period = 0;         // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
-    bool per_cpu = false;        // one event per CPU instead of one per VM thread
+    uint64_t period = 0;   // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
+    bool per_cpu = false;  // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
-    double duration = 0;      // 0: until Ctrl-C
+    double duration = 0;  // 0: until Ctrl-C
     bool duration_given = false;
     size_t top = 20;
     std::string format = "top";  // report/report.hpp, comma-separated; --folded: --format folded
@@ -52,7 +52,7 @@ struct CommonOptions {
     uint32_t max_depth = 512;
     uint32_t native_depth = 64;  // native frames unwound per sample below the leaf (0: the leaf only)
     bool kernel = false;         // the kernel's frames of samples in system calls
-    std::string output;       // empty: stdout
+    std::string output;          // empty: stdout
     std::string offsets_file;
     std::string process;      // "<0.85.0>" or a registered name: only this Erlang process
     bool by_process = false;  // a root frame per process name (how many processes had it)

@@ -19,7 +19,8 @@ namespace bb {
 
 uint64_t unix_now_ns() {
     return static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
 }
 
 namespace {
@@ -114,7 +115,8 @@ Output::Output(const CommonOptions& o) : pattern_(o.output), formats_(o.formats)
     // The files come at the end of the run (or of each interval): check now that they can be
     // made there.
     std::string dir = dir_of(pattern_);
-    if (access(dir.c_str(), W_OK) != 0) throw UserError(fmt::format("cannot write in {}: {}", dir, std::strerror(errno)));
+    if (access(dir.c_str(), W_OK) != 0)
+        throw UserError(fmt::format("cannot write in {}: {}", dir, std::strerror(errno)));
     struct stat st;
     if (pattern_.find("%t") == std::string::npos && formats_.size() == 1 && stat(pattern_.c_str(), &st) == 0 &&
         S_ISDIR(st.st_mode))

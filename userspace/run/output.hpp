@@ -48,8 +48,8 @@ private:
 // `access`: the file's mode and group when they are not the umask's and the writer's (the
 // agent's private profiles: 0600, or 0640 for --output-group).
 struct FileAccess {
-    mode_t mode = 0;                          // 0: 0666 less the umask
-    gid_t group = static_cast<gid_t>(-1);     // -1: the writer's
+    mode_t mode = 0;                       // 0: 0666 less the umask
+    gid_t group = static_cast<gid_t>(-1);  // -1: the writer's
 };
 void write_file_atomically(const std::string& path, std::string_view bytes, FileAccess access = {});
 

@@ -31,7 +31,7 @@ int run_pstack(Session& s, const CommonOptions& o, const std::vector<SchedThread
     size_t normal = 0;
     for (const auto& t : scheds) normal += t.sched.type == BB_SCHED_NORMAL;
     std::map<SchedKey, std::pair<bb_record, std::vector<uint32_t>>> seen;
-    std::set<SchedKey> moved;  // their sampled process was seen later on another scheduler
+    std::set<SchedKey> moved;   // their sampled process was seen later on another scheduler
     auto normal_in_jit = [&] {  // normal schedulers with a sample in JIT code
         size_t n = 0;
         for (const auto& [k, v] : seen) n += k.type == BB_SCHED_NORMAL && v.first.where == BB_WHERE_JIT;
@@ -73,8 +73,9 @@ int run_pstack(Session& s, const CommonOptions& o, const std::vector<SchedThread
         auto it = seen.find(k);
         if (it == seen.end()) {
             if (moved.count(k))
-                fmt::print(os, "{} (tid {}): unknown (its process moved to another scheduler during the "
-                               "snapshot)\n\n",
+                fmt::print(os,
+                           "{} (tid {}): unknown (its process moved to another scheduler during the "
+                           "snapshot)\n\n",
                            sched_name(t.sched.type, t.sched.no), t.tid);
             else if (t.sched.type == BB_SCHED_NORMAL)
                 fmt::print(os, "{} (tid {}): idle\n\n", sched_name(t.sched.type, t.sched.no), t.tid);
@@ -82,8 +83,8 @@ int run_pstack(Session& s, const CommonOptions& o, const std::vector<SchedThread
         }
         const auto& [r, frames] = it->second;
         const std::string& name = s.names.name(r);
-        fmt::print(os, "{} (tid {}): {}{}{}\n", sched_name(r.sched_type, r.sched_no), r.tid,
-                   s.vm.format_pid(r.erl_pid), name.empty() ? "" : " ", printable(name));
+        fmt::print(os, "{} (tid {}): {}{}{}\n", sched_name(r.sched_type, r.sched_no), r.tid, s.vm.format_pid(r.erl_pid),
+                   name.empty() ? "" : " ", printable(name));
         // Leaf first. A run of one function (deep recursion) is one line "NAME xN": 512
         // equal lines would push everything else out of sight.
         std::vector<std::string> labels;

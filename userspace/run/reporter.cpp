@@ -11,7 +11,11 @@
 namespace bb {
 
 Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top)
-    : s_(s), o_(o), unit_(unit), weigh_words_(std::string_view(unit) == "words"), top_(top),
+    : s_(s),
+      o_(o),
+      unit_(unit),
+      weigh_words_(std::string_view(unit) == "words"),
+      top_(top),
       interval_start_ns_(s.start_ns) {}
 
 void Reporter::tick(uint64_t now_ns) {
@@ -23,10 +27,8 @@ void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
-    if (weigh_words_)
-        add_alloc(r, frames, who, strata_, agg_);
-    else
-        agg_.add(frames, 1, who);
+    if (weigh_words_) add_alloc(r, frames, who, strata_, agg_);
+    else agg_.add(frames, 1, who);
 }
 
 namespace {
@@ -63,8 +65,7 @@ void Reporter::write(uint64_t now_ns) {
     m.pid_text = [&](uint64_t pid) { return s_.vm.format_pid(pid); };
     m.process_text = [&](uint64_t pid) { return s_.names.known(pid); };
     // Grouped by name unless --by-pid: a pool of hundreds of tasks is one root, not hundreds.
-    if (o_.by_pid)
-        m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
+    if (o_.by_pid) m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
     else if (o_.by_process)
         m.process_root = [&](uint64_t pid) {
             const std::string& n = s_.names.known(pid);
@@ -91,7 +92,8 @@ void Reporter::write(uint64_t now_ns) {
         if (f == Format::top && !heading_.empty()) os << heading_ << "\n";
         write_report(p, f, os, top_);
         os.flush();
-        if (!os) throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
+        if (!os)
+            throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
     }
     s_.out.commit();
     if (o_.every > 0)

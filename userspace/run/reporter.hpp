@@ -25,12 +25,9 @@ inline Who who_of(const bb_record& r) {
 // beam-bpf-sample's do.
 inline void add_alloc(const bb_record& r, std::span<const uint32_t> frames, Who who, AllocStrata& strata,
                       Aggregator& agg) {
-    if (r.flags & BB_F_ALLOC_TOTAL)
-        strata.exact(r.erl_pid, r.alloc_words);
-    else if (r.flags & BB_F_WATCH)
-        strata.sample(r.heap_owner, frames, r.alloc_words, who);
-    else
-        agg.add(frames, r.alloc_words, who);
+    if (r.flags & BB_F_ALLOC_TOTAL) strata.exact(r.erl_pid, r.alloc_words);
+    else if (r.flags & BB_F_WATCH) strata.sample(r.heap_owner, frames, r.alloc_words, who);
+    else agg.add(frames, r.alloc_words, who);
 }
 
 class Reporter {
@@ -54,7 +51,7 @@ private:
     TopOptions top_;
     std::string heading_;
     Aggregator agg_;
-    AllocStrata strata_;  // -e alloc's GC entries and watchpoints
+    AllocStrata strata_;              // -e alloc's GC entries and watchpoints
     uint64_t interval_start_ns_ = 0;  // monotonic
     bool hinted_unnamed_ = false;     // the line on unnamed native code, once a run
 };

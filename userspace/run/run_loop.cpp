@@ -35,8 +35,8 @@ double cpu_seconds(pid_t pid) {
     buf[n] = 0;
     const char* close_paren = strrchr(buf, ')');  // the name before it may hold anything
     unsigned long long utime = 0, stime = 0;
-    if (!close_paren || sscanf(close_paren + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                               &stime) != 2)
+    if (!close_paren ||
+        sscanf(close_paren + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
         return -1;
     return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
 }
@@ -53,12 +53,14 @@ void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounte
         fmt::print(stderr, "{}: 0 {}: --process {} did not run during the {:.1f} s ({} samples of other processes)\n",
                    tool, what, o.process, st.seconds, filtered);
     } else if (seen == 0 && st.vm_cpu_s >= 0.05) {
-        fmt::print(stderr, "{}: {} {} although the VM's threads used {:.0f} ms of CPU in {:.1f} s: the sampling events "
-                           "did not fire ({} open); --stats has the counters\n",
+        fmt::print(stderr,
+                   "{}: {} {} although the VM's threads used {:.0f} ms of CPU in {:.1f} s: the sampling events "
+                   "did not fire ({} open); --stats has the counters\n",
                    tool, st.records, what, ms, st.seconds, c.events);
     } else if (st.vm_cpu_s >= 0 && st.vm_cpu_s < 0.05) {
-        fmt::print(stderr, "{}: {} {}: the VM's schedulers were idle for the whole {:.1f} s (its threads used {:.0f} ms "
-                           "of CPU: next to no Erlang code ran)\n",
+        fmt::print(stderr,
+                   "{}: {} {}: the VM's schedulers were idle for the whole {:.1f} s (its threads used {:.0f} ms "
+                   "of CPU: next to no Erlang code ran)\n",
                    tool, st.records, what, st.seconds, ms);
     }
 }
@@ -67,7 +69,7 @@ void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounte
 RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
                   const std::function<bool()>& done, const std::function<void(uint64_t)>& tick) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;  // no SA_RESTART: Ctrl-C must end the wait at once
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
@@ -127,7 +129,8 @@ RunStats run_loop(Session& s, const CommonOptions& o,
         if (stop) break;
     }
     st.interrupted = g_stop;
-    if (double cpu_end = cpu_seconds(vm.pid()); cpu_start >= 0 && cpu_end >= cpu_start) st.vm_cpu_s = cpu_end - cpu_start;
+    if (double cpu_end = cpu_seconds(vm.pid()); cpu_start >= 0 && cpu_end >= cpu_start)
+        st.vm_cpu_s = cpu_end - cpu_start;
     st.seconds = (monotonic_ns() - start) / 1e9;
     return st;
 }

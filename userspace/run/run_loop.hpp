@@ -16,8 +16,7 @@ namespace bb {
 // drain while the run goes on.
 RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
-                  const std::function<bool()>& done = {},
-                  const std::function<void(uint64_t)>& tick = {});
+                  const std::function<bool()>& done = {}, const std::function<void(uint64_t)>& tick = {});
 
 // The end of a run: the summary line, --stats, and the exit code (1 if an error stopped it).
 int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what);

@@ -49,11 +49,10 @@ void print_summary(const RunStats& s, const SamplerCounters& c, const Symbolizer
                "{}: {} {} in {:.1f} s, {} dropped, {} truncated, {} unsymbolized frames, "
                "{} unreadable processes{}{}{}\n",
                tool_name(), s.records, what, s.seconds, c.bpf[BB_C_DROPPED], s.truncated, sym.unsymbolized(),
-               s.unreadable,
-               s.vm_exited ? "; the VM exited during the run, this is what was collected" : "",
-               c.handler_errors ? fmt::format("; {} records lost to errors (first: {})", c.handler_errors,
-                                              c.first_handler_error)
-                                : "",
+               s.unreadable, s.vm_exited ? "; the VM exited during the run, this is what was collected" : "",
+               c.handler_errors
+                   ? fmt::format("; {} records lost to errors (first: {})", c.handler_errors, c.first_handler_error)
+                   : "",
                s.error.empty() ? "" : "; stopped early: " + s.error + ", this is what was collected");
 }
 
@@ -104,7 +103,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
     };
     if (c.alloc_watch) {
         // The 10 heaps with the most samples.
-        std::vector<std::pair<uint64_t, uint64_t>> heaps(s.watch_samples_by_heap.begin(), s.watch_samples_by_heap.end());
+        std::vector<std::pair<uint64_t, uint64_t>> heaps(s.watch_samples_by_heap.begin(),
+                                                         s.watch_samples_by_heap.end());
         std::sort(heaps.begin(), heaps.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
         heaps.resize(std::min<size_t>(heaps.size(), 10));
         nlohmann::json by_heap = nlohmann::json::object();

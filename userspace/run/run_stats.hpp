@@ -14,13 +14,13 @@
 namespace bb {
 
 struct RunStats {
-    uint64_t records = 0;     // handled (after --process)
+    uint64_t records = 0;        // handled (after --process)
     double first_record_s = -1;  // from the tool's launch to the first record handled
     uint64_t truncated = 0, unreadable = 0;
-    uint64_t not_running = 0; // a scheduler's stale current_process: the sample stays the scheduler's
+    uint64_t not_running = 0;  // a scheduler's stale current_process: the sample stays the scheduler's
     // Attributed to a process whose stack was not walked: being collected, exiting.
     uint64_t in_gc = 0, exiting = 0;
-    uint64_t fp_walked = 0;   // stacks read through the frame-pointer chain
+    uint64_t fp_walked = 0;  // stacks read through the frame-pointer chain
     // Native frames in the records, and the walks that stopped short: no row for an address, a
     // rule the walker does not follow, the --native-depth limit; blame decided by the scan.
     uint64_t native_frames = 0, native_no_row = 0, native_bad = 0, native_truncated = 0, blame_scan = 0;
@@ -32,10 +32,10 @@ struct RunStats {
     // each heap's exact words (profile/alloc_strata.hpp). One entry per process sampled.
     std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
     double seconds = 0;
-    double vm_cpu_s = -1;     // CPU time the VM's threads used during the run (-1: unknown)
+    double vm_cpu_s = -1;  // CPU time the VM's threads used during the run (-1: unknown)
     bool vm_exited = false;
     bool interrupted = false;
-    std::string error;        // what stopped the run early after attach ("" if nothing did)
+    std::string error;  // what stopped the run early after attach ("" if nothing did)
 
     void count(const bb_record& r);  // one record handled
 };

@@ -41,8 +41,7 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
         cfg.unwind_maps = unwind_store.maps.get();
         sym.set_unwind(&*unwind);
         native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows(),
-                             unwind->modules().size(), human_bytes(unwind->table_bytes()),
-                             (monotonic_ns() - t0) / 1e6);
+                             unwind->modules().size(), human_bytes(unwind->table_bytes()), (monotonic_ns() - t0) / 1e6);
     }
     // The agent's walker is loaded with the first VM's config: every VM's is the same but for
     // what the walker looks up per VM (offsets, frame layout, code, unwind modules).
@@ -54,8 +53,10 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
     sym.follow_code_events(c.code_events_off.empty(), monotonic_ns());
     const char* tool = tool_name();
     if (!c.code_events_off.empty())
-        fmt::print(stderr, "{}: warning: code loads and purges are timed by re-reading the module list ({}); "
-                           "a sample in code reloaded within about a second may go unnamed, or be named from the version before\n",
+        fmt::print(stderr,
+                   "{}: warning: code loads and purges are timed by re-reading the module list ({}); "
+                   "a sample in code reloaded within about a second may go unnamed, or be named from the version "
+                   "before\n",
                    tool, c.code_events_off);
     // Paths and names in these lines are the target's text: printable (base/text.hpp).
     fmt::print(stderr, "{}\n",

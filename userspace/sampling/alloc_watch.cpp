@@ -69,15 +69,16 @@ std::vector<int> online_cpus() {
 // and senders on any thread write messages into its heap, so per-thread events would need a
 // slot on every VM thread and a move would cost one ioctl per thread (14 here) instead of one
 // per CPU. Another process writing the same virtual address traps too, and is dropped in BPF.
-AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks,
-                       bpf_program* on_watch, const Config& cfg)
+AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_program* on_watch,
+                       const Config& cfg)
     : w_(shared), cfg_(cfg) {
     w_->interval = cfg.interval_words;
     store_state(w_, BB_WATCH_IDLE);
     const std::vector<int> cpus = online_cpus();
     if (cpus.size() < 2)
-        throw UserError("-e alloc needs two CPUs or more: a collection waits for the watchpoint to be armed from "
-                        "another CPU (-e alloc-gc works on one)");
+        throw UserError(
+            "-e alloc needs two CPUs or more: a collection waits for the watchpoint to be armed from "
+            "another CPU (-e alloc-gc works on one)");
     // Even-numbered online CPUs to the first thread, odd to the second: each CPU's ticks go to
     // the thread that is not on it.
     for (size_t k = 0; k < cpus.size(); k++) {
@@ -93,27 +94,27 @@ AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_m
             throw UserError(fmt::format("-e alloc: cannot open a hardware write watchpoint on CPU {}: {}{}", cpu,
                                         std::strerror(errno),
                                         errno == ENOSPC ? " (its debug registers are all in use: a debugger?)"
-                                        : errno == EACCES || errno == EPERM ? " (need root or CAP_PERFMON)"
+                                        : errno == EACCES || errno == EPERM      ? " (need root or CAP_PERFMON)"
                                         : errno == ENOENT || errno == EOPNOTSUPP ? " (no hardware breakpoints here)"
-                                                                                  : ""));
+                                                                                 : ""));
         links_.emplace_back(bpf_program__attach_perf_event(on_watch, fd.get()));
         if (!links_.back())
-            throw UserError(fmt::format("-e alloc: cannot attach to the watchpoint of CPU {}: {}", cpu,
-                                        std::strerror(errno)));
+            throw UserError(
+                fmt::format("-e alloc: cannot attach to the watchpoint of CPU {}: {}", cpu, std::strerror(errno)));
         ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);  // attaching enabled it
         events_.push_back(std::move(fd));
     }
     for (size_t k = 0; k < armers_.size(); k++) {
         Armer& arm = armers_[k];
         arm.self = this;
-        arm.ring.reset(ring_buffer__new(bpf_map__fd(ticks[k]),
-                                        [](void* ctx, void* data, size_t size) {
-                                            auto* a = static_cast<Armer*>(ctx);
-                                            if (size >= sizeof(bb_watch_tick))
-                                                a->self->on_tick(*a, *static_cast<bb_watch_tick*>(data));
-                                            return 0;
-                                        },
-                                        &arm, nullptr));
+        arm.ring.reset(ring_buffer__new(
+            bpf_map__fd(ticks[k]),
+            [](void* ctx, void* data, size_t size) {
+                auto* a = static_cast<Armer*>(ctx);
+                if (size >= sizeof(bb_watch_tick)) a->self->on_tick(*a, *static_cast<bb_watch_tick*>(data));
+                return 0;
+            },
+            &arm, nullptr));
         if (!arm.ring) throw UserError(fmt::format("-e alloc: cannot open the watch ring: {}", std::strerror(errno)));
     }
     for (Armer& arm : armers_) arm.thread = std::thread([this, &arm] { run(arm); });

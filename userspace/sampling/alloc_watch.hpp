@@ -21,7 +21,7 @@
 namespace bb {
 
 struct AllocWatchCounters {
-    uint64_t flips = 0;    // epochs chosen to sample
+    uint64_t flips = 0;                                                  // epochs chosen to sample
     uint64_t sampled = 0, missed = 0, late = 0, stack = 0, expired = 0;  // how their watches ended
     // The traps, the flips' waits for the arm and the collections that found a watch on are
     // the walker's counters (BB_C_WATCH_*).
@@ -36,8 +36,8 @@ public:
     // BB_WATCH_MAX_CPUS bytes, `ticks` its two rings; the events are opened here and carry
     // `on_watch`. Throws UserError (one CPU only, no breakpoint slot free, no privileges, no
     // breakpoints).
-    AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks,
-               bpf_program* on_watch, const Config& cfg);
+    AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_map*, 2> ticks, bpf_program* on_watch,
+               const Config& cfg);
     ~AllocWatch();
     AllocWatch(const AllocWatch&) = delete;
     AllocWatch& operator=(const AllocWatch&) = delete;
@@ -75,7 +75,7 @@ private:
     std::array<Armer, 2> armers_;
     std::atomic<bool> stopping_{false};
 
-    std::mutex move_mu_;  // the watchpoints' moves, by either thread
+    std::mutex move_mu_;     // the watchpoints' moves, by either thread
     uint64_t armed_ns_ = 0;  // when the last watch was armed (under move_mu_)
 
     std::atomic<uint64_t> flips_{0}, sampled_{0}, missed_{0}, late_{0}, stack_{0}, expired_{0};

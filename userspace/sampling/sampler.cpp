@@ -31,7 +31,6 @@ struct LinkDeleter {
     void operator()(bpf_link* l) const { bpf_link__destroy(l); }
 };
 
-
 }  // namespace
 
 struct Sampler::Impl {
@@ -52,18 +51,18 @@ struct Sampler::Impl {
     std::map<pid_t, ThreadEvent> thread_events;
     std::vector<UniqueFd> cpu_events;
     std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;  // entry probes
-    std::vector<UniqueFd> session_links;  // -e alloc's GC entry points, as uprobe sessions
-    std::unique_ptr<bpf_link, LinkDeleter> code_link;  // the code-event probe
-    std::unique_ptr<AllocWatch> watch;                  // -e alloc's watchpoints
-    std::set<uint32_t> sched_tids;                      // this VM's entries of the walker's sched_threads
+    std::vector<UniqueFd> session_links;                        // -e alloc's GC entry points, as uprobe sessions
+    std::unique_ptr<bpf_link, LinkDeleter> code_link;           // the code-event probe
+    std::unique_ptr<AllocWatch> watch;                          // -e alloc's watchpoints
+    std::set<uint32_t> sched_tids;                              // this VM's entries of the walker's sched_threads
 
     bpf_program* on_sample = nullptr;
     SamplerConfig cfg;
-    bool per_cpu = false;          // cfg.per_cpu, or the fallback when threads outnumber descriptors
-    std::string events_note;       // why per CPU when per thread was asked for ("" otherwise)
+    bool per_cpu = false;     // cfg.per_cpu, or the fallback when threads outnumber descriptors
+    std::string events_note;  // why per CPU when per thread was asked for ("" otherwise)
     uint64_t last_follow_ns = 0;
-    bool attached = false;         // the constructor is done: a change of events is a warning
-    uint32_t precise_ip = 3;       // -e cycles: the best the PMU accepted so far
+    bool attached = false;    // the constructor is done: a change of events is a warning
+    uint32_t precise_ip = 3;  // -e cycles: the best the PMU accepted so far
     size_t events_opened = 0;
     bool events_on = true;
 
@@ -157,8 +156,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
             }
             if (!l) {
                 int err = errno;
-                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}", p.file ? p.file->name : p.binary,
-                                            p.file_offset, errno_text(err),
+                throw UserError(fmt::format("cannot attach an entry probe to {} at offset {:#x}: {}{}",
+                                            p.file ? p.file->name : p.binary, p.file_offset, errno_text(err),
                                             err == EACCES || err == EPERM
                                                 ? " (kernels since 2025 want CAP_SYS_ADMIN for uprobes)"
                                                 : ""));
@@ -166,7 +165,8 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
             impl_->links.emplace_back(l);
         }
         if (!impl_->session_links.empty())
-            impl_->events_note = "uprobe sessions (a collection's return is probed only when it can change the profile)";
+            impl_->events_note = "uprobe sessions (a collection's return is probed only when it can change the "
+                                 "profile)";
     }
 
     if (cfg.alloc && cfg.alloc_interval) {
@@ -210,9 +210,10 @@ UniqueFd Sampler::Impl::open_event(pid_t tid, int cpu, bool* out_of_fds) {
         precise_ip = --attr.precise_ip;
     }
     if (fd < 0 && cfg.cycles && (errno == ENOENT || errno == EOPNOTSUPP))
-        throw UserError(fmt::format("-e cycles: this machine has no hardware PMU counting CPU cycles "
-                                    "(perf_event_open: {}; a VM's hypervisor often hides it); use -e cpu-clock",
-                                    errno_text(errno)));
+        throw UserError(
+            fmt::format("-e cycles: this machine has no hardware PMU counting CPU cycles "
+                        "(perf_event_open: {}; a VM's hypervisor often hides it); use -e cpu-clock",
+                        errno_text(errno)));
     if (fd < 0) {
         if ((tid < 0 && errno == ENODEV) || (tid >= 0 && errno == ESRCH)) return UniqueFd();
         if (out_of_fds && (errno == EMFILE || errno == ENFILE)) {
@@ -265,8 +266,7 @@ void Sampler::Impl::follow_threads() {
     std::map<pid_t, ThreadEvent> kept;
     for (const auto& t : threads) {
         auto it = thread_events.find(t.tid);
-        if (it != thread_events.end() && it->second.start_time == t.start_time)
-            kept.insert(thread_events.extract(it));
+        if (it != thread_events.end() && it->second.start_time == t.start_time) kept.insert(thread_events.extract(it));
     }
     thread_events.swap(kept);  // the rest (exited threads, reused tids) are closed here
     kept.clear();
@@ -279,15 +279,17 @@ void Sampler::Impl::follow_threads() {
             thread_events.emplace(t.tid, ThreadEvent{t.start_time, std::move(fd)});
     }
     if (!out_of_fds) return;
-    std::string why = fmt::format("per-CPU events: the VM's {} threads need more descriptors than the limit of {} "
-                                  "leaves for per-thread events",
-                                  threads.size(), limit);
+    std::string why = fmt::format(
+        "per-CPU events: the VM's {} threads need more descriptors than the limit of {} "
+        "leaves for per-thread events",
+        threads.size(), limit);
     // A shared walker's per-CPU events would run for the threads of every VM it samples: each of
     // them would have its samples twice.
     if (shared)
-        throw UserError(fmt::format("the VM's {} threads need more descriptors than the limit of {} leaves for "
-                                    "per-thread events (raise the agent's LimitNOFILE)",
-                                    threads.size(), limit));
+        throw UserError(
+            fmt::format("the VM's {} threads need more descriptors than the limit of {} leaves for "
+                        "per-thread events (raise the agent's LimitNOFILE)",
+                        threads.size(), limit));
     if (attached) fmt::print(stderr, "{}: warning: sampling now through {}\n", tool_name(), why);
     open_cpu_events(why);
 }
@@ -304,11 +306,13 @@ void Sampler::Impl::follow_code_events() {
     }
     // The executable as the Vm opened it (target/target_file.hpp), by its /proc/self/fd path.
     std::string exe = vm.exe_file().fd_path();
-    bpf_link* l = bpf_program__attach_uprobe(walker->skel()->progs.on_code_event, false, vm.pid(), exe.c_str(), sym->file_offset);
+    bpf_link* l = bpf_program__attach_uprobe(walker->skel()->progs.on_code_event, false, vm.pid(), exe.c_str(),
+                                             sym->file_offset);
     if (!l) {
         int err = errno;
         code_events_off = fmt::format("no entry probe on __jit_debug_register_code: {}{}", errno_text(err),
-                                      err == EACCES || err == EPERM ? " (this kernel wants CAP_SYS_ADMIN for uprobes)" : "");
+                                      err == EACCES || err == EPERM ? " (this kernel wants CAP_SYS_ADMIN for uprobes)"
+                                                                    : "");
         return;
     }
     code_link.reset(l);
@@ -356,8 +360,8 @@ void Sampler::refresh_vm_state() {
     for (const auto& t : im.vm.sched_threads()) {
         uint32_t tid = static_cast<uint32_t>(t.tid);
         if (int err = bpf_map_update_elem(map_fd, &tid, &t.sched, BPF_ANY))
-            throw UserError(fmt::format("cannot tell the BPF program about scheduler thread {}: {}", tid,
-                                        errno_text(err)));
+            throw UserError(
+                fmt::format("cannot tell the BPF program about scheduler thread {}: {}", tid, errno_text(err)));
         now.insert(tid);
     }
     for (uint32_t tid : im.sched_tids)

@@ -35,25 +35,25 @@ struct SamplerConfig {
     // refresh_vm_state()); null or 0 frames: none. beam-bpf-blame needs the rows to decide.
     NativeUnwind* unwind = nullptr;
     const UnwindMaps* unwind_maps = nullptr;  // where `unwind` places its rows: reused by the walker
-    uint32_t max_native_frames = 0;  // unwound below the native leaf (0: the leaf only)
+    uint32_t max_native_frames = 0;           // unwound below the native leaf (0: the leaf only)
     // --process: only samples whose process's pid term, masked, is this one (dropped in BPF).
     struct OnlyPid {
         uint64_t pid, mask;
     };
     std::optional<OnlyPid> only_pid;
-    bool kernel_stacks = false;  // --kernel: the kernel's frames of samples in system calls
-    uint32_t ring_bytes = 0;      // 0: sized from the sample rate (ring_bytes_for)
+    bool kernel_stacks = false;          // --kernel: the kernel's frames of samples in system calls
+    uint32_t ring_bytes = 0;             // 0: sized from the sample rate (ring_bytes_for)
     std::vector<bb_range> blame_ranges;  // non-empty: emit only samples where these run
     struct Probe {
         // The file, as target/target_file.hpp opened it, kept open until the probe is attached:
         // the kernel opens `binary`, its /proc/self/fd/N path, which names that inode only.
         std::shared_ptr<const TargetFile> file;
-        std::string binary;       // path as the kernel can open it
+        std::string binary;  // path as the kernel can open it
         uint64_t file_offset = 0;
         bool heap_alloc = false;  // erts_heap_alloc, for -e alloc (its own program)
         bool gc_return = false;   // -e alloc's watchpoints: a return probe on a GC entry point
     };
-    std::vector<Probe> entry_probes;     // non-empty: no perf events, one record per call
+    std::vector<Probe> entry_probes;  // non-empty: no perf events, one record per call
     // With entry probes on the VM's GC entry points and erts_heap_alloc: each record carries the
     // words its process allocated (bb_record.alloc_words); records of none are not sent.
     bool alloc = false;
@@ -61,17 +61,17 @@ struct SamplerConfig {
     // every this many words on average; 0: at GC entries (-e alloc-gc). The GC entries then
     // give the exact totals only.
     uint64_t alloc_interval = 0;
-    bool measure_walk = false;           // time the BPF handler (costs two clock reads a sample)
-    int frame_layout = 0;                // the JIT's (JitEmulator): 1 = frame pointers to follow
+    bool measure_walk = false;  // time the BPF handler (costs two clock reads a sample)
+    int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
 };
 
 struct SamplerCounters {
     // The walker's, of this VM's slot: bpf[BB_C_SEEN] (sampling/counters.hpp names them).
     BpfCounters bpf{};
-    uint64_t prog_run_cnt = 0;                      // the kernel's runs of the program (bpf_stats_enabled), all events
-    size_t events = 0;                              // perf events open (one per CPU or per VM thread)
-    std::vector<uint64_t> walk_hist;                // log2(ns) buckets, with measure_walk
-    uint64_t handler_errors = 0;                    // records the handler threw on (counted, skipped)
+    uint64_t prog_run_cnt = 0;        // the kernel's runs of the program (bpf_stats_enabled), all events
+    size_t events = 0;                // perf events open (one per CPU or per VM thread)
+    std::vector<uint64_t> walk_hist;  // log2(ns) buckets, with measure_walk
+    uint64_t handler_errors = 0;      // records the handler threw on (counted, skipped)
     std::string first_handler_error;
     std::string code_events_off;                    // why code events are not followed, empty if they are
     std::optional<AllocWatchCounters> alloc_watch;  // -e alloc's watchpoints (their traps: bpf[BB_C_WATCH_*])

@@ -30,7 +30,6 @@ struct RingDeleter {
     void operator()(ring_buffer* r) const { ring_buffer__free(r); }
 };
 
-
 int libbpf_quiet(enum libbpf_print_level level, const char* fmt, va_list args) {
     // libbpf's own warnings are noise for an operator; BB_LIBBPF_DEBUG=1 shows them.
     if (level == LIBBPF_DEBUG && !getenv("BB_LIBBPF_DEBUG")) return 0;
@@ -97,7 +96,7 @@ struct Walker::Impl {
     std::unique_ptr<beam_walk, SkelDeleter> skel;
     std::unique_ptr<ring_buffer, RingDeleter> ring;
     bool fast = true;
-    bool gc_session = false;  // on_gc_session is loaded (a uprobe session per GC entry point)
+    bool gc_session = false;          // on_gc_session is loaded (a uprobe session per GC entry point)
     std::vector<uint32_t> slot_tgid;  // 0: free
     const Handler* handler = nullptr;
     size_t handled = 0;
@@ -166,8 +165,8 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
 
     s->rodata->max_frames = cfg.max_frames;
     if (cfg.blame_ranges.size() > BB_MAX_BLAME_RANGES)
-        throw UserError(fmt::format("too many address ranges to watch ({}, at most {})",
-                                    cfg.blame_ranges.size(), BB_MAX_BLAME_RANGES));
+        throw UserError(fmt::format("too many address ranges to watch ({}, at most {})", cfg.blame_ranges.size(),
+                                    BB_MAX_BLAME_RANGES));
     s->rodata->nr_blame_ranges = static_cast<uint32_t>(cfg.blame_ranges.size());
     for (size_t i = 0; i < cfg.blame_ranges.size(); i++) {
         s->rodata->blame_ranges[i].start = cfg.blame_ranges[i].start;
@@ -283,8 +282,8 @@ UniqueFd Walker::attach_gc_session(const std::string& binary, uint64_t file_offs
 }
 
 uint32_t Walker::vms() const {
-    return static_cast<uint32_t>(std::count_if(impl_->slot_tgid.begin(), impl_->slot_tgid.end(),
-                                               [](uint32_t t) { return t != 0; }));
+    return static_cast<uint32_t>(
+        std::count_if(impl_->slot_tgid.begin(), impl_->slot_tgid.end(), [](uint32_t t) { return t != 0; }));
 }
 
 size_t Walker::poll(std::chrono::milliseconds timeout, const Handler& on_record, bool until_empty) {

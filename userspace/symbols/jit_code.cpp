@@ -31,7 +31,7 @@ std::shared_ptr<const JitModule> share_module(JitModule m) {
 
 namespace {
 
-constexpr size_t kMaxEntries = 100'000;        // a real VM has a few hundred to a few thousand
+constexpr size_t kMaxEntries = 100'000;         // a real VM has a few hundred to a few thousand
 constexpr uint64_t kMaxSymfileSize = 64 << 20;  // the biggest real ones are well under 1 MiB
 // All symfiles held at once (a fresh OTP 25 VM: 106 modules in a few MiB): a VM that registers
 // 100,000 entries naming one 64 MiB symfile must not make us read 6 TiB. Past it, entries are
@@ -46,7 +46,6 @@ constexpr size_t kMaxRetiredModules = 1024;
 constexpr size_t kRetiredSlack = 64;
 constexpr uint64_t kRetiredKeepNs = 30'000'000'000ull;
 constexpr uint64_t kLive = UINT64_MAX;
-
 
 // struct jit_descriptor without its mutex. Every register (and unregister, in VMs that do it)
 // rewrites action_flag/relevant_entry/first_entry, so equal snapshots before and after a walk
@@ -71,13 +70,13 @@ struct Key {
 
 struct Known {
     Key key;
-    uint64_t seen_ns = 0;           // registered (exact), or the first refresh that listed it
-    uint64_t retired_ns = kLive;    // unregistered (exact), or the first refresh that found it gone
-    std::optional<Key> shadowed_by; // retired when this newer module took its memory
+    uint64_t seen_ns = 0;            // registered (exact), or the first refresh that listed it
+    uint64_t retired_ns = kLive;     // unregistered (exact), or the first refresh that found it gone
+    std::optional<Key> shadowed_by;  // retired when this newer module took its memory
     // The VM said it was purged. Its entry and symfile may be reused for the next load of the
     // same module at the same place, under the same Key: that is a new module, not this one.
     bool unregistered = false;
-    bool over_budget = false;  // not read: kMaxSymfileTotal was spent
+    bool over_budget = false;                 // not read: kMaxSymfileTotal was spent
     uint64_t base = 0;                        // where this VM has the module's code
     std::shared_ptr<const JitModule> module;  // null for the emulator entry and unparseable ones
     std::optional<JitEmulator> emulator;
@@ -180,8 +179,7 @@ struct JitCodeIndex::Impl {
     // Purged entries whose symbols were dropped (prune_retired): OTP 25 and 26 keep them listed
     // for ever, and a walk must not take them for new ones.
     std::set<Key> dead_keys;
-    void apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns,
-               RefreshResult* res);
+    void apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns, RefreshResult* res);
     void rebuild();
     std::optional<JitHit> lookup_retired(uint64_t addr, uint64_t sample_ns) const;
 };
@@ -194,14 +192,12 @@ Result<JitCodeIndex::Impl::Walk> JitCodeIndex::Impl::walk() const {
     w.head = *head;
     std::unordered_set<uint64_t> visited;
     for (uint64_t p = head->first; p != 0;) {
-        if (w.keys.size() >= kMaxEntries)
-            return Fail{"more than " + std::to_string(kMaxEntries) + " JIT entries"};
+        if (w.keys.size() >= kMaxEntries) return Fail{"more than " + std::to_string(kMaxEntries) + " JIT entries"};
         if (!visited.insert(p).second) return Fail{"cycle in the JIT entry list"};
         auto e = mem->read<Entry>(p);
         if (!e) return Fail{"cannot read JIT entry"};
         Key k{p, e->symfile_addr, e->symfile_size, {}};
-        if (e->symfile_size >= sizeof(k.head) &&
-            !mem->read(e->symfile_addr, std::as_writable_bytes(std::span(k.head))))
+        if (e->symfile_size >= sizeof(k.head) && !mem->read(e->symfile_addr, std::as_writable_bytes(std::span(k.head))))
             return Fail{"cannot read a JIT symfile header"};
         if (never_unlinks && !last_keys.empty() && k == last_keys.front()) {
             // Nothing below an entry ever changes: the rest is the last walk's list.
@@ -282,7 +278,9 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
         // (a Known is remembered even when unparseable), so this bounds the work too.
         uint64_t held = s.held_bytes;
         size_t over_budget = 0;
-        auto read_bytes = [](const Known& known) { return known.over_budget || known.key.size > kMaxSymfileSize ? 0 : known.key.size; };
+        auto read_bytes = [](const Known& known) {
+            return known.over_budget || known.key.size > kMaxSymfileSize ? 0 : known.key.size;
+        };
         for (const auto& [k, known] : fresh) held += read_bytes(*known);
         for (const Key& k : w->keys) {
             if (s.is_current(k) || s.dead_keys.contains(k) || fresh.contains(k)) continue;
@@ -307,19 +305,19 @@ JitCodeIndex::RefreshResult JitCodeIndex::refresh(uint64_t now_ns) {
             err = "JIT entry list changed while reading symfiles";
             continue;
         }
-        if (bad_count)
-            res.error = std::to_string(bad_count) + " JIT symfile(s) skipped, first: " + bad;
+        if (bad_count) res.error = std::to_string(bad_count) + " JIT symfile(s) skipped, first: " + bad;
         if (over_budget)
-            res.error += (res.error.empty() ? "" : "; ") + std::to_string(over_budget) + " JIT symfile(s) not read: over the " +
-                         std::to_string(kMaxSymfileTotal >> 20) + " MiB of JIT symbols read at most";
+            res.error += (res.error.empty() ? "" : "; ") + std::to_string(over_budget) +
+                         " JIT symfile(s) not read: over the " + std::to_string(kMaxSymfileTotal >> 20) +
+                         " MiB of JIT symbols read at most";
         s.apply(*w, std::move(fresh), now_ns, &res);
         return res;
     }
     return {0, 0, false, err + " (" + std::to_string(attempts) + " attempts)"};
 }
 
-void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh,
-                               uint64_t now_ns, RefreshResult* res) {
+void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Known>> fresh, uint64_t now_ns,
+                               RefreshResult* res) {
     std::map<Key, std::unique_ptr<Known>> next;
     for (const Key& k : w.keys) {
         if (next.contains(k) || dead_keys.contains(k)) continue;
@@ -345,12 +343,14 @@ void JitCodeIndex::Impl::apply(const Walk& w, std::map<Key, std::unique_ptr<Know
     // Instants of modules now listed or unlisted are in their Known; the rest are of code that
     // came and went between two refreshes (or of an event older than its walk), kept a while.
     for (auto* m : {&registered_at, &unregistered_at})
-        std::erase_if(*m, [&](const auto& kv) { return listed.contains(kv.first) || kv.second + 10'000'000'000ull < now_ns; });
+        std::erase_if(*m, [&](const auto& kv) {
+            return listed.contains(kv.first) || kv.second + 10'000'000'000ull < now_ns;
+        });
 
     // OTP 25 never unlinks purged modules, so the list can hold an old module whose memory a
     // newer one now uses. The list is pushed at the head, so the first claim on an address wins.
     std::map<uint64_t, std::pair<uint64_t, const Known*>> claimed;  // start -> (end, claimer)
-    for (const Key& k : w.keys) {  // list order: newest first
+    for (const Key& k : w.keys) {                                   // list order: newest first
         Known& known = *listed.at(k);
         if (!known.module || known.retired_ns != kLive || known.module->code_size == 0) continue;
         uint64_t lo = known.base, hi = lo + known.module->code_size;
@@ -460,11 +460,11 @@ void JitCodeIndex::Impl::rebuild() {
         }
         live_modules++;
         for (const JitRange& r : known->module->ranges)
-            live.push_back({known->base + r.start, Slot{known->base + r.end, known->seen_ns, known->base, known->module.get(), &r}});
+            live.push_back({known->base + r.start,
+                            Slot{known->base + r.end, known->seen_ns, known->base, known->module.get(), &r}});
     }
     for (auto& u : unlisted) add_retired(*u);
-    std::sort(retired.begin(), retired.end(),
-              [](const Known* a, const Known* b) { return a->base < b->base; });
+    std::sort(retired.begin(), retired.end(), [](const Known* a, const Known* b) { return a->base < b->base; });
 
     // Live modules never overlap (see apply()) and their ranges do not either (the parser).
     std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -513,7 +513,8 @@ std::optional<JitHit> JitCodeIndex::lookup(uint64_t addr, uint64_t sample_ns) co
         if (addr < slot.end) live = &slot;
     }
     // Seen before the sample: whatever used these addresses earlier had retired by then.
-    if (live && live->seen_ns < sample_ns) return make_hit(*live->module, live->base, *live->range, addr, live->seen_ns, kLive);
+    if (live && live->seen_ns < sample_ns)
+        return make_hit(*live->module, live->base, *live->range, addr, live->seen_ns, kLive);
     if (!s.retired.empty())
         if (auto r = s.lookup_retired(addr, sample_ns)) return r;
     // A module loaded between two refreshes is first seen after the samples that ran it (valid

@@ -21,9 +21,9 @@ std::shared_ptr<const JitModule> share_module(JitModule m);
 
 struct JitHit {
     const JitModule* module = nullptr;
-    uint64_t base = 0;            // where this VM has the module's code
+    uint64_t base = 0;  // where this VM has the module's code
     const JitRange* range = nullptr;
-    uint32_t line = 0;            // 0 when unknown
+    uint32_t line = 0;  // 0 when unknown
     const std::string* file = nullptr;
     // The same address gives this hit for samples taken in [valid_from, valid_until): the
     // module's known lifetime (a cache of lookups must stay inside it).
@@ -33,7 +33,7 @@ struct JitHit {
 // The VM's own announcement of JIT code (a BB_WHERE_CODE_EVENT record): what was
 // (un)registered and the exact instant.
 struct JitCodeEvent {
-    bool registered = true;       // false: unregistered (purged; OTP 27 and later)
+    bool registered = true;  // false: unregistered (purged; OTP 27 and later)
     uint64_t entry = 0, symfile = 0, symfile_size = 0;
     std::array<uint64_t, 3> head{};  // the symfile's first 24 bytes
     uint64_t time_ns = 0;
@@ -61,7 +61,7 @@ public:
 
     struct RefreshResult {
         size_t added = 0, retired = 0;
-        bool ok = true;           // false: the list could not be walked consistently
+        bool ok = true;  // false: the list could not be walked consistently
         std::string error;
     };
     RefreshResult refresh(uint64_t now_ns);
@@ -80,9 +80,9 @@ public:
         const JitRange* range;
     };
     std::vector<LiveRange> live_ranges() const;
-    size_t module_count() const;   // live modules
-    size_t range_count() const;    // live ranges
-    uint64_t generation() const;   // bumps whenever refresh() changed anything
+    size_t module_count() const;  // live modules
+    size_t range_count() const;   // live ranges
+    uint64_t generation() const;  // bumps whenever refresh() changed anything
 
 private:
     struct Impl;

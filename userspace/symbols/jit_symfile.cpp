@@ -19,8 +19,8 @@ constexpr uint32_t kKindEmulator = 0, kKindModule = 1;
 // struct module_info at +8: u64 base_address, u32 range_count, u32 code_size, u16 name_length,
 // char name[] at +26. The VM advances by sizeof(debug_info) (32) + name_length, so the first
 // range_info sits at 32 + name_length.
-constexpr size_t kModuleBase = 8, kModuleRangeCount = 16, kModuleCodeSize = 20,
-                 kModuleNameLen = 24, kModuleName = 26, kModuleHeaderSize = 32;
+constexpr size_t kModuleBase = 8, kModuleRangeCount = 16, kModuleCodeSize = 20, kModuleNameLen = 24, kModuleName = 26,
+                 kModuleHeaderSize = 32;
 // struct range_info: u32 start_offset, u32 end_offset, u32 line_count, u16 name_length,
 // char name[] at +14; sizeof is 16, so the next record is at 16 + name_length.
 constexpr size_t kRangeNameLen = 12, kRangeName = 14, kRangeSize = 16;

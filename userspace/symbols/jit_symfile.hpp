@@ -18,8 +18,8 @@ namespace bb {
 struct JitLine {
     uint32_t start = 0;  // offset from the module's base where this line's code starts
     uint32_t line = 0;
-    uint32_t file = 0;   // index into its module's `files`: a module's lines name one or two
-                         // files, tens of thousands of times (a string each was 3 MiB a VM)
+    uint32_t file = 0;  // index into its module's `files`: a module's lines name one or two
+                        // files, tens of thousands of times (a string each was 3 MiB a VM)
     bool operator==(const JitLine&) const = default;
 };
 
@@ -32,9 +32,9 @@ struct JitRange {
 };
 
 struct JitModule {
-    std::string name;             // "lists"
+    std::string name;  // "lists"
     uint32_t code_size = 0;
-    std::vector<JitRange> ranges; // sorted by start, non-overlapping
+    std::vector<JitRange> ranges;    // sorted by start, non-overlapping
     std::vector<std::string> files;  // the file names its lines give, each once
     bool operator==(const JitModule&) const = default;
 };
@@ -46,8 +46,8 @@ struct JitSymfile {
 };
 
 struct JitEmulator {
-    int frame_layout = 0;         // 0: return address only, 1: frame pointer + return address
-    uint64_t normal_exit = 0;     // the stub at the bottom of every Erlang stack
+    int frame_layout = 0;      // 0: return address only, 1: frame pointer + return address
+    uint64_t normal_exit = 0;  // the stub at the bottom of every Erlang stack
 };
 
 // The symfile's kind says it is the emulator's (else it is a module's, or garbage).

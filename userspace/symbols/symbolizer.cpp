@@ -5,7 +5,11 @@
 namespace bb {
 
 Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
-    : vm_(vm), opt_(opt), jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters), native_(vm.pid()), frames_(opt.raw_names) {
+    : vm_(vm),
+      opt_(opt),
+      jit_(vm.mem(), vm.symbol_address("__jit_debug_descriptor"), !vm.release().jit_unregisters),
+      native_(vm.pid()),
+      frames_(opt.raw_names) {
     unknown_jit_ = frames_.other(FrameKind::vm, "[unknown JIT code]", "[JIT]");
     kernel_ = frames_.other(FrameKind::kernel, "[kernel]", "[kernel]");
     no_process_ = frames_.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
@@ -84,8 +88,10 @@ uint32_t Symbolizer::erlang_frame(uint64_t addr, uint64_t t, bool return_address
     // Code before the function's first line entry (its prologue) is the function's first line.
     const JitLine* first = r.lines.empty() ? nullptr : &r.lines.front();
     const std::string* first_file = first ? &hit->module->files[first->file] : nullptr;
-    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first_file,
-                                 first ? first->line : 0, hit->line ? hit->line : first ? first->line : 0);
+    uint32_t id = frames_.erlang(r.name, hit->module->name, hit->file ? hit->file : first_file, first ? first->line : 0,
+                                 hit->line ? hit->line
+                                 : first   ? first->line
+                                           : 0);
     cache.insert_or_assign(addr, Cached{id, hit->valid_from, hit->valid_until});
     return id;
 }
@@ -159,7 +165,8 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
     const int nkernel = std::min<int>(r.nkernel, r.nframes), nnative = std::min<int>(r.nnative, r.nframes - nkernel);
     const int erlang = nkernel + nnative;
     auto caller = [&](uint64_t cp) {
-        if (cp != normal_exit) out.push_back(erlang_frame(cp, r.time_ns, true));  // normal_exit: bottom of every stack, not a caller
+        if (cp != normal_exit)
+            out.push_back(erlang_frame(cp, r.time_ns, true));  // normal_exit: bottom of every stack, not a caller
     };
     int leaf_end = static_cast<int>(r.nframes);
     if (r.nskipped && leaf_end - erlang >= 2 * BB_ROOT_FRAMES) {
@@ -167,7 +174,8 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
         // the leaf-most frames under a frame that says how many are missing between. When the
         // scan's budget ended before the stack's bottom, the ring holds frames from its middle:
         // the leaf-most frames stand under a frame that says so instead.
-        const uint64_t ring0 = static_cast<uint64_t>(leaf_end) - BB_ROOT_FRAMES, found = leaf_end + uint64_t{r.nskipped};
+        const uint64_t ring0 = static_cast<uint64_t>(leaf_end) - BB_ROOT_FRAMES,
+                       found = leaf_end + uint64_t{r.nskipped};
         if (r.flags & BB_F_SCAN_LIMIT) {
             out.push_back(beyond_scan_);
         } else {

@@ -81,7 +81,7 @@ private:
     std::unordered_map<uint64_t, uint32_t> native_cache_;
     uint64_t unsymbolized_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint32_t>> native_ranges_;  // start -> (end, id)
-    std::unordered_set<uint64_t> native_misses_;  // in no module, as of the last re-read
+    std::unordered_set<uint64_t> native_misses_;                       // in no module, as of the last re-read
     uint64_t last_native_refresh_ns_ = 0;
     uint32_t unknown_jit_, unknown_native_, kernel_, no_process_, bad_process_;
     uint32_t in_gc_, exiting_, beyond_scan_;

@@ -18,14 +18,14 @@ namespace bb {
 // One beam.smp as /proc shows it. (pid, start_time) names it: a pid can be reused.
 struct BeamProcess {
     pid_t pid = 0;
-    uint64_t start_time = 0;         // clock ticks after boot (/proc/PID/stat field 22)
-    std::string exe;                 // readlink /proc/PID/exe: as its own mount namespace names it
-    std::vector<std::string> argv;   // /proc/PID/cmdline, at most kMaxCmdline bytes
+    uint64_t start_time = 0;        // clock ticks after boot (/proc/PID/stat field 22)
+    std::string exe;                // readlink /proc/PID/exe: as its own mount namespace names it
+    std::vector<std::string> argv;  // /proc/PID/cmdline, at most kMaxCmdline bytes
     // KEY=VALUE of the keys kEnvKeys only: what names the VM (release scripts set RELEASE_NAME or
     // REL_NAME; a Kubernetes pod spec may set POD_NAME and POD_NAMESPACE by the Downward API).
     std::vector<std::string> env;
-    std::string cgroup;              // the cgroup v2 path ("0::" line), or the first v1 one
-    pid_t ns_pid = 0;                // its pid in its own pid namespace (NSpid's last), 0 if unknown
+    std::string cgroup;  // the cgroup v2 path ("0::" line), or the first v1 one
+    pid_t ns_pid = 0;    // its pid in its own pid namespace (NSpid's last), 0 if unknown
 };
 
 inline constexpr size_t kMaxCmdline = 64 * 1024;
@@ -35,7 +35,7 @@ inline constexpr const char* kEnvKeys[] = {"RELEASE_NAME=", "REL_NAME=", "POD_NA
 
 // The /proc texts of one process as read, each bounded (read_beam's caps): what parse_beam takes.
 struct ProcTexts {
-    std::string exe;      // readlink of /proc/PID/exe
+    std::string exe;  // readlink of /proc/PID/exe
     std::string stat, cmdline, environ, cgroup, status;
 };
 
@@ -60,7 +60,7 @@ struct VmLabels {
     std::string release;       // an Elixir or rebar3 release's name; "" when none
     std::string container_id;  // 64 hex digits found in the cgroup path; "" when none
     std::string cgroup;
-    std::string pod_uid;       // a Kubernetes pod's uid from the cgroup path (kubelet's); "" when none
+    std::string pod_uid;                  // a Kubernetes pod's uid from the cgroup path (kubelet's); "" when none
     std::string pod_name, pod_namespace;  // POD_NAME, POD_NAMESPACE in its environment; "" when unset
 };
 VmLabels labels_of(const BeamProcess& p);

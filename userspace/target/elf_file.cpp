@@ -49,8 +49,8 @@ std::string build_id_in(Elf_Data* notes) {
     size_t off = 0, name_off = 0, desc_off = 0, next;
     while ((next = gelf_getnote(notes, off, &nhdr, &name_off, &desc_off)) > 0) {
         const auto* base = static_cast<const unsigned char*>(notes->d_buf);
-        if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
-            std::memcmp(base + name_off, "GNU", 4) == 0 && nhdr.n_descsz > 0)
+        if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 && std::memcmp(base + name_off, "GNU", 4) == 0 &&
+            nhdr.n_descsz > 0)
             return hex(base + desc_off, nhdr.n_descsz);
         off = next;
     }
@@ -94,14 +94,11 @@ std::string ElfFile::read(int fd) {
         GElf_Shdr shdr;
         if (!gelf_getshdr(scn, &shdr)) continue;
         const char* name = have_names ? elf_strptr(elf.get(), shstrndx, shdr.sh_name) : nullptr;
-        if (shdr.sh_type == SHT_NOTE && build_id_.empty())
-            build_id_ = build_id_in(elf_getdata(scn, nullptr));
-        else if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM)
-            symtabs.push_back(scn);
+        if (shdr.sh_type == SHT_NOTE && build_id_.empty()) build_id_ = build_id_in(elf_getdata(scn, nullptr));
+        else if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM) symtabs.push_back(scn);
         // In a stripped file's separate debug file the code sections are NOBITS but
         // .debug_info is real; in the stripped file itself it is absent.
-        else if (name && std::string_view(name) == ".debug_info" && shdr.sh_type != SHT_NOBITS)
-            has_debug_info_ = true;
+        else if (name && std::string_view(name) == ".debug_info" && shdr.sh_type != SHT_NOBITS) has_debug_info_ = true;
     }
 
     size_t phnum = 0;
@@ -128,8 +125,7 @@ std::string ElfFile::read(int fd) {
     for (size_t i = 0; i < phnum && build_id_.empty(); i++) {
         GElf_Phdr phdr;
         if (gelf_getphdr(elf.get(), int(i), &phdr) && phdr.p_type == PT_NOTE)
-            build_id_ = build_id_in(
-                elf_getdata_rawchunk(elf.get(), phdr.p_offset, phdr.p_filesz, ELF_T_NHDR));
+            build_id_ = build_id_in(elf_getdata_rawchunk(elf.get(), phdr.p_offset, phdr.p_filesz, ELF_T_NHDR));
     }
 
     std::vector<ElfSymbol> symbols;
@@ -139,8 +135,7 @@ std::string ElfFile::read(int fd) {
         if (!gelf_getshdr(scn, &shdr) || !data || shdr.sh_entsize == 0) continue;
         // Symbols with section indices past SHN_LORESERVE keep the real index in a side table.
         Elf_Data* xndx = nullptr;
-        if (int x = elf_scnshndx(scn); x > 0)
-            xndx = elf_getdata(elf_getscn(elf.get(), size_t(x)), nullptr);
+        if (int x = elf_scnshndx(scn); x > 0) xndx = elf_getdata(elf_getscn(elf.get(), size_t(x)), nullptr);
         size_t count = data->d_size / shdr.sh_entsize;
         for (size_t i = 0; i < count; i++) {
             GElf_Sym sym;
@@ -148,8 +143,8 @@ std::string ElfFile::read(int fd) {
             if (!gelf_getsymshndx(data, xndx, int(i), &sym, &shndx_ext)) continue;
             size_t shndx = sym.st_shndx == SHN_XINDEX ? shndx_ext : sym.st_shndx;
             int type = GELF_ST_TYPE(sym.st_info);
-            if (shndx == SHN_UNDEF || (shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) ||
-                type == STT_SECTION || type == STT_FILE)
+            if (shndx == SHN_UNDEF || (shndx >= SHN_LORESERVE && sym.st_shndx != SHN_XINDEX) || type == STT_SECTION ||
+                type == STT_FILE)
                 continue;
             const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
             // A debug file's .symtab spells versioned symbols "pthread_getspecific@@GLIBC_2.34":

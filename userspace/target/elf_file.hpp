@@ -12,7 +12,7 @@ namespace bb {
 
 struct ElfSymbol {
     std::string name;
-    uint64_t value = 0;        // st_value: link-time virtual address
+    uint64_t value = 0;  // st_value: link-time virtual address
     uint64_t size = 0;
     uint64_t file_offset = 0;  // where the symbol's bytes are in the file (what uprobes take)
     bool is_func = false;

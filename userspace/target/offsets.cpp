@@ -32,8 +32,7 @@ constexpr Field fields[] = {
 bool is_build_id(std::string_view s) {
     if (s.empty() || s.size() % 2 != 0) return false;
     for (char c : s)
-        if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)))
-            return false;
+        if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c))) return false;
     return true;
 }
 
@@ -48,11 +47,10 @@ bool is_release(std::string_view s) {
 // "-", or comma-separated words of [a-z0-9-] (the VM's own tags: "lock-counting,dtrace").
 bool is_feature_list(std::string_view s) {
     if (s == "-") return true;
-    if (s.empty() || s.front() == ',' || s.back() == ',' || s.find(",,") != std::string_view::npos)
-        return false;
+    if (s.empty() || s.front() == ',' || s.back() == ',' || s.find(",,") != std::string_view::npos) return false;
     for (char c : s)
-        if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-              c == '-' || c == ','))
+        if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' ||
+              c == ','))
             return false;
     return true;
 }

@@ -25,8 +25,8 @@ namespace {
 // The field list (include/bb_vm_fields.h) as DWARF spells it: a type, and a member path in it.
 struct Field {
     uint32_t VmOffsets::*member;
-    const char* type;    // "struct process" or a typedef name, as DWARF names it
-    const char* path;    // dotted member path, "" for the type's size
+    const char* type;  // "struct process" or a typedef name, as DWARF names it
+    const char* path;  // dotted member path, "" for the type's size
 };
 
 constexpr Field fields[] = {
@@ -88,8 +88,7 @@ bool underlying(Dwarf_Die* type, Dwarf_Die* out) {
         case DW_TAG_atomic_type:
             if (!type_of(out, out)) return false;
             break;
-        default:
-            return true;
+        default: return true;
         }
     }
     return false;  // a loop: corrupt DWARF
@@ -123,8 +122,7 @@ bool member_offset(Dwarf_Die* member, uint64_t* off) {
     default: {
         Dwarf_Op* ops;
         size_t n;
-        if (dwarf_getlocation(&a, &ops, &n) != 0 || n != 1 || ops[0].atom != DW_OP_plus_uconst)
-            return false;
+        if (dwarf_getlocation(&a, &ops, &n) != 0 || n != 1 || ops[0].atom != DW_OP_plus_uconst) return false;
         *off = ops[0].number;
         return true;
     }
@@ -180,17 +178,16 @@ std::optional<uint64_t> path_offset(Dwarf_Die agg, std::string_view path) {
         MemberSearch search;
         if (!find_member(&agg, path.substr(0, dot), &off, &member, search)) return std::nullopt;
         if (dot == std::string_view::npos) return off;
-        if (!type_of(&member, &type) || !underlying(&type, &agg) || !is_aggregate(&agg))
-            return std::nullopt;
+        if (!type_of(&member, &type) || !underlying(&type, &agg) || !is_aggregate(&agg)) return std::nullopt;
         path = path.substr(dot + 1);
     }
 }
 
 // A type the VM's struct layout is read from, and the fields read from it.
 struct Wanted {
-    int tag;                  // DW_TAG_structure_type or DW_TAG_typedef
+    int tag;  // DW_TAG_structure_type or DW_TAG_typedef
     std::string name;
-    const char* what;         // for messages: the type as the field list spells it
+    const char* what;  // for messages: the type as the field list spells it
     std::vector<const Field*> fields;
     bool found = false;
 };
@@ -199,12 +196,15 @@ struct Wanted {
 std::vector<Wanted> wanted_types() {
     std::vector<Wanted> out;
     for (const Field& f : fields) {
-        auto it = std::find_if(out.begin(), out.end(), [&](const Wanted& w) { return w.what == std::string_view(f.type); });
+        auto it = std::find_if(out.begin(), out.end(),
+                               [&](const Wanted& w) { return w.what == std::string_view(f.type); });
         if (it == out.end()) {
             std::string_view t = f.type;
             bool is_struct = t.starts_with("struct ");
             out.push_back({is_struct ? DW_TAG_structure_type : DW_TAG_typedef,
-                           std::string(is_struct ? t.substr(7) : t), f.type, {}});
+                           std::string(is_struct ? t.substr(7) : t),
+                           f.type,
+                           {}});
             it = out.end() - 1;
         }
         it->fields.push_back(&f);
@@ -221,8 +221,7 @@ bool take(Wanted& w, Dwarf_Die* die, VmOffsets& o, std::vector<std::string>& mis
             Dwarf_Word size = dwarf_bytesize(&agg);
             if (size == Dwarf_Word(-1) || size == 0 || size > UINT32_MAX)
                 missing.push_back(std::string("size of ") + w.what);
-            else
-                o.*f->member = uint32_t(size);
+            else o.*f->member = uint32_t(size);
             continue;
         }
         // "a.b|c": the first of the paths the build has (a member renamed between releases).
@@ -233,10 +232,8 @@ bool take(Wanted& w, Dwarf_Die* die, VmOffsets& o, std::vector<std::string>& mis
             if (bar == std::string_view::npos) break;
             paths.remove_prefix(bar + 1);
         }
-        if (!off || *off > UINT32_MAX)
-            missing.push_back(std::string(w.what) + " member " + f->path);
-        else
-            o.*f->member = uint32_t(*off);
+        if (!off || *off > UINT32_MAX) missing.push_back(std::string(w.what) + " member " + f->path);
+        else o.*f->member = uint32_t(*off);
     }
     return true;
 }
@@ -274,8 +271,7 @@ Result<VmOffsets> read_offsets(Dwarf* dw) {
         const char* name = dwarf_diename(die);
         if (!name) return true;
         for (Wanted& w : wanted)
-            if (!w.found && w.tag == tag && w.name == name &&
-                take(w, die, o, missing)) {
+            if (!w.found && w.tag == tag && w.name == name && take(w, die, o, missing)) {
                 w.found = true;
                 left--;
             }
@@ -310,10 +306,12 @@ Result<VmOffsets> offsets_from_dwarf(const std::string& elf_path) {
     if (!file) {
         // A stripped binary: its DWARF may be installed separately, found by build-id.
         auto d = find_debug_file(build_id);
-        if (!d) return Fail{elf_path + " has no usable DWARF, and no separate debug file was found (" + d.error() + ")"};
+        if (!d)
+            return Fail{elf_path + " has no usable DWARF, and no separate debug file was found (" + d.error() + ")"};
         source = d->path;
         file = open_dwarf(source);
-        if (!file) return Fail{elf_path + " has no usable DWARF, nor has its separate debug file (" + file.error() + ")"};
+        if (!file)
+            return Fail{elf_path + " has no usable DWARF, nor has its separate debug file (" + file.error() + ")"};
     }
     auto o = read_offsets(file->dwarf.get());
     if (!o) return Fail{source + ": " + o.error()};

@@ -15,10 +15,10 @@ namespace bb {
 
 struct Mapping {
     uint64_t start = 0, end = 0, offset = 0;
-    std::string perms;      // "r-xp"
+    std::string perms;  // "r-xp"
     uint32_t dev_major = 0, dev_minor = 0;
     uint64_t inode = 0;
-    std::string path;       // "" for anonymous memory; "[heap]", "/memfd:vmem (deleted)", ...
+    std::string path;  // "" for anonymous memory; "[heap]", "/memfd:vmem (deleted)", ...
     bool executable() const { return perms.size() >= 3 && perms[2] == 'x'; }
     // A file of the target's (an absolute path), still linked.
     bool is_file() const { return !path.empty() && path[0] == '/' && !deleted(); }

@@ -22,9 +22,8 @@ namespace {
 // [valgrind-compiled], [address-sanitizer], [type-assertions], ...), so an unknown tag is
 // taken as one that may move fields, never ignored.
 bool layout_neutral(std::string_view tag) {
-    for (std::string_view p : {"source", "64-bit", "32-bit", "smp:", "ds:", "async-threads:", "jit",
-                               "frame-pointer", "instruction-counting", "sharing-preserving",
-                               "kernel-poll", "hipe"})
+    for (std::string_view p : {"source", "64-bit", "32-bit", "smp:", "ds:", "async-threads:", "jit", "frame-pointer",
+                               "instruction-counting", "sharing-preserving", "kernel-poll", "hipe"})
         if (tag.starts_with(p)) return true;
     return false;
 }
@@ -73,8 +72,7 @@ std::optional<VmBuild> parse_version_string(std::string_view s) {
 
 constexpr ThreadNaming kOldNormal{"", "_scheduler"}, kOldDirtyCpu{"", "_dirty_cpu_scheduler"},
     kOldDirtyIo{"", "_dirty_io_scheduler"};
-constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_", ""},
-    kNewDirtyIo{"erts_dios_", ""};
+constexpr ThreadNaming kNewNormal{"erts_sched_", ""}, kNewDirtyCpu{"erts_dcpus_", ""}, kNewDirtyIo{"erts_dios_", ""};
 
 // Releases 26 and 28 are written from their sources (struct process in erl_process.h, thread
 // names in erl_process.c, pids in erl_term.h, atoms in atom.h, the JIT's gdb interface in
@@ -93,25 +91,60 @@ constexpr std::string_view kGcEntries[] = {"erts_garbage_collect_nobump",    "er
 
 // Adding a release is one row here (and its offsets table in offsets/, docs/releases.md "Adding a release").
 constexpr std::array<OtpRelease, 5> kReleases{{
-    {.major = 25, .support = Support::Tested,
-     .normal = kOldNormal, .dirty_cpu = kOldDirtyCpu, .dirty_io = kOldDirtyIo, .pids = kPids28,
-     .atom_text = AtomText::bytes, .terms = kTerms25, .jit_unregisters = false, .layout_from = 25,
+    {.major = 25,
+     .support = Support::Tested,
+     .normal = kOldNormal,
+     .dirty_cpu = kOldDirtyCpu,
+     .dirty_io = kOldDirtyIo,
+     .pids = kPids28,
+     .atom_text = AtomText::bytes,
+     .terms = kTerms25,
+     .jit_unregisters = false,
+     .layout_from = 25,
      .gc_entry_points = kGcEntries},
-    {.major = 26, .support = Support::Described,
-     .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::bytes, .terms = kTerms25, .jit_unregisters = false, .layout_from = 25,
+    {.major = 26,
+     .support = Support::Described,
+     .normal = kNewNormal,
+     .dirty_cpu = kNewDirtyCpu,
+     .dirty_io = kNewDirtyIo,
+     .pids = kPids60,
+     .atom_text = AtomText::bytes,
+     .terms = kTerms25,
+     .jit_unregisters = false,
+     .layout_from = 25,
      .gc_entry_points = kGcEntries},
-    {.major = 27, .support = Support::Tested,
-     .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::bytes, .terms = kTerms27, .jit_unregisters = true, .layout_from = 27,
+    {.major = 27,
+     .support = Support::Tested,
+     .normal = kNewNormal,
+     .dirty_cpu = kNewDirtyCpu,
+     .dirty_io = kNewDirtyIo,
+     .pids = kPids60,
+     .atom_text = AtomText::bytes,
+     .terms = kTerms27,
+     .jit_unregisters = true,
+     .layout_from = 27,
      .gc_entry_points = kGcEntries},
-    {.major = 28, .support = Support::Described,
-     .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 27,
+    {.major = 28,
+     .support = Support::Described,
+     .normal = kNewNormal,
+     .dirty_cpu = kNewDirtyCpu,
+     .dirty_io = kNewDirtyIo,
+     .pids = kPids60,
+     .atom_text = AtomText::binary,
+     .terms = kTerms27,
+     .jit_unregisters = true,
+     .layout_from = 27,
      .gc_entry_points = kGcEntries},
-    {.major = 29, .support = Support::Tested,
-     .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 29,
+    {.major = 29,
+     .support = Support::Tested,
+     .normal = kNewNormal,
+     .dirty_cpu = kNewDirtyCpu,
+     .dirty_io = kNewDirtyIo,
+     .pids = kPids60,
+     .atom_text = AtomText::binary,
+     .terms = kTerms27,
+     .jit_unregisters = true,
+     .layout_from = 29,
      .gc_entry_points = kGcEntries},
 }};
 
@@ -203,9 +236,8 @@ std::optional<uint64_t> PidLayout::parse(std::string_view text, const Pix& pix) 
     unsigned long long node = 0, num = 0, ser = 0;
     int used = -1;
     std::string s(text);
-    if (sscanf(s.c_str(), "<%llu.%llu.%llu>%n", &node, &num, &ser, &used) != 3 || used != int(s.size()) ||
-        node != 0 || s.find('-') != std::string::npos || num >= (1ull << num_bits) ||
-        ser >= (1ull << (data_bits - num_bits)))
+    if (sscanf(s.c_str(), "<%llu.%llu.%llu>%n", &node, &num, &ser, &used) != 3 || used != int(s.size()) || node != 0 ||
+        s.find('-') != std::string::npos || num >= (1ull << num_bits) || ser >= (1ull << (data_bits - num_bits)))
         return std::nullopt;
     uint64_t data = ser << num_bits | num;
     if (pixdata) {  // erts_ptab_data2pixdata()

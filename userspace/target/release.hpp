@@ -14,11 +14,11 @@ namespace bb {
 // data ("Erlang/OTP 27%s [erts-15.2.7] [source] [64-bit] ... [jit:ns%s] [lock-counting]").
 // It survives stripping: it is data, not a symbol.
 struct VmBuild {
-    int otp_release = 0;       // 27
-    std::string erts_version;  // "15.2.7"
-    std::string flavor;        // "jit" or "emu" (no [jit] tag: the interpreter)
-    bool native_stack = false; // [jit:ns]: the Erlang stack is the native stack (E = rsp)
-    bool bits64 = false;       // [64-bit]
+    int otp_release = 0;        // 27
+    std::string erts_version;   // "15.2.7"
+    std::string flavor;         // "jit" or "emu" (no [jit] tag: the interpreter)
+    bool native_stack = false;  // [jit:ns]: the Erlang stack is the native stack (E = rsp)
+    bool bits64 = false;        // [64-bit]
     // Tags that change struct layouts ([lock-counting], [dtrace], [debug-compiled], ...), sorted,
     // comma-separated; "" for a plain build. Offset tables are keyed by release and this.
     std::string features;
@@ -88,10 +88,10 @@ struct TermLayout {
     } bits;
     bool bits_unified() const { return bits == Bits::BinRef; }
 };
-inline constexpr TermLayout kTerms25{.heap_bin = 0x24, .refc_bin = 0x20, .sub_bin = 0x28, .map = 0x3c,
-                                     .bits = TermLayout::Bits::ProcBin};
-inline constexpr TermLayout kTerms27{.heap_bin = 0x20, .refc_bin = 0x28, .sub_bin = 0x24, .map = 0x2c,
-                                     .bits = TermLayout::Bits::BinRef};
+inline constexpr TermLayout kTerms25{
+    .heap_bin = 0x24, .refc_bin = 0x20, .sub_bin = 0x28, .map = 0x3c, .bits = TermLayout::Bits::ProcBin};
+inline constexpr TermLayout kTerms27{
+    .heap_bin = 0x20, .refc_bin = 0x28, .sub_bin = 0x24, .map = 0x2c, .bits = TermLayout::Bits::BinRef};
 
 // Everything release-specific beam-bpf relies on. The JIT's debugger interface
 // (__jit_debug_descriptor and its symfiles, jit_code.hpp and jit_symfile.hpp) has one layout

@@ -62,8 +62,8 @@ Result<TargetFile> open_mapped_file(pid_t pid, const Mapping& m, uint64_t max_by
 
     // 1. The mapping's own file, else the path in the target's root (not a deleted one: that
     // name is only a hint, and whatever is there now is not the mapped file).
-    UniqueFd path_fd(::open(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end).c_str(),
-                            O_PATH | O_CLOEXEC));
+    UniqueFd path_fd(
+        ::open(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end).c_str(), O_PATH | O_CLOEXEC));
     if (!path_fd && (errno == EPERM || errno == EACCES)) {
         if (f.deleted) return Fail{"deleted while mapped; reading it needs CAP_SYS_ADMIN"};
         path_fd = open_in_root(pid, m.path);
@@ -77,15 +77,16 @@ Result<TargetFile> open_mapped_file(pid_t pid, const Mapping& m, uint64_t max_by
         if (!S_ISREG(st.st_mode)) return "not a regular file";
         if (st.st_dev != f.dev || st.st_ino != f.inode) return "not the file that is mapped (replaced since)";
         if (static_cast<uint64_t>(st.st_size) > max_bytes)
-            return fmt::format("{} MiB, more than the {} MiB read of a target's file", st.st_size >> 20, max_bytes >> 20);
+            return fmt::format("{} MiB, more than the {} MiB read of a target's file", st.st_size >> 20,
+                               max_bytes >> 20);
         f.size = static_cast<uint64_t>(st.st_size);
         return "";
     };
     if (auto why = check(path_fd.get()); !why.empty()) return Fail{why};
 
     // 3. Readable, through our own descriptor: the same inode, whatever the target does now.
-    f.fd.reset(::open(fmt::format("/proc/self/fd/{}", path_fd.get()).c_str(),
-                      O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    f.fd.reset(
+        ::open(fmt::format("/proc/self/fd/{}", path_fd.get()).c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!f.fd) return Fail{fmt::format("cannot open: {}", std::strerror(errno))};
     if (auto why = check(f.fd.get()); !why.empty()) return Fail{why};
     return f;
@@ -110,7 +111,7 @@ std::optional<Mapping> exe_mapping(pid_t pid, const std::vector<Mapping>& maps) 
     // The inode the process was started from, without opening it; DONT_SYNC: a FUSE file's
     // attributes come from the cache, not from its server.
     const std::string exe = fmt::format("/proc/{}/exe", pid);
-    struct statx stx{};
+    struct statx stx {};
     if (statx(AT_FDCWD, exe.c_str(), AT_STATX_DONT_SYNC, STATX_INO, &stx) == 0)
         for (const auto& m : maps)
             if (m.offset == 0 && m.inode == stx.stx_ino && m.dev_major == stx.stx_dev_major &&

@@ -34,12 +34,12 @@ namespace bb {
 inline constexpr uint64_t kMaxTargetFileBytes = 1ull << 30;
 
 struct TargetFile {
-    UniqueFd fd;             // O_RDONLY, verified; closed with the TargetFile
-    uint64_t size = 0;       // st_size at the check
+    UniqueFd fd;        // O_RDONLY, verified; closed with the TargetFile
+    uint64_t size = 0;  // st_size at the check
     dev_t dev = 0;
     ino_t inode = 0;
-    std::string name;        // the mapped path as the target names it, " (deleted)" cut off
-    bool deleted = false;    // the target unlinked it after mapping it
+    std::string name;      // the mapped path as the target names it, " (deleted)" cut off
+    bool deleted = false;  // the target unlinked it after mapping it
 
     // A path the kernel resolves to this open file and nothing else, for interfaces that take a
     // path (uprobes, libraries that open by name): /proc/self/fd/N is a link in this process's

@@ -42,15 +42,13 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
     if (ec) {
         if (ec == std::errc::no_such_file_or_directory)
             throw UserError(fmt::format("no such process: {} (or it is a kernel thread)", pid));
-        throw UserError(fmt::format("cannot inspect process {}: {} (need root or CAP_SYS_PTRACE)", pid,
-                                    ec.message()));
+        throw UserError(fmt::format("cannot inspect process {}: {} (need root or CAP_SYS_PTRACE)", pid, ec.message()));
     }
     std::string comm = read_file(fmt::format("/proc/{}/comm", pid));
     while (!comm.empty() && comm.back() == '\n') comm.pop_back();
     std::string base = fs::path(vm.exe_).filename().string();
     if (base.rfind("beam", 0) != 0)
-        throw UserError(fmt::format("process {} ({}) is not a BEAM VM: its executable is {}", pid, comm,
-                                    vm.exe_));
+        throw UserError(fmt::format("process {} ({}) is not a BEAM VM: its executable is {}", pid, comm, vm.exe_));
 
     // The inode its first mapping maps, not a path (target/target_file.hpp): a VM in a container
     // has its files in another mount namespace, where the path may name something else.
@@ -76,16 +74,17 @@ void Vm::identify() {
     const std::string id = elf_->build_id().empty() ? "none" : elf_->build_id();
     auto b = read_vm_build_fd(exe_file_->fd.get(), kMaxVersionScanBytes);
     if (!b)
-        throw UserError(fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
-                                    "string{}: not a BEAM VM beam-bpf can read",
-                                    pid_, exe_, id,
-                                    exe_file_->size > kMaxVersionScanBytes
-                                        ? fmt::format(" in its first {} MiB", kMaxVersionScanBytes >> 20)
-                                        : ""));
+        throw UserError(
+            fmt::format("process {} runs {} (build-id {}), which has no Erlang/OTP system version "
+                        "string{}: not a BEAM VM beam-bpf can read",
+                        pid_, exe_, id,
+                        exe_file_->size > kMaxVersionScanBytes
+                            ? fmt::format(" in its first {} MiB", kMaxVersionScanBytes >> 20)
+                            : ""));
     build_ = *b;
     if (elf_->machine() != EM_X86_64 || !build_.bits64)
-        throw UserError(fmt::format("process {} runs {} for {}: beam-bpf supports x86-64 only", pid_,
-                                    build_.describe(), elf_->machine_name()));
+        throw UserError(fmt::format("process {} runs {} for {}: beam-bpf supports x86-64 only", pid_, build_.describe(),
+                                    elf_->machine_name()));
     release_ = find_release(build_.otp_release);
     if (!release_) {
         std::vector<int> majors;
@@ -98,13 +97,15 @@ void Vm::identify() {
                                     build_.describe(), id, supported_range(), tested));
     }
     if (build_.flavor != "jit" || !build_.native_stack)
-        throw UserError(fmt::format("process {} runs {}: beam-bpf walks the stacks of the x86-64 JIT "
-                                    "(flavor jit), not the {} flavor; start the VM without -emu_flavor emu",
-                                    pid_, build_.describe(), build_.flavor));
+        throw UserError(
+            fmt::format("process {} runs {}: beam-bpf walks the stacks of the x86-64 JIT "
+                        "(flavor jit), not the {} flavor; start the VM without -emu_flavor emu",
+                        pid_, build_.describe(), build_.flavor));
     if (release_->support == Support::Described)
-        caveat_ = fmt::format("OTP {} is described from its sources but untested; the offsets passed the "
-                              "live checks",
-                              release_->major);
+        caveat_ = fmt::format(
+            "OTP {} is described from its sources but untested; the offsets passed the "
+            "live checks",
+            release_->major);
 }
 
 // Every tool reads the process table: a binary without its symbol is stripped of its local
@@ -149,8 +150,7 @@ void Vm::find_globals(const VmOffsets& o) {
     if (auto d = globals_.at.find("__jit_debug_descriptor"); d != globals_.at.end()) {
         if (auto f = find_jit_register_code(exe_file_->fd.get(), elf_->segments(), d->second - load_bias_))
             elf_->add_symbol("__jit_debug_register_code", *f, 5, true);
-        else
-            globals_.why_not["__jit_debug_register_code"] = f.error();
+        else globals_.why_not["__jit_debug_register_code"] = f.error();
     }
 }
 
@@ -167,11 +167,11 @@ void Vm::choose_offsets(const std::string& offsets_file) {
         if (!off->build_id.empty() && off->build_id != build_id)
             throw UserError(fmt::format("offset table {} is for build-id {}, but process {} runs {}", offsets_file,
                                         off->build_id, pid_, what));
-        if (off->build_id.empty() && (off->otp_release != std::to_string(build_.otp_release) ||
-                                      off->features != build_.features))
+        if (off->build_id.empty() &&
+            (off->otp_release != std::to_string(build_.otp_release) || off->features != build_.features))
             throw UserError(fmt::format("offset table {} is for OTP {} ({}), but process {} runs {}", offsets_file,
-                                        off->otp_release, off->features.empty() ? "no features" : off->features,
-                                        pid_, what));
+                                        off->otp_release, off->features.empty() ? "no features" : off->features, pid_,
+                                        what));
         off->origin = "table " + offsets_file;
     } else if (auto dwarf = offsets_from_dwarf(exe_file_->fd_path())) {
         // Its own DWARF, or a separate debug file (by build-id: /usr/lib/debug, debuginfod).
@@ -186,15 +186,17 @@ void Vm::choose_offsets(const std::string& offsets_file) {
         // table and let the live VM correct and then check it.
         off = builtin_offsets(std::to_string(release_->layout_from), "", "");
         if (!off)
-            throw UserError(fmt::format("process {} runs {}: no offset table for it; make one with "
-                                        "scripts/make-offsets.sh from a -g build, or pass --offsets FILE",
-                                        pid_, what));
+            throw UserError(
+                fmt::format("process {} runs {}: no offset table for it; make one with "
+                            "scripts/make-offsets.sh from a -g build, or pass --offsets FILE",
+                            pid_, what));
         off->origin += fmt::format(" (the layout of OTP {})", release_->layout_from);
         may_correct = true;
         if (caveat_.empty())
-            caveat_ = fmt::format("no offset table for {}: the layout of OTP {} was checked, and corrected "
-                                  "where it did not fit, in the live VM",
-                                  build_.features.empty() ? "this build" : build_.features, release_->layout_from);
+            caveat_ = fmt::format(
+                "no offset table for {}: the layout of OTP {} was checked, and corrected "
+                "where it did not fit, in the live VM",
+                build_.features.empty() ? "this build" : build_.features, release_->layout_from);
     }
     off->build_id = build_id;
     off->otp_release = std::to_string(build_.otp_release);
@@ -212,10 +214,11 @@ void Vm::choose_offsets(const std::string& offsets_file) {
         if (why.empty()) off->origin += ", corrected in the live VM";
     }
     if (!why.empty())
-        throw UserError(fmt::format("offsets ({}) do not match process {} ({}): {}; refusing to report garbage. "
-                                    "Make a table with scripts/make-offsets.sh from a -g build of this VM's "
-                                    "source and configure flags, or pass --offsets FILE",
-                                    off->origin, pid_, what, why));
+        throw UserError(
+            fmt::format("offsets ({}) do not match process {} ({}): {}; refusing to report garbage. "
+                        "Make a table with scripts/make-offsets.sh from a -g build of this VM's "
+                        "source and configure flags, or pass --offsets FILE",
+                        off->origin, pid_, what, why));
     offsets_ = *off;
 
     // How pids map to process-table slots, chosen by the VM at start (OTP 26 on).
@@ -223,7 +226,8 @@ void Vm::choose_offsets(const std::string& offsets_file) {
         uint64_t ptab = symbol_address("erts_proc");
         auto u64 = [&](uint32_t off) { return mem_.read<uint64_t>(ptab + off); };
         auto u32 = [&](uint32_t off) { return mem_.read<uint32_t>(ptab + off); };
-        auto m = u64(offsets_.ptab_pix_mask), cl = u64(offsets_.ptab_pix_cl_mask), cli = u64(offsets_.ptab_pix_cli_mask);
+        auto m = u64(offsets_.ptab_pix_mask), cl = u64(offsets_.ptab_pix_cl_mask),
+             cli = u64(offsets_.ptab_pix_cli_mask);
         auto cls = u32(offsets_.ptab_pix_cl_shift), clis = u32(offsets_.ptab_pix_cli_shift);
         if (!m || !cl || !cli || !cls || !clis || *cls > 63 || *clis > 63)
             throw UserError(fmt::format("cannot read the process table's pid layout in process {}", pid_));
@@ -237,9 +241,10 @@ void Vm::choose_offsets(const std::string& offsets_file) {
             if (!id) continue;
             seen++;
             if (((*id >> 4) & pix_.mask) != ix || parse_pid(format_pid(*id)) != *id)
-                throw UserError(fmt::format("the process table's pid layout in process {} does not fit its pid {} "
-                                            "in slot {}",
-                                            pid_, format_pid(*id), ix));
+                throw UserError(
+                    fmt::format("the process table's pid layout in process {} does not fit its pid {} "
+                                "in slot {}",
+                                pid_, format_pid(*id), ix));
         }
     }
 }
@@ -248,19 +253,21 @@ uint64_t Vm::symbol_address(const std::string& name) const {
     if (auto s = elf_->find(name)) return s->value + load_bias_;
     if (auto it = globals_.at.find(name); it != globals_.at.end()) return it->second;
     auto why = globals_.why_not.find(name);
-    throw UserError(fmt::format(
-        "{} has no symbol {} (stripped; OTP 28 and later hide it), no debug file for build-id {} ({}){}", exe_, name,
-        elf_->build_id().empty() ? "none" : elf_->build_id(), debug_tried_.empty() ? "not looked for" : debug_tried_,
-        why != globals_.why_not.end() ? ", and it was not found in the VM's memory: " + why->second
-                                      : ", and it is not one beam-bpf can find in the VM's memory"));
+    throw UserError(
+        fmt::format("{} has no symbol {} (stripped; OTP 28 and later hide it), no debug file for build-id {} ({}){}",
+                    exe_, name, elf_->build_id().empty() ? "none" : elf_->build_id(),
+                    debug_tried_.empty() ? "not looked for" : debug_tried_,
+                    why != globals_.why_not.end() ? ", and it was not found in the VM's memory: " + why->second
+                                                  : ", and it is not one beam-bpf can find in the VM's memory"));
 }
 
 std::string Vm::missing_local_symbols() const {
     if (!lacks_local_symbols()) return "";
-    return fmt::format("{} is stripped, and OTP 28 and later keep the VM's functions out of its dynamic symbols; no "
-                       "debug file for build-id {} was found ({}): install the build's debug file there (a "
-                       "distribution's -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has it",
-                       exe_, elf_->build_id().empty() ? "none" : elf_->build_id(), debug_tried_);
+    return fmt::format(
+        "{} is stripped, and OTP 28 and later keep the VM's functions out of its dynamic symbols; no "
+        "debug file for build-id {} was found ({}): install the build's debug file there (a "
+        "distribution's -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has it",
+        exe_, elf_->build_id().empty() ? "none" : elf_->build_id(), debug_tried_);
 }
 
 }  // namespace bb

@@ -117,7 +117,7 @@ private:
     std::string symbols_origin_;
     std::string debug_tried_;  // where a debug file was looked for, when none was found
     GlobalsFound globals_;     // found in memory, for a binary without their symbols
-    PidLayout::Pix pix_;  // the process table's index permutation (OTP 26 on)
+    PidLayout::Pix pix_;       // the process table's index permutation (OTP 26 on)
 };
 
 }  // namespace bb

@@ -59,9 +59,10 @@ public:
     GlobalsFound run() {
         jit_descriptor();
         process_table();
-        for (auto [name, type, count] : {std::tuple{"erts_aligned_scheduler_data", BB_SCHED_NORMAL, s_.normal},
-                                         std::tuple{"erts_aligned_dirty_cpu_scheduler_data", BB_SCHED_DIRTY_CPU, s_.dirty_cpu},
-                                         std::tuple{"erts_aligned_dirty_io_scheduler_data", BB_SCHED_DIRTY_IO, s_.dirty_io}})
+        for (auto [name, type, count] :
+             {std::tuple{"erts_aligned_scheduler_data", BB_SCHED_NORMAL, s_.normal},
+              std::tuple{"erts_aligned_dirty_cpu_scheduler_data", BB_SCHED_DIRTY_CPU, s_.dirty_cpu},
+              std::tuple{"erts_aligned_dirty_io_scheduler_data", BB_SCHED_DIRTY_IO, s_.dirty_io}})
             scheduler_array(name, uint8_t(type), count);
         atom_table();
         literal_area();
@@ -101,16 +102,15 @@ private:
         std::set<uint64_t> values;
         for (auto [at, value] : candidates) values.insert(value);
         if (reads_ >= kMaxReads)
-            found_.why_not[name] = fmt::format("the search for {} stopped after {} reads of the VM's memory (the "
-                                               "binary's data holds too many candidates)",
-                                               wanted, kMaxReads);
-        else if (candidates.empty())
-            found_.why_not[name] = fmt::format("no word of the binary's data is {}", wanted);
+            found_.why_not[name] = fmt::format(
+                "the search for {} stopped after {} reads of the VM's memory (the "
+                "binary's data holds too many candidates)",
+                wanted, kMaxReads);
+        else if (candidates.empty()) found_.why_not[name] = fmt::format("no word of the binary's data is {}", wanted);
         else if (values.size() > 1)
             found_.why_not[name] = fmt::format("{} words of the binary's data could be {}, and they disagree",
                                                candidates.size(), wanted);
-        else
-            found_.at[name] = candidates.begin()->first;
+        else found_.at[name] = candidates.begin()->first;
     }
 
     // The list of JIT code entries from `first`: linked both ways, each symfile of kind 0 (the
@@ -229,7 +229,8 @@ private:
         const char* size = "erts_literals_size";
         auto table = found_.at.find("erts_atom_table");
         if (!s_.atom_text_binary || table == found_.at.end()) {
-            const char* why = s_.atom_text_binary ? "the atom table was not found" : "this release keeps atom text outside it";
+            const char* why = s_.atom_text_binary ? "the atom table was not found"
+                                                  : "this release keeps atom text outside it";
             found_.why_not[start] = found_.why_not[size] = why;
             return;
         }
@@ -317,12 +318,13 @@ Result<uint64_t> find_jit_register_code(int fd, const std::vector<ElfSegment>& s
         }
     }
     if (targets.size() == 1) return *targets.begin();
-    return Fail{targets.empty() ? fmt::format("{} stores of the JIT descriptor's action in the code, none followed by a "
-                                              "call of an empty function",
-                                              stores)
-                                : fmt::format("the JIT descriptor's stores are followed by calls of {} different "
-                                              "empty functions",
-                                              targets.size())};
+    return Fail{targets.empty()
+                    ? fmt::format("{} stores of the JIT descriptor's action in the code, none followed by a "
+                                  "call of an empty function",
+                                  stores)
+                    : fmt::format("the JIT descriptor's stores are followed by calls of {} different "
+                                  "empty functions",
+                                  targets.size())};
 }
 
 }  // namespace bb

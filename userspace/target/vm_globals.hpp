@@ -38,12 +38,12 @@ struct GlobalsScan {
     std::vector<std::pair<uint64_t, uint64_t>> data;  // the binary's writable segments: [start, end) at run time
     std::vector<Mapping> maps;                        // the VM's mappings (pointers must land in one)
     const VmOffsets* o = nullptr;
-    int normal = 0, dirty_cpu = 0, dirty_io = 0;      // scheduler threads, by their names
-    bool atom_text_binary = false;                    // OTP 28 on: atom text in the literal area
+    int normal = 0, dirty_cpu = 0, dirty_io = 0;  // scheduler threads, by their names
+    bool atom_text_binary = false;                // OTP 28 on: atom text in the literal area
 };
 
 struct GlobalsFound {
-    std::map<std::string, uint64_t, std::less<>> at;         // name -> run-time address
+    std::map<std::string, uint64_t, std::less<>> at;          // name -> run-time address
     std::map<std::string, std::string, std::less<>> why_not;  // name -> why it was not found
 };
 

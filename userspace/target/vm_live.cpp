@@ -51,8 +51,8 @@ std::optional<TaskStat> task_stat(const std::string& path) {
     t.name = stat.substr(open + 1, close - open - 1);
     t.state = stat[close + 2];
     unsigned long long start = 0;
-    if (sscanf(stat.c_str() + close + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-               &start) == 1)
+    if (sscanf(stat.c_str() + close + 1,
+               " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &start) == 1)
         t.start_time = start;
     return t;
 }
@@ -88,8 +88,9 @@ std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t wa
         // wait for: an idle VM would cost 50 looks, 100 ms, and the agent attaches VMs in turn.
         bool working = false;
         for (const auto& t : scheds)
-            working = working || (t.sched.type == BB_SCHED_NORMAL &&
-                                  task_stat(fmt::format("/proc/{}/task/{}/stat", pid_, t.tid)).value_or(TaskStat{}).state == 'R');
+            working = working ||
+                      (t.sched.type == BB_SCHED_NORMAL &&
+                       task_stat(fmt::format("/proc/{}/task/{}/stat", pid_, t.tid)).value_or(TaskStat{}).state == 'R');
         if (!working) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -104,7 +105,8 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
     if (*max < 16 || *max > (1u << 27)) return fmt::format("process table size {} is implausible", *max);
     if (o.proc_size > kMaxProcSize) return fmt::format("Process size {} is implausible", o.proc_size);
     for (uint32_t off : {o.proc_id, o.proc_htop, o.proc_stop, o.proc_heap, o.proc_hend, o.proc_scheduler_data})
-        if (off % 8 || uint64_t{off} + 8 > o.proc_size) return fmt::format("Process field offset {} is not a word in Process", off);
+        if (off % 8 || uint64_t{off} + 8 > o.proc_size)
+            return fmt::format("Process field offset {} is not a word in Process", off);
     if (o.proc_state % 4 || uint64_t{o.proc_state} + 4 > o.proc_size)
         return fmt::format("Process.state offset {} is not a 32-bit field in Process", o.proc_state);
 
@@ -137,8 +139,7 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
     int named = 0, normal = 0;
     for (const auto& t : threads()) named += release_->normal.number(t.name) > 0;
     for (const auto& t : sched_threads(o)) normal += t.sched.type == BB_SCHED_NORMAL;
-    if (named == 0)
-        return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
+    if (named == 0) return fmt::format("no scheduler threads named as OTP {} names them", release_->major);
     if (normal != named)
         return fmt::format("the data of {} of {} schedulers does not name itself", named - normal, named);
 
@@ -163,8 +164,8 @@ std::string Vm::layout_mismatch(const VmOffsets& o) const {
     // A wrong offset makes nearly every one disagree. The right one still races with the VM,
     // so only a clear majority of a few is believed.
     if (disagree >= 4 && agree * 4 < disagree)
-        return fmt::format("{} of {} running processes do not name their scheduler in Process.scheduler_data",
-                           disagree, agree + disagree);
+        return fmt::format("{} of {} running processes do not name their scheduler in Process.scheduler_data", disagree,
+                           agree + disagree);
     if (agree + disagree == 0 && unset >= 12)
         return fmt::format("{} running processes, in 3 looks, had no Process.scheduler_data", unset);
     return "";
@@ -290,10 +291,8 @@ std::vector<bb_range> Vm::jit_code_ranges() const {
         int r = m.path.rfind("/memfd:vmem", 0) == 0 ? 0 : !m.path.empty() ? -1 : m.perms[1] == 'w' ? 1 : 2;
         if (r < 0) continue;
         auto& v = rank[r];
-        if (!v.empty() && v.back().end == m.start)
-            v.back().end = m.end;  // adjacent chunks: one range
-        else if (v.size() < BB_MAX_CODE_RANGES)
-            v.push_back({m.start, m.end});
+        if (!v.empty() && v.back().end == m.start) v.back().end = m.end;  // adjacent chunks: one range
+        else if (v.size() < BB_MAX_CODE_RANGES) v.push_back({m.start, m.end});
     }
     std::vector<bb_range> out;
     for (const auto& v : rank)

@@ -43,10 +43,12 @@ int run(int argc, char** argv) {
     }
     auto load = [&] { return agent::load_config(config_file, given); };
     agent::AgentConfig cfg = load();
-    const std::string summary = fmt::format(
-        "every {} s, {} Hz{}, {}{}{}{}", cfg.every, cfg.frequency, cfg.alloc ? " and allocation" : "", cfg.output == "none" ? "no files" : "files in " + cfg.output,
-        cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url, cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
-        cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
+    const std::string summary =
+        fmt::format("every {} s, {} Hz{}, {}{}{}{}", cfg.every, cfg.frequency, cfg.alloc ? " and allocation" : "",
+                    cfg.output == "none" ? "no files" : "files in " + cfg.output,
+                    cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url,
+                    cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
+                    cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
     const std::vector<std::string> warnings = agent::secret_file_warnings(cfg);
     if (check_only) {
         fmt::print("beam-bpf-agent: configuration ok: {}\n{}", summary, agent::describe(cfg));
@@ -56,7 +58,7 @@ int run(int argc, char** argv) {
     check_privileges();
     for (const std::string& w : warnings) fmt::print(stderr, "beam-bpf-agent: warning: {}\n", w);
 
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_stop;  // no SA_RESTART: the loop's sleep ends at once
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);

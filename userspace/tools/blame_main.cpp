@@ -41,8 +41,8 @@ int run(int argc, char** argv) {
     resolve(o);
     o.pid = find_vm(o.targets, o.node);
     Session s(o);
-    auto &vm = s.vm;
-    auto &sampler_slot = s.sampler;
+    auto& vm = s.vm;
+    auto& sampler_slot = s.sampler;
     if (is_alloc(o.event)) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
     auto found = resolve_functions(vm, func, exact);
     std::string names;
@@ -57,8 +57,7 @@ int run(int argc, char** argv) {
             cfg.blame_ranges.push_back({m.start, m.start + m.sym.size});
         }
     }
-    s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size())
-                             : "sampling " + describe_event(o));
+    s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size()) : "sampling " + describe_event(o));
     // After attaching: an error before then is the run's only line.
     fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
     Sampler& sampler = *sampler_slot;
@@ -73,8 +72,8 @@ int run(int argc, char** argv) {
         fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
                    o.process.empty() ? "" : " for " + o.process, st.seconds);
     } else if (!count_calls) {
-        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names,
-                   st.records, seen, seen ? 100.0 * st.records / seen : 0.0);
+        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names, st.records, seen,
+                   seen ? 100.0 * st.records / seen : 0.0);
     }
     if (st.records && o.every == 0)
         rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",

@@ -40,10 +40,8 @@ int main(int argc, char** argv) {
     std::string build_id, output, beam;
     app.add_option("--build-id", build_id,
                    "Build-id (hex) of the stripped binary the table was made for; default: none");
-    app.add_option("-o,--output", output, "Write the table to FILE instead of stdout")
-        ->option_text("FILE");
-    app.add_option("BEAM_SMP_WITH_DWARF", beam, "A beam.smp with DWARF (or its separate debug file)")
-        ->required();
+    app.add_option("-o,--output", output, "Write the table to FILE instead of stdout")->option_text("FILE");
+    app.add_option("BEAM_SMP_WITH_DWARF", beam, "A beam.smp with DWARF (or its separate debug file)")->required();
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -52,8 +52,8 @@ int run(int argc, char** argv) {
         // A build without one of the other entry points (a release that renamed it) loses the
         // collections that go through it: said, not silent.
         if (std::string missing = add_alloc_probes(s.vm, cfg); !missing.empty())
-            fmt::print(stderr, "{}: warning: {} has no {}: collections entered there are not counted\n",
-                       tool_name(), s.vm.exe(), missing);
+            fmt::print(stderr, "{}: warning: {} has no {}: collections entered there are not counted\n", tool_name(),
+                       s.vm.exe(), missing);
     }
     s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
                        : fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
@@ -64,17 +64,19 @@ int run(int argc, char** argv) {
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
     if (o.event == Event::alloc_gc && o.every == 0)
-        rep.set_heading(fmt::format("{} words ({}) allocated on process heaps by the code on these stacks; {} more "
-                                    "arrived in received messages and other heap fragments (counted apart); shares "
-                                    "of words:",
-                                    st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
+        rep.set_heading(
+            fmt::format("{} words ({}) allocated on process heaps by the code on these stacks; {} more "
+                        "arrived in received messages and other heap fragments (counted apart); shares "
+                        "of words:",
+                        st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
     else if (alloc && o.every == 0)
-        rep.set_heading(fmt::format("{} words ({}) allocated on process heaps (exact, from the VM's GC entries); {} "
-                                    "more arrived in received messages and other heap fragments (counted apart). "
-                                    "Shares of words from {} samples where the words were allocated (hardware "
-                                    "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
-                                    st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples,
-                                    cfg.alloc_interval));
+        rep.set_heading(
+            fmt::format("{} words ({}) allocated on process heaps (exact, from the VM's GC entries); {} "
+                        "more arrived in received messages and other heap fragments (counted apart). "
+                        "Shares of words from {} samples where the words were allocated (hardware "
+                        "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
+                        st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples,
+                        cfg.alloc_interval));
     rep.finish(monotonic_ns());
     return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }
