@@ -208,8 +208,10 @@ TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
     auto store = start_receiver("faulty_store.py", {"--log", log.string(), "--port", "0", "--hang"}, port_file);
     ErlVm vm(debian_vm(), "bb_work:main(busy2)", {"-bbops_hang"});
     vm.wait_line("ready", 60s);
+    // clang-format off
     RunningTool agent = start_tool("beam-bpf-agent", {"--every", "1", "--output", out.string(), "--match", "bbops_hang",
                                                       "--push", "http://127.0.0.1:" + slurp(port_file)});
+    // clang-format on
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
     auto files = [&] {
@@ -241,8 +243,10 @@ TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
 TEST_F(AgentOpsTest, DirectoriesOfExitedVmsAgeOut) {
     TempDir tmp;
     const fs::path out = tmp.path / "profiles";
+    // clang-format off
     RunningTool agent = start_tool("beam-bpf-agent", {"--every", "1", "--output", out.string(), "--retention-age", "10",
                                                       "--match", "bbops_churn"});
+    // clang-format on
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "started", 10s, &err)) << err;
     auto vm_dirs = [&] {

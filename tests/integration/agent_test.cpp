@@ -122,28 +122,12 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     ErlVm a(debian_vm(), "bb_work:main(split532)", {"-sname", "bbagent_a"});
     a.wait_line("ready", 60s);
     // Only this test's VMs: other VMs on the machine (other tests) are not ours to profile.
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every",
-                                                      "2",
-                                                      "-F",
-                                                      "499",
-                                                      "--output",
-                                                      out.string(),
-                                                      "--retention",
-                                                      "0",
-                                                      "--push",
-                                                      "http://127.0.0.1:" + port,
-                                                      "--max-backoff",
-                                                      "1",
-                                                      "--queue-bytes",
-                                                      "1",
-                                                      "--match",
-                                                      "bbagent_[abc]",
-                                                      "--stats",
-                                                      stats.string(),
-                                                      "--config",
-                                                      cfg.string(),
-                                                      "--metrics",
-                                                      "0"});
+    // clang-format off
+    RunningTool agent = start_tool(
+        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--push",
+                           "http://127.0.0.1:" + port, "--max-backoff", "1", "--queue-bytes", "1", "--match",
+                           "bbagent_[abc]", "--stats", stats.string(), "--config", cfg.string(), "--metrics", "0"});
+    // clang-format on
     std::string err;
     // Deadlines, not timings: an attach takes about 2 s here, up to 6 s on a loaded machine
     // (bench/agent.py measures it).
@@ -357,9 +341,11 @@ TEST_F(AgentTest, TwoVmsOfOneBuildShareUnwindRowsAndBothUnwindNativeFrames) {
     const fs::path out = tmp.path / "profiles", stats = tmp.path / "stats.json";
     ErlVm a(debian_vm(), "bb_native:main(zlib)", {"-sname", "bbshare_a"});
     a.wait_line("ready", 60s);
-    RunningTool agent = start_tool("beam-bpf-agent",
-                                   {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0",
-                                    "--match", "bbshare_[abc]", "--stats", stats.string()});
+    // clang-format off
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(),
+                                                      "--retention", "0", "--match", "bbshare_[abc]", "--stats",
+                                                      stats.string()});
+    // clang-format on
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(a.os_pid()) + ",", 30s, &err)) << err;
     // The stats file is rewritten every second: one written after `since`.
@@ -573,26 +559,12 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
     a.wait_line("ready", 60s);
     b.wait_line("ready", 60s);
     // No path in the URL: the agent adds OTLP/HTTP's /v1development/profiles.
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every",
-                                                      "2",
-                                                      "-F",
-                                                      "499",
-                                                      "--output",
-                                                      out.string(),
-                                                      "--retention",
-                                                      "0",
-                                                      "--otlp",
-                                                      "http://127.0.0.1:" + slurp(port_file),
-                                                      "--otlp-auth",
-                                                      auth.string(),
-                                                      "--max-backoff",
-                                                      "1",
-                                                      "--match",
-                                                      "bbotlp_[ab]",
-                                                      "--stats",
-                                                      stats.string(),
-                                                      "--config",
-                                                      cfg.string()});
+    // clang-format off
+    RunningTool agent = start_tool(
+        "beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--retention", "0", "--otlp",
+                           "http://127.0.0.1:" + slurp(port_file), "--otlp-auth", auth.string(), "--max-backoff", "1",
+                           "--match", "bbotlp_[ab]", "--stats", stats.string(), "--config", cfg.string()});
+    // clang-format on
     std::string err;
     for (const ErlVm* vm : {&a, &b})
         ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm->os_pid()) + ",", 30s, &err)) << err;
@@ -754,9 +726,11 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     // --alloc-period 4096: about 2,200 samples from the 12,800,000 words of 800 rounds (epochs
     // that begin while the tracer's watch is on are not sampled: 1,381 of 500 rounds' 1,953
     // were). Not a shorter period: see the last check.
+    // clang-format off
     RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,alloc", "--alloc-period", "4096", "--every", "2",
                                                       "--output", out.string(), "--retention", "0", "--match",
                                                       "bbagent_alloc", "--stats", stats.string()});
+    // clang-format on
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "allocation profile: ", 30s, &err)) << err;
     vm.send_line("go 800");

@@ -81,19 +81,14 @@ constexpr Setting::Reload fixed(Restart group) {
 }  // namespace
 
 const std::vector<Setting>& settings() {
+    // clang-format off
     static const std::vector<Setting> table{
-        {.key = "every",
-         .names = "--every",
-         .help = "seconds per profile (default 60)",
-         .set = set_number<&AgentConfig::every>,
-         .reload = fixed<&AgentConfig::every>(Restart::every)},
-        {.key = "frequency",
-         .names = "-F,--frequency",
+        {.key = "every", .names = "--every", .help = "seconds per profile (default 60)",
+         .set = set_number<&AgentConfig::every>, .reload = fixed<&AgentConfig::every>(Restart::every)},
+        {.key = "frequency", .names = "-F,--frequency",
          .help = "samples per second of each VM thread while it runs (default 99)",
-         .set = set_number<&AgentConfig::frequency>,
-         .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
-        {.key = "events",
-         .names = "-e,--events",
+         .set = set_number<&AgentConfig::frequency>, .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
+        {.key = "events", .names = "-e,--events",
          .help = "cpu (default), or cpu,alloc: an allocation profile per VM too, the stacks that allocate words on "
                  "process heaps (as beam-bpf-sample -e alloc; each such VM takes a debug register of every CPU, 4 "
                  "at most)",
@@ -104,159 +99,119 @@ const std::vector<Setting>& settings() {
                  c.alloc = v != "cpu";
              },
          .reload = fixed<&AgentConfig::alloc>(Restart::events)},
-        {.key = "alloc-period",
-         .names = "--alloc-period",
+        {.key = "alloc-period", .names = "--alloc-period",
          .help = "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)",
-         .set = set_number<&AgentConfig::alloc_period>,
-         .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
-        {.key = "native-depth",
-         .names = "--native-depth",
+         .set = set_number<&AgentConfig::alloc_period>, .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
+        {.key = "native-depth", .names = "--native-depth",
          .help = "native frames below the Erlang ones (default 64; 0: the native leaf only)",
          .set = set_number<&AgentConfig::native_depth>,
          .reload = fixed<&AgentConfig::native_depth>(Restart::native_depth)},
-        {.key = "unwind-rows",
-         .names = "--unwind-rows",
+        {.key = "unwind-rows", .names = "--unwind-rows",
          .help = "native unwind rows held in the kernel for all VMs, each file's once (default 2097152: 20 MiB)",
-         .set = set_number<&AgentConfig::unwind_rows>,
-         .reload = fixed<&AgentConfig::unwind_rows>(Restart::unwind_rows)},
-        {.key = "output",
-         .names = "-o,--output",
+         .set = set_number<&AgentConfig::unwind_rows>, .reload = fixed<&AgentConfig::unwind_rows>(Restart::unwind_rows)},
+        {.key = "output", .names = "-o,--output",
          .help = fmt::format("directory of pprof files, one subdirectory per VM (default {}; none: no files)",
                              kDefaultOutput),
-         .set = set_text<&AgentConfig::output>,
-         .reload = fixed<&AgentConfig::output>(Restart::output)},
-        {.key = "output-group",
-         .names = "--output-group",
+         .set = set_text<&AgentConfig::output>, .reload = fixed<&AgentConfig::output>(Restart::output)},
+        {.key = "output-group", .names = "--output-group",
          .help = "a group that may read the profiles and stats (files 0640 in 0750 directories; default: none, 0600 "
                  "in 0700)",
-         .set = set_text<&AgentConfig::output_group>,
-         .reload = fixed<&AgentConfig::output_group>(Restart::output)},
-        {.key = "retention",
-         .names = "--retention",
+         .set = set_text<&AgentConfig::output_group>, .reload = fixed<&AgentConfig::output_group>(Restart::output)},
+        {.key = "retention", .names = "--retention",
          .help = "files kept per VM subdirectory and kind (default 60; 0: no count bound; up to 100000)",
          .set = set_number<&AgentConfig::retention>},
-        {.key = "retention-bytes",
-         .names = "--retention-bytes",
+        {.key = "retention-bytes", .names = "--retention-bytes",
          .help = "bytes of profiles kept, all VMs together, the oldest removed first (default 1073741824; 1 MiB to 1 "
                  "TiB)",
          .set = set_number<&AgentConfig::retention_bytes>},
-        {.key = "retention-age",
-         .names = "--retention-age",
+        {.key = "retention-age", .names = "--retention-age",
          .help = "seconds a profile is kept (default 604800: 7 days; 10 to 31622400); the directory of an exited VM "
                  "goes with its last file",
          .set = set_number<&AgentConfig::retention_age_s>},
-        {.key = "push",
-         .names = "--push",
+        {.key = "push", .names = "--push",
          .help = "Pyroscope's URL (http://pyroscope:4040): POST /ingest, pprof; no credentials in it (--push-auth)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.url = v; }},
-        {.key = "push-auth",
-         .names = "--push-auth",
+        {.key = "push-auth", .names = "--push-auth",
          .help = "for --push: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.auth_file = v; }},
-        {.key = "push-tenant",
-         .names = "--push-tenant",
-         .help = "for --push: X-Scope-OrgID for a multi-tenant Pyroscope",
+        {.key = "push-tenant", .names = "--push-tenant", .help = "for --push: X-Scope-OrgID for a multi-tenant Pyroscope",
          .set = [](AgentConfig& c, Text, Text v) { c.push.headers.push_back("X-Scope-OrgID: " + v); }},
-        {.key = "push-headers-file",
-         .names = "--push-headers-file",
+        {.key = "push-headers-file", .names = "--push-headers-file",
          .help = "for --push: a file of 'Name: value' headers, one a line (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.headers_file = v; }},
-        {.key = "otlp",
-         .names = "--otlp",
+        {.key = "otlp", .names = "--otlp",
          .help = "an OTLP/HTTP receiver of profiles (http://collector:4318; no path: /v1development/profiles): POST, "
                  "ExportProfilesServiceRequest as application/x-protobuf, gzip-encoded",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.url = v; }},
-        {.key = "otlp-auth",
-         .names = "--otlp-auth",
+        {.key = "otlp-auth", .names = "--otlp-auth",
          .help = "for --otlp: a file holding user:password (basic) or 'Bearer TOKEN' (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.auth_file = v; }},
-        {.key = "otlp-headers-file",
-         .names = "--otlp-headers-file",
+        {.key = "otlp-headers-file", .names = "--otlp-headers-file",
          .help = "for --otlp: a file of 'Name: value' headers (X-Api-Key: ...), one a line, read at each request "
                  "(mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.otlp.headers_file = v; }},
         // Kept to refuse it with the way to do it: a header on the command line is every user's (ps).
-        {.key = "otlp-header",
-         .names = "--otlp-header",
-         .help = "refused: headers come from --otlp-headers-file",
+        {.key = "otlp-header", .names = "--otlp-header", .help = "refused: headers come from --otlp-headers-file",
          .set =
              [](AgentConfig&, Text, Text) {
                  // A header often carries a key; a command line is every user's to read (ps), and a
                  // configuration file is often world-readable.
-                 throw UserError(
-                     "otlp-header: headers may hold secrets: put them in a file named by "
-                     "otlp-headers-file (one 'Name: value' line each, mode 0600)");
+                 throw UserError("otlp-header: headers may hold secrets: put them in a file named by "
+                                 "otlp-headers-file (one 'Name: value' line each, mode 0600)");
              },
          .one_value = true},
         // TLS for both stores: the CAs that sign them, and the agent's certificate where they ask.
-        {.key = "ca-file",
-         .names = "--ca-file",
+        {.key = "ca-file", .names = "--ca-file",
          .help = "PEM certificates of the CAs that sign the stores' https certificates (default: the system's)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.ca_file = c.otlp.ca_file = v; }},
-        {.key = "client-cert",
-         .names = "--client-cert",
+        {.key = "client-cert", .names = "--client-cert",
          .help = "PEM certificate the agent shows a store that asks for one (mutual TLS)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.client_cert = c.otlp.client_cert = v; }},
-        {.key = "client-key",
-         .names = "--client-key",
+        {.key = "client-key", .names = "--client-key",
          .help = "the PEM private key of --client-cert, if not in its file (mode 0600)",
          .set = [](AgentConfig& c, Text, Text v) { c.push.client_key = c.otlp.client_key = v; }},
         // Each store has its own queue, of this bound and backoff.
-        {.key = "queue-bytes",
-         .names = "--queue-bytes",
+        {.key = "queue-bytes", .names = "--queue-bytes",
          .help = "profiles waiting to be pushed, per store, at most this many bytes (default 64 MiB; 1 to 4 GiB: 1 "
                  "keeps only the newest)",
-         .set = [](AgentConfig& c, Text key,
-                   Text v) { c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v); }},
-        {.key = "max-backoff",
-         .names = "--max-backoff",
+         .set =
+             [](AgentConfig& c, Text key, Text v) { c.push.queue_bytes = c.otlp.queue_bytes = number<size_t>(key, v); }},
+        {.key = "max-backoff", .names = "--max-backoff",
          .help = "seconds between retries of a failed push, at most (default 30; 1 to 3600)",
          .set =
              [](AgentConfig& c, Text key, Text v) {
                  c.push.max_backoff = c.otlp.max_backoff = std::chrono::milliseconds(
                      static_cast<int64_t>(std::min(number<double>(key, v), 1e9) * 1000));
              }},
-        {.key = "push-tries",
-         .names = "--push-tries",
+        {.key = "push-tries", .names = "--push-tries",
          .help = "a profile a store fails this many times is given up, and said (default 10; 1 to 1000)",
-         .set = [](AgentConfig& c, Text key,
-                   Text v) { c.push.max_tries = c.otlp.max_tries = number<unsigned>(key, v); }},
-        {.key = "push-max-age",
-         .names = "--push-max-age",
+         .set = [](AgentConfig& c, Text key, Text v) { c.push.max_tries = c.otlp.max_tries = number<unsigned>(key, v); }},
+        {.key = "push-max-age", .names = "--push-max-age",
          .help = "a profile not delivered after this many seconds is given up, and said (default 3600)",
-         .set = [](AgentConfig& c, Text key,
-                   Text v) { c.push.max_age = c.otlp.max_age = std::chrono::seconds(number<uint32_t>(key, v)); }},
-        {.key = "match",
-         .names = "--match",
+         .set =
+             [](AgentConfig& c, Text key, Text v) {
+                 c.push.max_age = c.otlp.max_age = std::chrono::seconds(number<uint32_t>(key, v));
+             }},
+        {.key = "match", .names = "--match",
          .help = "follow only VMs in whose command line (its first 4 KiB), node name or cgroup path this RE2 pattern "
                  "is found (repeatable)",
-         .set = [](AgentConfig& c, Text, Text v) { c.match.push_back(v); },
-         .one_value = true},
-        {.key = "stats",
-         .names = "--stats",
-         .help = "counters as JSON, rewritten every second",
+         .set = [](AgentConfig& c, Text, Text v) { c.match.push_back(v); }, .one_value = true},
+        {.key = "stats", .names = "--stats", .help = "counters as JSON, rewritten every second",
          .set = set_text<&AgentConfig::stats_file>},
-        {.key = "metrics",
-         .names = "--metrics",
+        {.key = "metrics", .names = "--metrics",
          .help = "the counters in Prometheus' text format on http://127.0.0.1:PORT/metrics (0: a free port, said on "
                  "stderr)",
-         .set = set_number<&AgentConfig::metrics_port>,
-         .reload = fixed<&AgentConfig::metrics_port>(Restart::metrics)},
-        {.key = "host",
-         .names = "--host",
-         .help = "the host label (default: the host name)",
+         .set = set_number<&AgentConfig::metrics_port>, .reload = fixed<&AgentConfig::metrics_port>(Restart::metrics)},
+        {.key = "host", .names = "--host", .help = "the host label (default: the host name)",
          .set = set_text<&AgentConfig::host>},
-        {.key = "service",
-         .names = "--service",
+        {.key = "service", .names = "--service",
          .help = "the service name of every VM (default: its release name, else its node name)",
          .set = set_text<&AgentConfig::service>},
-        {.key = "target-names",
-         .names = "--target-names",
+        {.key = "target-names", .names = "--target-names",
          .help = "true (default): a VM's release or node name may be its service name; false: only --service and "
                  "service.NODE",
          .set = [](AgentConfig& c, Text key, Text v) { c.target_names = boolean(key, v); }},
-        {.key = "process-labels",
-         .names = "--process-labels",
+        {.key = "process-labels", .names = "--process-labels",
          .help = "none (default): no sample label per Erlang process; registered: a 'process' label with the "
                  "registered name, --process-label-cap values at most per profile, the rest 'other'",
          .set =
@@ -265,11 +220,11 @@ const std::vector<Setting>& settings() {
                      throw UserError(fmt::format("process-labels={}: none or registered", v));
                  c.process_labels = v;
              }},
-        {.key = "process-label-cap",
-         .names = "--process-label-cap",
+        {.key = "process-label-cap", .names = "--process-label-cap",
          .help = "distinct 'process' label values per profile (default 50; 1 to 1000)",
          .set = set_number<&AgentConfig::process_label_cap>},
     };
+    // clang-format on
     return table;
 }
 
