@@ -233,15 +233,21 @@ TEST_F(SampleTest, DefaultTopOutput) {
     auto rows = parse_top(r.out);
     ASSERT_FALSE(rows.empty()) << describe(r);
     EXPECT_EQ(rows[0].function, "bb_work:f5/2") << describe(r);
-    EXPECT_NEAR(rows[0].self, 50, 3) << describe(r);
     for (const auto& row : rows) {
         EXPECT_LE(row.self, row.total + 0.05) << row.function;
         EXPECT_LE(row.total, 100.05) << row.function;
     }
-    for (int i = 1; i < 3; ++i) {
+    // The split is of the workload's own time: the shares are taken of its root's TOTAL%, not of
+    // every sample, of which the scheduler's own loop ([no Erlang process]) takes a few percent
+    // more when the machine is loaded (4.3% once under ASan: f5's 46.8% was 48.9% of the
+    // workload's). 3 points is 3.8 standard deviations of a 50% share at the 4,000 samples here.
+    auto root = std::find_if(rows.begin(), rows.end(), [](auto& row) { return row.function == "bb_work:root/0"; });
+    ASSERT_NE(root, rows.end()) << "bb_work:root/0 missing\n" << r.out;
+    ASSERT_GT(root->total, 50) << r.out;
+    for (int i = 0; i < 3; ++i) {
         auto it = std::find_if(rows.begin(), rows.end(), [&](auto& row) { return row.function == kLeaves[i]; });
         ASSERT_NE(it, rows.end()) << kLeaves[i] << " missing\n" << r.out;
-        EXPECT_NEAR(it->self, kExpectedShare[i], 3) << kLeaves[i];
+        EXPECT_NEAR(100 * it->self / root->total, kExpectedShare[i], 3) << kLeaves[i];
     }
 }
 
