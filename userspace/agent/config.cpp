@@ -57,10 +57,6 @@ constexpr std::pair<const char*, const char*> kNeeds[] = {
     {"otlp-auth", "otlp"}, {"otlp-headers-file", "otlp"}, {"process-label-cap", "process-labels"},
 };
 
-}  // namespace
-
-namespace {
-
 using Text = const std::string&;
 
 template <auto M>
