@@ -50,25 +50,22 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
     const ProcessTable table = read_checked_table(c.vm);
     const StackReads reads = stack_reads(c.vm.mem(), c.vm.offsets());
 
-    // The JIT's name of the function whose code holds `addr` (as the rest of the tool shows it,
-    // printable), nullopt when no known function's does. Looked up once per address.
-    std::unordered_map<uint64_t, std::optional<std::string>> code_names;
-    auto code_name = [&](uint64_t addr) -> const std::optional<std::string>& {
-        auto it = code_names.find(addr);
-        if (it == code_names.end()) {
-            std::optional<std::string> name = c.jit_name(addr);
-            if (name) name = printable(c.raw_names ? *name : display_name(*name));
-            it = code_names.emplace(addr, std::move(name)).first;
-        }
+    FrameNames names;
+    // The frame of the function whose code holds `addr`, named by the JIT (as the rest of the
+    // tool names it, printable); -1 when no function it knows does. Looked up once per address.
+    std::unordered_map<uint64_t, int64_t> code_frames;
+    auto code_frame = [&](uint64_t addr) {
+        auto [it, added] = code_frames.try_emplace(addr, -1);
+        if (added)
+            if (std::optional<std::string> name = c.jit_name(addr))
+                it->second = names.id(printable(c.raw_names ? *name : display_name(*name)));
         return it->second;
     };
-    const CodeView code{.in_code = [&](uint64_t addr) { return code_name(addr).has_value(); },
-                        .normal_exit = c.normal_exit};
+    const CodeView code{.in_code = [&](uint64_t addr) { return code_frame(addr) >= 0; }, .normal_exit = c.normal_exit};
 
-    FrameNames names;
     // The function a process resumes in: its resume address's, else the one the VM last noted.
     auto resumes_in = [&](const ProcessEntry& p) {
-        if (const auto& n = code_name(p.i)) return names.id(*n);
+        if (int64_t id = code_frame(p.i); id >= 0) return static_cast<uint32_t>(id);
         std::string f = printable(c.function(p.current, 0));
         return names.id(f.empty() ? "[unknown function]" : f);
     };
@@ -103,7 +100,7 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
                 n.stray += s.scan.stray;
                 key.state = s.proc.status();
                 key.frames.push_back(resumes_in(s.proc));
-                for (uint64_t cp : s.scan.cps) key.frames.push_back(names.id(*code_name(cp - 1)));
+                for (uint64_t cp : s.scan.cps) key.frames.push_back(static_cast<uint32_t>(code_frame(cp - 1)));
                 if (s.words_unread) {
                     n.truncated++;
                     key.frames.push_back(truncated);
