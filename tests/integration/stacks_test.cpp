@@ -141,19 +141,22 @@ TEST_P(StacksVmTest, GroupsAgreeWithTheVm) {
     std::vector<std::string> df = dg[0]["frames"];
     EXPECT_EQ(df[1], "bb_stacks:deep/1");
     EXPECT_EQ(df.back().rfind("[truncated: stack deeper than", 0), 0u) << df.back();
-    EXPECT_GT(df.size(), 8000u);  // at least a frame per two words read
+    EXPECT_GT(df.size(), 5000u);  // a frame per one to three words read
     EXPECT_GE(j["truncated"].get<long>(), 1);
 
-    // The busy loops: running (not walked) or runnable (walked) in busy/2, or left out as
-    // changed while read.
+    // The busy loops: running (not walked: the function the VM noted, busy/1 or busy/2) or
+    // runnable (walked) in busy/2, or left out as changed while read.
     long busy_seen = 0;
     for (const auto& g : groups)
-        if (g["frames"][0] == "bb_stacks:busy/2") {
+        if (g["frames"][0].get<std::string>().starts_with("bb_stacks:busy/")) {
             EXPECT_TRUE(g["state"] == "running" || g["state"] == "runnable") << g.dump();
             busy_seen += g["count"].get<long>();
         }
     EXPECT_LE(busy_seen, 3);
     EXPECT_GE(busy_seen + j["changed_while_read"].get<long>(), 3) << r.out;
+    // Every word with a continuation pointer's tag was a frame, a saved frame pointer (the
+    // null one at the bottom too) or the normal exit: validation rejected none of these stacks.
+    EXPECT_EQ(j["stray_words"], 0) << r.out;
     // Every process is in a group, or counted as left out.
     long total = 0;
     for (const auto& g : groups) total += g["count"].get<long>();

@@ -13,13 +13,15 @@ constexpr uint32_t kPsFree = 1u << 10;  // ERTS_PSFLG_FREE (process_table.cpp)
 StackScan scan_stack(std::span<const uint64_t> words, uint64_t stop, uint64_t hend, const CodeView& code) {
     StackScan s;
     for (uint64_t w : words) {
-        if ((w & 3) != 0) continue;            // a term (Y register) or a catch
-        if (w >= stop && w <= hend) continue;  // a saved frame pointer
-        if (w && w == code.normal_exit) {      // the bottom of the stack: returns to no caller
+        if ((w & 3) != 0) continue;  // a term (Y register) or a catch
+        // A saved frame pointer (a VM with frame pointers), or the null one the chain ends
+        // with (the bottom frame's, just above the normal exit).
+        if ((w >= stop && w <= hend) || w == 0) continue;
+        if (w == code.normal_exit) {  // the bottom of the stack: returns to no caller
             s.bottom = true;
             continue;
         }
-        if (w && code.in_code && code.in_code(w - 1)) s.cps.push_back(w);
+        if (code.in_code && code.in_code(w - 1)) s.cps.push_back(w);
         else s.stray++;
     }
     return s;

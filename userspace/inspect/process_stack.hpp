@@ -37,7 +37,8 @@ struct CodeView {
 struct StackScan {
     std::vector<uint64_t> cps;  // continuation pointers, leaf first; the normal exit left out
     // Words tagged as a continuation pointer (low bits 00) that point neither into known code
-    // nor into the stack (a saved frame pointer): skipped, as the BPF walker skips them.
+    // nor into the stack (a saved frame pointer), and are not 0: skipped, as the BPF walker
+    // skips them.
     size_t stray = 0;
     bool bottom = false;  // the normal exit was among the words
 };
@@ -45,7 +46,8 @@ struct StackScan {
 // The continuation pointers of `words`, the stack's words from `stop` up (all of [stop, hend),
 // or its leaf-most part). A word with tag bits 00 is a continuation pointer when the call it
 // returns from (the byte before it) is known code; a word that points into [stop, hend] is a
-// saved frame pointer (a VM with frame pointers) and is skipped, as root_set() skips it. Pure.
+// saved frame pointer (a VM with frame pointers) and is skipped, as root_set() skips it, and so
+// is 0, the saved frame pointer of the bottom frame (where the chain ends). Pure.
 StackScan scan_stack(std::span<const uint64_t> words, uint64_t stop, uint64_t hend, const CodeView& code);
 
 // A copy of a Process as read_process_stack() sees it: checked (parse_process()), or, when it
