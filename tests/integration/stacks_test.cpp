@@ -193,3 +193,51 @@ TEST_P(StacksVmTest, GroupsAgreeWithTheVm) {
 }
 
 }  // namespace
+
+namespace {
+
+// Stacks that change all the time (tests/workloads/bb_stacks.erl, main(flip)): 200 processes,
+// each woken every millisecond, alternate between waiting in wait_a/0 (from side_a/1) and in
+// wait_b/0 (from side_b/1), both under flipper/1. Whatever instant the tool reads one at, a stack
+// it shows is one the process can have: never wait_a/0 over side_b/1, say (a resume address
+// read after a flip over frames read before it). Stacks caught changing are read again or left
+// out, and counted.
+TEST_P(StacksVmTest, ChangingStacksAreNeverShownWrong) {
+    ErlVm erl(vm(), "bb_stacks:main(flip)");
+    erl.wait_line("ready", 60s);
+    const std::string f = "bb_stacks:flipper/1", sa = "bb_stacks:side_a/1", sb = "bb_stacks:side_b/1",
+                      wa = "bb_stacks:wait_a/0", wb = "bb_stacks:wait_b/0";
+    // Leaf first; a process preempted between the calls is in flipper/1 or side_x/1.
+    const std::set<std::vector<std::string>> possible{{f}, {sa, f}, {sb, f}, {wa, sa, f}, {wb, sb, f}};
+    const std::set<std::string> ours{f, sa, sb, wa, wb};
+    long shown = 0, retried = 0, changed = 0, running = 0;
+    for (int run = 0; run < 20; run++) {
+        ToolResult r = run_tool(kTool, {"--stacks", "--json", "--all", std::to_string(erl.os_pid())}, 60s);
+        ASSERT_EQ(r.exit_code, 0) << describe(r);
+        const auto j = nlohmann::json::parse(r.out);
+        retried += j["read_twice"].get<long>();
+        changed += j["changed_while_read"].get<long>();
+        long total = 0;
+        for (const auto& g : j["groups"]) {
+            std::vector<std::string> frames = g["frames"];
+            total += g["count"].get<long>();
+            if (!std::ranges::any_of(frames, [&](const std::string& x) { return ours.count(x) > 0; })) continue;
+            shown += g["count"].get<long>();
+            if (g["state"] == "running") {
+                running += g["count"].get<long>();
+                EXPECT_EQ(frames.size(), 1u) << g.dump();  // not walked: the function the VM names
+            } else {
+                EXPECT_TRUE(possible.count(frames)) << "a stack no flipper can have: " << g.dump();
+            }
+        }
+        EXPECT_EQ(total + j["changed_while_read"].get<long>() + j["exited_while_read"].get<long>() +
+                      j["stack_unreadable"].get<long>(),
+                  j["processes_total"].get<long>());
+    }
+    std::cout << "[          ] " << vm().name << ": 20 runs: " << shown << " flipper stacks shown (" << running
+              << " running, not walked), " << retried << " processes read twice, " << changed
+              << " changed while read and left out\n";
+    EXPECT_GT(shown, 20 * 190);  // nearly all 200 each time
+}
+
+}  // namespace

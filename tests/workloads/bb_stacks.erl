@@ -13,9 +13,15 @@
 %% `stack <kind> <pid> <status> <top function> <second function>` for each (kind: receiver,
 %% client, server, deep; functions as M:F/A, from process_info(P, [status, current_stacktrace])),
 %% then `stacks_end`; `quit` or end of input halts.
+%%
+%%   erl -noshell -pa DIR -eval 'bb_stacks:main(flip)'
+%% runs 200 flippers instead, each woken every millisecond by a pinger: a flipper alternates between
+%% waiting in wait_a/0 (called from side_a/1) and in wait_b/0 (from side_b/1), both called
+%% from flipper/1, so its stack changes all the time, always to one of a few known shapes.
+%% Prints `ready`, then halts at `quit` or end of input.
 -module(bb_stacks).
 -behaviour(gen_server).
--export([main/0, receiver/0, client/0, deep/1, busy/1]).
+-export([main/0, main/1, receiver/0, client/0, deep/1, busy/1, flipper/1, pinger/1]).
 -export([init/1, handle_call/3, handle_cast/2]).
 
 -define(RECEIVERS, 100).
@@ -38,6 +44,12 @@ main() ->
     io:format("ready ~s ~s~s~n", [pid_to_list(Server), pid_to_list(Deep),
                                   [[$\s | pid_to_list(P)] || P <- Busy]]),
     loop(Kinds).
+
+main(flip) ->
+    Flippers = [spawn(?MODULE, flipper, [K]) || K <- lists:seq(1, 200)],
+    spawn(?MODULE, pinger, [Flippers]),
+    io:format("ready~n"),
+    loop([]).
 
 %% Until each process waits where its kind should (the clients in gen:do_call, the server in
 %% its sleep), 10 ms apart, at most N times.
@@ -95,6 +107,36 @@ client() ->
 %% Not a tail call: each level keeps its frame (the list is built after the call returns).
 deep(0) -> [wait_here()];
 deep(N) -> [deep(N - 1)].
+
+%% Each level a real call (its result is used after it): the frames stay on the stack.
+flipper(N) ->
+    A = side_a(N),
+    B = side_b(A),
+    flipper(B).
+
+side_a(N) ->
+    wait_a(),
+    N.
+
+side_b(N) ->
+    wait_b(),
+    N.
+
+wait_a() ->
+    receive
+        flip -> ok
+    end.
+
+wait_b() ->
+    receive
+        flip -> ok
+    end.
+
+%% A flip to each every millisecond: their queues stay short.
+pinger(Ps) ->
+    [P ! flip || P <- Ps],
+    receive after 1 -> ok end,
+    pinger(Ps).
 
 busy(Never) -> busy(0, Never).
 
