@@ -149,6 +149,25 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     }
     EXPECT_EQ(listed_partial, 2);
     ok(run_tool("beam-bpf-procs", {"--all", pid}, 30s), "procs");
+    // --stacks: the stack at no mapping is counted as unreadable, not shown; the process whose
+    // resume address and current function point at no mapping resumes in "[unknown function]",
+    // over the frames its stack does hold.
+    ToolResult stacks = run_tool("beam-bpf-procs", {"--stacks", "--all", "--json", pid}, 30s);
+    ok(stacks, "procs --stacks");
+    ok(run_tool("beam-bpf-procs", {"--stacks", "--all", pid}, 30s), "procs --stacks (text)");
+    const auto sj = nlohmann::json::parse(stacks.out);
+    EXPECT_GE(sj["stack_unreadable"], 1) << stacks.out;
+    bool unknown = false;
+    for (const auto& g : sj["groups"])
+        for (const auto& p : g["processes"]) {
+            EXPECT_NE(p["pid"], nowhere) << g.dump();
+            EXPECT_NE(p["pid"], heap_order) << g.dump();
+            if (p["pid"] == bad_name) {
+                unknown = true;
+                EXPECT_EQ(g["frames"][0], "[unknown function]") << g.dump();
+            }
+        }
+    EXPECT_TRUE(unknown) << "the process with its resume address at no mapping is in no group named\n" << stacks.out;
 
     // --inspect: the terms that loop or lie are shown without a size, the rest as they are.
     ToolResult inspect = run_tool("beam-bpf-procs", {"--inspect", self_cons, "--json", pid}, 30s);

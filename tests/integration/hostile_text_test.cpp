@@ -65,6 +65,15 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
         EXPECT_EQ(control_bytes_in(inspect.err), "") << "procs --inspect stderr";
     }
     clean(inspect, "procs --inspect");
+    // --stacks: the spinners' groups (running, or runnable and walked) name the function whose
+    // name holds ESC ]0;...BEL, escaped (the JIT writes it \033 on OTP 25 and 27);
+    // a group of up to 3 names its processes too.
+    ToolResult stacks = run_tool("beam-bpf-procs", {"--stacks", "--all", pid}, 30s);
+    clean(stacks, "procs --stacks");
+    EXPECT_NE(stacks.out.find("bb_evil:'spin\\"), std::string::npos) << stacks.out;
+    ToolResult stacks_json = run_tool("beam-bpf-procs", {"--stacks", "--all", "--json", pid}, 30s);
+    clean(stacks_json, "procs --stacks --json");
+    EXPECT_TRUE(nlohmann::json::accept(stacks_json.out)) << stacks_json.out;
 
     const std::string prefix = ::testing::TempDir() + "bb_hostile_" + std::to_string(getpid());
     ToolResult sample = run_tool("beam-bpf-sample",

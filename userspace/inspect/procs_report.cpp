@@ -24,6 +24,14 @@
 
 namespace bb {
 
+ProcessTable read_checked_table(const Vm& vm) {
+    ProcessTable table = read_process_table(vm);
+    if (auto why = table.sizes_mismatch(); !why.empty())
+        throw UserError(fmt::format("the Process sizes do not read right on this build ({}): offsets from {}", why,
+                                    vm.offsets().origin));
+    return table;
+}
+
 std::string ProcsContext::function(uint64_t mfa, uint64_t addr) {
     if (mfa) {
         auto w = vm.mem().read<std::array<uint64_t, 3>>(mfa);
@@ -69,14 +77,6 @@ size_t name_width(const std::vector<Row>& rows) {
 
 std::string fit(const std::string& s, size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
 
-ProcessTable read_table(const Vm& vm) {
-    ProcessTable table = read_process_table(vm);
-    if (auto why = table.sizes_mismatch(); !why.empty())
-        throw UserError(fmt::format("the Process sizes do not read right on this build ({}): offsets from {}", why,
-                                    vm.offsets().origin));
-    return table;
-}
-
 nlohmann::json row_json(const Row& r, uint32_t proc_size) {
     const ProcessEntry& e = *r.p;
     return {{"pid", r.pid},
@@ -111,7 +111,7 @@ uint64_t figure(const std::string& sort, const ProcessEntry& e, uint32_t proc_si
 int procs_table(ProcsContext& c, const ProcsOptions& o) {
     const uint32_t proc_size = c.vm.offsets().proc_size;
     uint64_t t0 = monotonic_ns();
-    ProcessTable table = read_table(c.vm);
+    ProcessTable table = read_checked_table(c.vm);
     uint64_t read_ns = monotonic_ns() - t0;
 
     std::vector<const ProcessEntry*> order;
@@ -155,13 +155,13 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
     const uint32_t proc_size = c.vm.offsets().proc_size;
     const bool tty = isatty(STDOUT_FILENO);
     std::unordered_map<uint64_t, ProcessEntry> prev;
-    for (const auto& e : read_table(c.vm).processes) prev[e.pid] = e;
+    for (const auto& e : read_checked_table(c.vm).processes) prev[e.pid] = e;
     for (size_t n = 0; o.count == 0 || n < o.count; n++) {
         std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
         // The VM ending is the end of the watch, not a failure to read it (it may end mid-read).
         std::optional<ProcessTable> read;
         try {
-            if (c.vm.alive()) read = read_table(c.vm);
+            if (c.vm.alive()) read = read_checked_table(c.vm);
         } catch (const UserError&) {
             if (c.vm.alive()) throw;
         }
@@ -253,7 +253,7 @@ ProcessEntry inspected_process(ProcsContext& c, const std::string& text) {
     bool unreadable = false;  // in the table, but its Process did not read at the last try
     for (int attempt = 0; attempt < 10; attempt++) {
         if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        const ProcessTable table = read_table(c.vm);
+        const ProcessTable table = read_checked_table(c.vm);
         for (const ProcessEntry& e : table.processes)
             if ((e.pid & mask) == want) return e;
         unreadable = std::ranges::any_of(table.unreadable_pids, [&](uint64_t pid) { return (pid & mask) == want; });

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "inspect/process_table.hpp"
 #include "inspect/processes.hpp"
 #include "target/vm.hpp"
 
@@ -22,6 +23,7 @@ struct ProcsOptions {
     int depth = 20;
     size_t width = 120;
     uint64_t max_heap_mib = 1024;
+    bool stacks = false;  // --stacks
 };
 
 // What the tool has to name processes and the code they are in.
@@ -31,6 +33,8 @@ struct ProcsContext {
     // The VM's name of the JIT code range `addr` is in (the symbolizer's), nullopt if none.
     std::function<std::optional<std::string>(uint64_t addr)> jit_name;
     bool raw_names;
+    // The stub at the bottom of every Erlang stack (the JIT's emulator symfile), 0 if unknown.
+    uint64_t normal_exit = 0;
 
     // The function the ErtsCodeMFA at `mfa` names, else the one `addr` is in ("" if neither).
     std::string function(uint64_t mfa, uint64_t addr);
@@ -42,5 +46,11 @@ int procs_table(ProcsContext& c, const ProcsOptions& o);
 int procs_watch(ProcsContext& c, const ProcsOptions& o);
 // --inspect: the terms one process holds, biggest first.
 int procs_inspect(ProcsContext& c, const ProcsOptions& o);
+// --stacks: every process's stack, processes with the same state and frames grouped, the
+// biggest group first (inspect/procs_stacks.cpp).
+int procs_stacks(ProcsContext& c, const ProcsOptions& o);
+
+// The process table, checked for sizes that read right on this build (UserError if not).
+ProcessTable read_checked_table(const Vm& vm);
 
 }  // namespace bb

@@ -41,13 +41,20 @@ int run(int argc, char** argv) {
         "--watch SECONDS shows, every interval, what each process gained in it (memory, queue,\n"
         "reductions), ranked by --sort. --inspect PROC copies one process's heaps while it is not running\n"
         "and lists the terms it holds (its stack's Y registers, dictionary and messages), biggest first,\n"
-        "with their flat sizes in words (as erts_debug:flat_size/1 counts them)."};
+        "with their flat sizes in words (as erts_debug:flat_size/1 counts them).\n\n"
+        "--stacks lists every process's Erlang stack, processes in the same state with the same frames\n"
+        "as one group, the biggest first (-t groups): COUNT [STATE] (the VM's own: waiting, runnable,\n"
+        "suspended, running, garbage_collecting, exiting), then the frames, the function the process\n"
+        "resumes in first, then each caller found on its stack (return addresses into known JIT code).\n"
+        "A process on a scheduler is not walked: its state and the function the VM names. A stack that\n"
+        "changes while read is read again, then left out and counted; a stack deeper than 16,384 words\n"
+        "keeps its leaf-most frames and is marked truncated. The processes of a group of up to 3 are named."};
     Options o;
     add_target_options(app, o.targets, o.node);
     app.add_option("--sort", o.sort, "order: memory, heap, stack, queue, reductions (largest first)")
         ->capture_default_str();
-    app.add_option("-t,--top", o.top, "rows to show")->capture_default_str();
-    app.add_flag("--all", o.all, "show every process (every root with --inspect)");
+    app.add_option("-t,--top", o.top, "rows to show (groups with --stacks)")->capture_default_str();
+    app.add_flag("--all", o.all, "show every process (every root with --inspect, every group with --stacks)");
     app.add_flag("--json", o.json, "JSON: one document (one line per interval with --watch)");
     app.add_flag("--raw-names", o.raw_names, "Elixir modules as the VM's atoms ('Elixir.MyApp.Repo')");
     app.add_option("--offsets", o.offsets_file, "struct offset table to use instead of the built-in ones");
@@ -58,6 +65,9 @@ int run(int argc, char** argv) {
         ->needs(watch);
     auto* inspect = app.add_option("--inspect", o.inspect, "PROC, a pid (<0.85.0>) or a registered name: its heap")
                         ->excludes(watch);
+    app.add_flag("--stacks", o.stacks, "every process's stack, grouped by state and frames, the biggest group first")
+        ->excludes(watch)
+        ->excludes(inspect);
     app.add_option("--depth", o.depth, "with --inspect: ~P depth of each term printed (0: whole)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber)
@@ -91,9 +101,10 @@ int run(int argc, char** argv) {
         if (auto hit = sym.jit().lookup(addr, monotonic_ns()); hit && hit->range) return hit->range->name;
         return std::nullopt;
     };
-    ProcsContext c{vm, names, jit_name, o.raw_names};
+    ProcsContext c{vm, names, jit_name, o.raw_names, sym.emulator() ? sym.emulator()->normal_exit : 0};
     if (!c.vm.caveat().empty()) fmt::print(stderr, "beam-bpf-procs: warning: {}\n", printable(c.vm.caveat()));
     if (!o.inspect.empty()) return procs_inspect(c, o);
+    if (o.stacks) return procs_stacks(c, o);
     if (o.watch > 0) return procs_watch(c, o);
     return procs_table(c, o);
 }
