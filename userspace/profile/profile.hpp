@@ -51,7 +51,9 @@ struct Profile {
     std::vector<Function> functions;
     std::vector<Location> locations;
     std::vector<Sample> samples;
-    std::string unit = "samples";  // or "calls" (beam-bpf-blame --count), "words" (-e alloc)
+    // or "calls" (beam-bpf-blame --count), "words" (-e alloc), "wall" (-e wall: counts are
+    // nanoseconds of process time, shown as process-seconds)
+    std::string unit = "samples";
     uint64_t period_ns = 0;        // CPU time one sample stands for; 0 when counts are not time
     uint64_t start_unix_ns = 0;    // wall clock at the start of the profiled interval
     uint64_t duration_ns = 0;
@@ -71,6 +73,8 @@ struct Profile {
         const Location& l = locations[location];
         return lines && l.line ? l.line : functions[l.function].start_line;
     }
+    // Counts that are nanoseconds: of process time (-e wall).
+    bool wall() const { return unit == "wall"; }
     uint64_t total() const {
         uint64_t n = 0;
         for (const Sample& s : samples) n += s.count;

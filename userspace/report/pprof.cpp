@@ -61,7 +61,9 @@ void write_pprof(const Profile& p, std::ostream& out) {
     // An allocation profile (-e alloc) counts words: as pprof's heap profiles do, space in
     // bytes, the default view.
     const bool words = p.unit == "words";
-    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), "count");
+    // A wall profile's counts are nanoseconds of process time: go tool pprof shows them as
+    // durations (Go's own "wall" profiles are the same).
+    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), p.wall() ? "nanoseconds" : "count");
     if (words) {
         add_type(pp.add_sample_type(), "alloc_space", "bytes");
         pp.set_default_sample_type(str("alloc_space"));

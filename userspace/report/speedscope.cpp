@@ -46,7 +46,7 @@ void write_speedscope(const Profile& p, std::ostream& out) {
 
     // Weights are CPU time when a sample stands for a known period, so speedscope shows
     // milliseconds; otherwise plain counts ("none").
-    const bool timed = p.period_ns > 0;
+    const bool timed = p.period_ns > 0 || p.wall();
     // The samples of one scheduler kind, or all of them (kind empty).
     auto profile = [&](const std::string& name, const std::string& kind) {
         // The order of the samples is speedscope's time axis (its "Time Order" view), but our
@@ -66,7 +66,7 @@ void write_speedscope(const Profile& p, std::ostream& out) {
         for (size_t i = 0; i < stacks.size(); i++) {
             uint64_t count = stacks[i].second;
             while (i + 1 < stacks.size() && stacks[i + 1].first == stacks[i].first) count += stacks[++i].second;
-            uint64_t weight = timed ? count * p.period_ns : count;
+            uint64_t weight = p.period_ns ? count * p.period_ns : count;
             samples.push_back(stacks[i].first);
             weights.push_back(weight);
             sum += weight;

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include "sampling/wall_sampler.hpp"
+
 namespace bb {
 
 const char* event_name(Event e) {
@@ -16,6 +18,7 @@ const char* event_name(Event e) {
     case Event::cycles: return "cycles";
     case Event::alloc: return "alloc";
     case Event::alloc_gc: return "alloc-gc";
+    case Event::wall: return "wall";
     }
     return "?";
 }
@@ -32,24 +35,34 @@ void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::s
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
     add_target_options(app, o.targets, o.node);
-    app.add_option("-F,--frequency", o.frequency,
-                   "samples per second of each of the VM's threads while it runs (cpu-clock event)")
-        ->capture_default_str();
+    // Given or not: -e wall has a default of its own.
+    app.add_option_function<uint64_t>(
+        "-F,--frequency",
+        [&o](uint64_t f) {
+            o.frequency = f;
+            o.frequency_given = true;
+        },
+        fmt::format("samples per second of each of the VM's threads while it runs (cpu-clock event; default {}); "
+                    "-e wall: ticks per second (default {})",
+                    o.frequency, kWallHz));
     app.add_flag("--per-cpu", o.per_cpu,
                  "sample every CPU and filter on the VM in the kernel, instead of events on the VM's own "
                  "threads: every process on the machine then takes the sampling interrupts (see docs/performance.md)");
     app.add_option_function<std::string>(
         "-e,--event",
         [&o](const std::string& name) {
-            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc})
+            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc, Event::wall})
                 if (name == event_name(e)) return void(o.event = e);
-            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc and alloc-gc");
+            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc, alloc-gc and wall");
         },
         "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
         "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
-        "VMs), or alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
+        "VMs), alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
         "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
-        "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md)");
+        "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md), "
+        "or wall (beam-bpf-sample: where every Erlang process spends wall-clock time, running or not: "
+        "waiting, runnable, ...; a random subset of the processes read each tick, weighed in "
+        "process-seconds; see docs/wall-profiling.md)");
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
                    "-e alloc, words allocated (on average; default 65536)");
@@ -146,6 +159,15 @@ std::vector<Format> formats_of(const CommonOptions& o) {
 }  // namespace
 
 void resolve(CommonOptions& o) {
+    if (o.event == Event::wall) {
+        if (!o.frequency_given) o.frequency = kWallHz;
+        if (o.frequency == 0 || o.frequency > 1000)
+            throw UserError(fmt::format("-F {}: -e wall ticks 1 to 1000 times a second", o.frequency));
+        if (o.period) throw UserError("--period: -e wall ticks -F times a second, it has no period");
+        if (o.per_cpu || o.kernel)
+            throw UserError(fmt::format("{}: -e wall reads processes from user space, on no CPU's events",
+                                        o.per_cpu ? "--per-cpu" : "--kernel"));
+    }
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
     if (o.event == Event::alloc_gc && o.period)
@@ -186,6 +208,7 @@ std::string describe_event(const CommonOptions& o) {
             "watchpoints), totals at every GC entry",
             o.period ? o.period : kAllocIntervalWords);
     if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
+    if (o.event == Event::wall) return fmt::format("wall: every process's state and stack, {} ticks a second", o.frequency);
     std::string rate = o.period
                            ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
                            : fmt::format("{} Hz", o.frequency);

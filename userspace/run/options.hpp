@@ -22,6 +22,7 @@ enum class Event {
     cycles,     // hardware CPU cycles (a PMU)
     alloc,      // beam-bpf-sample -e alloc: words allocated on process heaps, sampled where allocated
     alloc_gc,   // -e alloc-gc: the same words, charged to the stack at each GC entry (biased)
+    wall,       // beam-bpf-sample -e wall: where every Erlang process spends wall-clock time (no BPF)
 };
 const char* event_name(Event e);
 inline bool is_alloc(Event e) { return e == Event::alloc || e == Event::alloc_gc; }
@@ -36,7 +37,8 @@ struct CommonOptions {
     std::vector<std::string> targets;  // the PID words as given (find/find_vm.hpp resolves them)
     std::string node;                  // --node NAME instead of a PID
     int pid = 0;                       // the beam.smp they name, set by the tool before Session
-    uint64_t frequency = 999;
+    uint64_t frequency = 999;  // -e wall: ticks per second (resolve() sets its default)
+    bool frequency_given = false;
     uint64_t period = 0;   // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
     bool per_cpu = false;  // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;

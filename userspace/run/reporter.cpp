@@ -24,11 +24,11 @@ void Reporter::tick(uint64_t now_ns) {
 
 void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 
-void Reporter::add(const bb_record& r, std::span<const uint32_t> frames) {
+void Reporter::add(const bb_record& r, std::span<const uint32_t> frames, uint64_t weight) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
     if (weigh_words_) add_alloc(r, frames, who, strata_, agg_);
-    else agg_.add(frames, 1, who);
+    else agg_.add(frames, weight, who);
 }
 
 namespace {
@@ -98,7 +98,9 @@ void Reporter::write(uint64_t now_ns) {
     s_.out.commit();
     if (o_.every > 0)
         for (const auto& path : s_.out.paths())
-            fmt::print(stderr, "{}: wrote {} ({} {})\n", tool_name(), path, agg_.total(), unit_);
+            fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path,
+                       std::string_view(unit_) == "wall" ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
+                                                         : fmt::format("{} {}", agg_.total(), unit_));
     agg_.clear();
     interval_start_ns_ = now_ns;
 }

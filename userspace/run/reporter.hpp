@@ -34,7 +34,8 @@ class Reporter {
 public:
     // `unit`: what a sample counts ("samples", "calls", "words": -e alloc's weights).
     Reporter(Session& s, const CommonOptions& o, const char* unit, TopOptions top);
-    void add(const bb_record& r, std::span<const uint32_t> frames);
+    // `weight`: what the record stands for in the unit (-e wall: nanoseconds of process time).
+    void add(const bb_record& r, std::span<const uint32_t> frames, uint64_t weight = 1);
     // From the run loop: writes and starts a new interval when --every has passed.
     void tick(uint64_t now_ns);
     // The last interval (or the only report).

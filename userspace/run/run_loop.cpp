@@ -66,14 +66,19 @@ void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounte
 }
 }  // namespace
 
-RunStats run_loop(Session& s, const CommonOptions& o,
-                  const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
-                  const std::function<bool()>& done, const std::function<void(uint64_t)>& tick) {
+void catch_stop_signals() {
     struct sigaction sa {};
     sa.sa_handler = on_signal;  // no SA_RESTART: Ctrl-C must end the wait at once
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+}
 
+bool stop_requested() { return g_stop; }
+
+RunStats run_loop(Session& s, const CommonOptions& o,
+                  const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
+                  const std::function<bool()>& done, const std::function<void(uint64_t)>& tick) {
+    catch_stop_signals();
     const Vm& vm = s.vm;
     Sampler& sampler = *s.sampler;
     Symbolizer& sym = s.sym;

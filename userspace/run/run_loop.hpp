@@ -18,6 +18,11 @@ RunStats run_loop(Session& s, const CommonOptions& o,
                   const std::function<void(const bb_record&, std::span<const uint32_t>)>& on_stack,
                   const std::function<bool()>& done = {}, const std::function<void(uint64_t)>& tick = {});
 
+// SIGINT and SIGTERM end the run: stop_requested() turns true, and a wait they interrupt ends
+// at once (no SA_RESTART).
+void catch_stop_signals();
+bool stop_requested();
+
 // The end of a run: the summary line, --stats, and the exit code (1 if an error stopped it).
 int end_run(Session& s, const CommonOptions& o, const RunStats& st, const char* what);
 

@@ -46,6 +46,9 @@ public:
     const NativeUnwind* unwind() const { return unwind_; }
 
     const FrameTable& frames() const { return frames_; }
+    // A frame of the VM's own that no address names: -e wall's process states ("[waiting]")
+    // and what a process waits on ("[receive, queue 0]").
+    uint32_t pseudo_frame(const std::string& name) { return frames_.other(FrameKind::vm, name, "beam.smp"); }
     const std::optional<JitEmulator>& emulator() const { return jit_.emulator(); }
     const JitCodeIndex& jit() const { return jit_; }
     uint64_t unsymbolized() const { return unsymbolized_; }

@@ -11,6 +11,8 @@
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/session.hpp"
+#include "run/wall_loop.hpp"
+#include "sampling/wall_sampler.hpp"
 
 using namespace bb;
 
@@ -24,10 +26,19 @@ int run(int argc, char** argv) {
         "Default report: SELF% (samples with the function as leaf) and TOTAL% (anywhere on the stack).\n"
         "-e alloc: an allocation profile instead: the stacks that allocate words on process heaps, sampled\n"
         "where they allocate by hardware write watchpoints (SELF% and TOTAL% of words; see\n"
-        "docs/allocation-profiling.md)."};
+        "docs/allocation-profiling.md).\n"
+        "-e wall: a wall-clock profile of every Erlang process instead, running or not: where processes wait\n"
+        "(root frames [waiting], [runnable], [running], ...), in process-seconds; read from user space, no BPF\n"
+        "(see docs/wall-profiling.md)."};
     CommonOptions o;
     bool pstack = false;
+    uint32_t per_tick = kWallProcessesPerTick;
     add_common_options(app, o);
+    app.add_option("--per-tick", per_tick,
+                   "-e wall: processes read each tick, a uniform random subset of the live ones (each read "
+                   "stands for live/N of them); more gives finer shares at more reads of the VM")
+        ->capture_default_str()
+        ->check(CLI::Range(1u, 100000u));
     app.add_flag("--pstack", pstack,
                  "print one stack of each scheduler that is running a process (its Erlang pid, its "
                  "name if it has one, and every frame, leaf first), then quit: as soon as every busy "
@@ -42,7 +53,12 @@ int run(int argc, char** argv) {
     resolve(o);
     o.pid = find_vm(o.targets, o.node);
     const bool alloc = is_alloc(o.event);
-    if (alloc && pstack) throw UserError("--pstack shows where schedulers are now: not with -e alloc");
+    if ((alloc || o.event == Event::wall) && pstack)
+        throw UserError(fmt::format("--pstack shows where schedulers are now: not with -e {}", event_name(o.event)));
+    if (o.event == Event::wall) {
+        Session s(o);
+        return run_wall(s, o, per_tick);
+    }
     // The native leaf of a GC entry record is the probed entry point itself: not allocation.
     if (alloc) o.only_erlang = true;
     Session s(o);

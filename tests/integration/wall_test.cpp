@@ -1,0 +1,146 @@
+// beam-bpf-sample -e wall against the VM's own view of the same run (tests/workloads/bb_wall.erl):
+// 200 clients calling a gen_server that takes ~5 ms a call, 100 processes in a bare receive (half
+// with 20 unmatched messages queued), 20 busy loops on 2 schedulers. An in-VM sampler takes 64
+// random processes every 50 ms while the tool runs, and records process_info(P, [status,
+// current_stacktrace, message_queue_len]) of each, and the VM's counters of runnable and active
+// tasks at the same instants.
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace {
+
+using namespace bbt;
+
+const std::string kTool = "beam-bpf-sample";
+
+// A place a process can be, as both sides can name it. process_info(P, status) of a runnable P
+// is answered by P itself once a scheduler runs it (a signal it handles), so the VM's sampler
+// says "running" of runnable processes: both are one state here ("active"), named by the
+// function only (the tool names a running process by the function it was scheduled in at). The
+// waiting ones: state, the top two frames and the queue's length bucket.
+std::string place(const std::string& state, const std::string& f1, const std::string& f2, const std::string& bucket) {
+    if (state == "running" || state == "runnable") return "active " + f1;
+    return state + " " + f1 + " " + f2 + " " + bucket;
+}
+
+struct Shares {
+    std::map<std::string, double> of;  // place -> weight
+    double total = 0;
+    double share(const std::string& k) const {
+        auto it = of.find(k);
+        return it == of.end() || total == 0 ? 0 : it->second / total;
+    }
+};
+
+// The tool's folded profile: "[state];root;...;leaf;[receive, queue B] NANOSECONDS" lines.
+Shares tool_places(const std::string& folded, std::map<std::string, double>& by_state) {
+    Shares s;
+    for (const auto& [stack, ns] : parse_folded(folded)) {
+        std::vector<std::string> f = split_frames(stack);
+        EXPECT_GE(f.size(), 2u) << stack;
+        if (f.size() < 2) continue;
+        const std::string state = f.front().substr(1, f.front().size() - 2);
+        f.erase(f.begin());
+        std::string bucket = "-";
+        if (f.back().starts_with("[receive, queue ")) {
+            bucket = f.back().substr(16, f.back().size() - 17);
+            f.pop_back();
+        }
+        EXPECT_FALSE(f.empty()) << stack;
+        if (f.empty()) continue;
+        const std::string caller = f.size() >= 2 ? f[f.size() - 2] : "-";
+        s.of[place(state, f.back(), caller, bucket)] += static_cast<double>(ns);
+        s.total += static_cast<double>(ns);
+        by_state[state] += static_cast<double>(ns);
+    }
+    return s;
+}
+
+class WallVmTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, WallVmTest, ::testing::ValuesIn(release_vms()), test_vm_name);
+
+TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
+    ErlVm erl(vm(), "bb_wall:main()", {"+S", "2"});
+    erl.wait_line("ready", 60s);
+    const std::string vm_pid = std::to_string(erl.os_pid());
+    RunningTool t = start_tool(kTool, {"-e", "wall", "-d", "12", "-f", "folded", vm_pid});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(t, "attached", 30s, &err)) << err;
+    erl.send_line("oracle_start");
+    ToolResult r = finish_tool(t, false, 60s);
+    erl.send_line("oracle_stop");
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    Shares vm_side;
+    double ticks = 0, queued = 0, active = 0, procs = 0;
+    for (;;) {
+        std::istringstream in(erl.wait_line("oracle", 30s));
+        std::string word;
+        in >> word;
+        if (word == "oracle_end") break;
+        if (word == "oracle_tasks") {
+            in >> ticks >> queued >> active >> procs;
+            continue;
+        }
+        double n = 0;
+        std::string state, f1, f2, bucket;
+        in >> n >> state >> f1 >> f2 >> bucket;
+        vm_side.of[place(state, f1, f2, bucket)] += n;
+        vm_side.total += n;
+    }
+    std::map<std::string, double> by_state;
+    const Shares tool = tool_places(r.out, by_state);
+    const double n_tool = static_cast<double>(stat(r, "processes_profiled").value_or(0));
+    ASSERT_GT(vm_side.total, 0);
+    ASSERT_GT(ticks, 0);
+    ASSERT_GT(n_tool, 0) << describe(r);
+
+    // Every place either side puts at least 0.5% of process time in, within 3 points, and 3
+    // points at least 3 standard deviations of the difference of two sample shares.
+    std::map<std::string, bool> places;
+    for (const auto& [k, w] : tool.of) places[k] = true;
+    for (const auto& [k, w] : vm_side.of) places[k] = true;
+    std::string table;
+    int compared = 0;
+    for (const auto& [k, _] : places) {
+        const double a = tool.share(k), b = vm_side.share(k);
+        if (std::max(a, b) < 0.005) continue;
+        compared++;
+        const double p = (a + b) / 2, sd = std::sqrt(p * (1 - p) * (1 / n_tool + 1 / vm_side.total));
+        table += "  " + k + ": tool " + std::to_string(100 * a) + "%, VM " + std::to_string(100 * b) + "% (sd " +
+                 std::to_string(100 * sd) + " points)\n";
+        EXPECT_LE(3 * sd, 0.03) << k << ": too few samples for a 3-point tolerance";
+        EXPECT_NEAR(a, b, 0.03) << k;
+    }
+    std::cout << "places (" << n_tool << " tool samples, " << vm_side.total << " of the VM's sampler):\n" << table;
+    // The known truth: the clients wait in gen:do_call/4 (called from gen_server:call/3), the
+    // receivers in wait_here/0 with their queues, the busy loops are active.
+    EXPECT_GE(compared, 5) << table;
+    EXPECT_GT(tool.share("waiting gen:do_call/4 gen_server:call/3 0"), 0.45) << table;
+    EXPECT_GT(tool.share("waiting bb_wall:wait_here/0 - 10-99"), 0.10) << table;
+    EXPECT_GT(tool.share("active bb_wall:busy/2"), 0.04) << table;
+
+    // Running against runnable, against the VM's run queues at the sampler's instants: the
+    // share of processes queued for a scheduler, and of those and the running ones.
+    const double tool_total = tool.total;
+    const double runnable = by_state["runnable"] / tool_total, running = by_state["running"] / tool_total;
+    const double vm_runnable = queued / procs, vm_active = active / procs;
+    std::cout << "runnable: tool " << 100 * runnable << "%, VM's run queues " << 100 * vm_runnable
+              << "%; running or runnable: tool " << 100 * (runnable + running) << "%, VM's active tasks "
+              << 100 * vm_active << "%\n";
+    // Those are means over `ticks` instants of counts of ~20 of ~360 processes: a difference of 3
+    // points is 11 processes, many standard deviations of either mean.
+    EXPECT_NEAR(runnable, vm_runnable, 0.03);
+    EXPECT_NEAR(runnable + running, vm_active, 0.03);
+    // At most the 2 schedulers' worth of processes run at once, and they are busy all along.
+    const double seconds = r.stats.value("seconds", 0.0), mean_running = by_state["running"] / 1e9 / seconds;
+    EXPECT_GT(mean_running, 1.3);
+    EXPECT_LT(mean_running, 2.7);
+}
+
+}  // namespace

@@ -1,0 +1,113 @@
+#include "sampling/wall_sampler.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "base/error.hpp"
+
+namespace bb {
+
+std::vector<uint32_t> pick_uniform(uint32_t n, uint32_t k, std::mt19937_64& rng) {
+    k = std::min(k, n);
+    // A partial Fisher-Yates shuffle over a sparse map of the positions moved: k steps and O(k)
+    // memory whatever n is (a million processes cost no million-entry array).
+    std::unordered_map<uint32_t, uint32_t> moved;  // position -> the value now there
+    auto at = [&](uint32_t pos) {
+        auto it = moved.find(pos);
+        return it == moved.end() ? pos : it->second;
+    };
+    auto set = [&](uint32_t pos, uint32_t value) { moved[pos] = value; };
+    std::vector<uint32_t> out;
+    out.reserve(k);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t j = i + static_cast<uint32_t>(std::uniform_int_distribution<uint64_t>(0, n - 1 - i)(rng));
+        uint32_t vi = at(i), vj = at(j);
+        out.push_back(vj);
+        set(j, vi);
+        set(i, vj);
+    }
+    return out;
+}
+
+ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc) {
+    auto tab = mem.read<uint64_t>(erts_proc + o.ptab_tab);
+    auto max = mem.read<uint32_t>(erts_proc + o.ptab_max);
+    // process_table.cpp's bound: a table of more than 2^27 slots is not a VM's.
+    if (!tab || !max || *max == 0 || *max > (1u << 27)) throw UserError("cannot read the VM's process table");
+    return {*tab, *max};
+}
+
+WallSampler::WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTableRef table, CodeView code,
+                         uint32_t per_tick, uint64_t words_per_tick, uint64_t seed)
+    : mem_(mem),
+      reads_(stack_reads(mem, o)),
+      regproc_name_(o.regproc_name),
+      table_(table),
+      code_(std::move(code)),
+      per_tick_(per_tick),
+      words_per_tick_(words_per_tick),
+      rng_(seed) {}
+
+WallTick WallSampler::tick() {
+    WallTick t;
+    live_.clear();
+    if (only_) {
+        live_.push_back(only_->first);
+    } else {
+        // The slots in chunks of 64 KiB: a slot is a Process pointer, 0 when free, or a marker
+        // with low bits set while it is being filled or emptied (process_table.cpp).
+        constexpr uint32_t kChunk = 8192;
+        for (uint32_t first = 0; first < table_.max; first += kChunk) {
+            slots_.resize(std::min(kChunk, table_.max - first));
+            if (!mem_.read(table_.tab + 8ull * first, std::as_writable_bytes(std::span(slots_))))
+                throw UserError("cannot read the VM's process table");
+            t.slot_bytes += 8 * slots_.size();
+            for (uint64_t p : slots_)
+                if (p != 0 && !(p & 7)) live_.push_back(p);
+        }
+    }
+    t.live = static_cast<uint32_t>(live_.size());
+    uint64_t words_left = words_per_tick_;
+    for (uint32_t index : pick_uniform(t.live, per_tick_, rng_)) {
+        const uint64_t c_p = live_[index];
+        ProcessCopy copy = reads_.process(c_p);
+        t.process_reads++;
+        // A slot read a moment ago may hold a process that exited since, or another one: the
+        // pid is what its Process holds now, and --process's must be the one asked for.
+        if (!copy.entry || (only_ && copy.entry->pid != only_->second)) {
+            if (copy.torn_pid && (!only_ || copy.torn_pid == only_->second)) t.changed++;
+            else t.exited++;
+            continue;
+        }
+        // Kept: with its registered name (the atom its RegProc holds), which names it.
+        auto keep = [&](WallProcess& w) {
+            ProcessEntry& e = w.stack.proc;
+            if (auto name = e.reg ? mem_.read<uint64_t>(e.reg + regproc_name_) : std::nullopt)
+                e.reg_name = (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
+            t.processes.push_back(std::move(w));
+        };
+        WallProcess w;
+        if (words_left == 0) {
+            w.stack.outcome = ProcessStack::Outcome::busy;
+            w.stack.proc = *copy.entry;
+            w.not_read = !copy.entry->busy();
+            keep(w);
+            continue;
+        }
+        w.stack = read_process_stack(reads_, *copy.entry, code_, std::min(kStackWordsPerProcess, words_left));
+        t.process_reads += w.stack.attempts + (w.stack.attempts > 1);
+        words_left -= std::min(words_left, w.stack.words_copied);
+        t.words += w.stack.words_copied;
+        switch (w.stack.outcome) {
+        case ProcessStack::Outcome::read:
+        case ProcessStack::Outcome::busy: keep(w); break;
+        case ProcessStack::Outcome::changed: t.changed++; break;
+        case ProcessStack::Outcome::gone: t.exited++; break;
+        case ProcessStack::Outcome::unreadable: t.unreadable++; break;
+        }
+    }
+    if (only_ && t.exited) t.live = 0;
+    return t;
+}
+
+}  // namespace bb

@@ -1,0 +1,83 @@
+// beam-bpf-sample -e wall: a wall-clock profile of every Erlang process, from user space, with
+// no BPF. Each tick reads the process table's slots (one read of 8 bytes per slot), picks a
+// uniform random subset of the live processes, and reads each one's Process and stack
+// (inspect/process_stack.hpp). Each process read stands for (live processes / processes read)
+// times the time since the last tick, so the profile's weights add up to an unbiased estimate
+// of the process-seconds spent in each (state, stack). Only reads, never a write or a pause.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "inspect/process_stack.hpp"
+
+namespace bb {
+
+// -e wall's defaults: 20 ticks a second, 64 processes read a tick. 1,280 processes read a
+// second give a share's 3 standard deviations under 3 points in 10 s of profile (a share p of
+// n samples has sd sqrt(p(1-p)/n): 1.4 points at p = 0.5, n = 1,280), at a cost measured in
+// docs/performance.md.
+constexpr uint64_t kWallHz = 20;
+constexpr uint32_t kWallProcessesPerTick = 64;
+// Words of stack read per tick, over every process read (2 MiB): past it, the tick's other
+// processes are profiled by state and function without their stacks.
+constexpr uint64_t kWallWordsPerTick = uint64_t{1} << 18;
+
+// `k` distinct indexes of [0, n), uniformly (a partial Fisher-Yates shuffle of [0, n)); all of
+// them when k >= n. Pure but for `rng`.
+std::vector<uint32_t> pick_uniform(uint32_t n, uint32_t k, std::mt19937_64& rng);
+
+// One process the tick read.
+struct WallProcess {
+    ProcessStack stack;      // its outcome: read, busy (running, collecting, exiting), or a drop
+    bool not_read = false;   // the tick's word budget was spent: its state and function only
+};
+
+struct WallTick {
+    uint32_t live = 0;  // processes in the table at the tick (slots holding a Process pointer)
+    std::vector<WallProcess> processes;
+    // Of the processes picked: exited before they were read, or caught mid-change (a torn
+    // Process, a stack that moved during both reads, a stack that did not read). They are
+    // left out; the others' weights cover their share (each read process weighs live / kept).
+    uint32_t exited = 0, changed = 0, unreadable = 0;
+    uint64_t slot_bytes = 0, process_reads = 0, words = 0;  // what the tick read of the target
+    // The processes profiled (read or busy, with or without their stacks).
+    uint32_t kept() const { return static_cast<uint32_t>(processes.size()); }
+};
+
+// The process table's slots, as the tick reads them: &erts_proc's tab and max.
+struct ProcessTableRef {
+    uint64_t tab = 0;
+    uint32_t max = 0;
+};
+// UserError when the table cannot be read.
+ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc);
+
+class WallSampler {
+public:
+    WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTableRef table, CodeView code,
+                uint32_t per_tick = kWallProcessesPerTick, uint64_t words_per_tick = kWallWordsPerTick,
+                uint64_t seed = std::random_device{}());
+    // Only this process (--process): the table is not read, its Process is (c_p from the
+    // table, found once by the caller). A process that exited is kept out (exited = 1).
+    void only(uint64_t c_p, uint64_t pid) { only_ = {c_p, pid}; }
+    // One tick: UserError if the table's slots do not read (the VM is gone).
+    WallTick tick();
+
+private:
+    const RemoteMemory& mem_;
+    StackReads reads_;
+    uint32_t regproc_name_;
+    ProcessTableRef table_;
+    CodeView code_;
+    uint32_t per_tick_;
+    uint64_t words_per_tick_;
+    std::mt19937_64 rng_;
+    std::optional<std::pair<uint64_t, uint64_t>> only_;
+    std::vector<uint64_t> slots_, live_;
+};
+
+}  // namespace bb
