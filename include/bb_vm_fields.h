@@ -9,7 +9,9 @@
  * tag, else a typedef name); `member` is a dotted member path, or "" for the type's size;
  * "p|q" takes the first path the build has. The message queue length is sig_qs.mq_len from
  * OTP 27 on, before it sig_qs.len (messages of the inner and middle queues). An atom's text is
- * at `name` up to 27, and from 28 in the binary term `u.bin`, the same word of a union.
+ * at `name` up to 27, and from 28 in the binary term `u.bin`, the same word of a union. A
+ * process's monitors (common.u.alive.monitors) are a red-black tree of ErtsMonLnkNode keyed by
+ * the monitor's reference, at key_offset from the node (erl_monitor_link.h, OTP 25 to 29).
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -44,6 +46,7 @@
 	X(proc_sig_inq_first, "struct process", "sig_inq.first")                 \
 	X(proc_abandoned_heap, "struct process", "abandoned_heap")               \
 	X(proc_psd, "struct process", "psd")                                     \
+	X(proc_monitors, "struct process", "common.u.alive.monitors")            \
 	X(psd_size, "ErtsPSD", "")                                               \
 	X(msg_size, "ErtsMessage", "")                                           \
 	X(pdict_array_size, "ProcDict", "arraySize")                             \
@@ -55,6 +58,10 @@
 	X(msg_m, "ErtsMessage", "m")                                             \
 	X(msg_hfrag, "ErtsMessage", "hfrag")                                     \
 	X(regproc_name, "RegProc", "name")                                       \
+	X(mln_right, "ErtsMonLnkNode", "node.tree.right")                        \
+	X(mln_left, "ErtsMonLnkNode", "node.tree.left")                          \
+	X(mln_item, "ErtsMonLnkNode", "other.item")                              \
+	X(mln_key_offset, "ErtsMonLnkNode", "key_offset")                        \
 	X(atom_len, "Atom", "len")                                               \
 	X(atom_name, "Atom", "name|u.bin")                                       \
 	X(itab_entries, "IndexTable", "entries")                                 \

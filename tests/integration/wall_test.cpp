@@ -22,10 +22,11 @@ const std::string kTool = "beam-bpf-sample";
 // is answered by P itself once a scheduler runs it (a signal it handles), so the VM's sampler
 // says "running" of runnable processes: both are one state here ("active"), named by the
 // function only (the tool names a running process by the function it was scheduled in at). The
-// waiting ones: state, the top two frames and the queue's length bucket.
+// waiting ones: state, the top two frames and the queue's length bucket (but in a call, where
+// the tool names the callee instead).
 std::string place(const std::string& state, const std::string& f1, const std::string& f2, const std::string& bucket) {
     if (state == "running" || state == "runnable") return "active " + f1;
-    return state + " " + f1 + " " + f2 + " " + bucket;
+    return state + " " + f1 + " " + f2 + (f1 == "gen:do_call/4" ? "" : " " + bucket);
 }
 
 struct Shares {
@@ -37,8 +38,11 @@ struct Shares {
     }
 };
 
-// The tool's folded profile: "[state];root;...;leaf;[receive, queue B] NANOSECONDS" lines.
-Shares tool_places(const std::string& folded, std::map<std::string, double>& by_state) {
+// The tool's folded profile: "[state];root;...;leaf;[receive, queue B] NANOSECONDS" lines, or
+// "...;gen:do_call/4;[waiting for NAME PID]". The weights by state and by callee go to
+// `by_state` and `callees`.
+Shares tool_places(const std::string& folded, std::map<std::string, double>& by_state,
+                   std::map<std::string, double>& callees) {
     Shares s;
     for (const auto& [stack, ns] : parse_folded(folded)) {
         std::vector<std::string> f = split_frames(stack);
@@ -49,6 +53,9 @@ Shares tool_places(const std::string& folded, std::map<std::string, double>& by_
         std::string bucket = "-";
         if (f.back().starts_with("[receive, queue ")) {
             bucket = f.back().substr(16, f.back().size() - 17);
+            f.pop_back();
+        } else if (f.back().starts_with("[waiting for ")) {
+            callees[f.back()] += static_cast<double>(ns);
             f.pop_back();
         }
         EXPECT_FALSE(f.empty()) << stack;
@@ -66,7 +73,9 @@ INSTANTIATE_TEST_SUITE_P(Vms, WallVmTest, ::testing::ValuesIn(release_vms()), te
 
 TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     ErlVm erl(vm(), "bb_wall:main()", {"+S", "2"});
-    erl.wait_line("ready", 60s);
+    std::istringstream ready(erl.wait_line("ready", 60s));
+    std::string word, server;
+    ready >> word >> server;
     const std::string vm_pid = std::to_string(erl.os_pid());
     RunningTool t = start_tool(kTool, {"-e", "wall", "-d", "12", "-f", "folded", vm_pid});
     std::string err;
@@ -80,7 +89,6 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     double ticks = 0, queued = 0, active = 0, procs = 0;
     for (;;) {
         std::istringstream in(erl.wait_line("oracle", 30s));
-        std::string word;
         in >> word;
         if (word == "oracle_end") break;
         if (word == "oracle_tasks") {
@@ -93,8 +101,8 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
         vm_side.of[place(state, f1, f2, bucket)] += n;
         vm_side.total += n;
     }
-    std::map<std::string, double> by_state;
-    const Shares tool = tool_places(r.out, by_state);
+    std::map<std::string, double> by_state, callees;
+    const Shares tool = tool_places(r.out, by_state, callees);
     const double n_tool = static_cast<double>(stat(r, "processes_profiled").value_or(0));
     ASSERT_GT(vm_side.total, 0);
     ASSERT_GT(ticks, 0);
@@ -121,9 +129,21 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     // The known truth: the clients wait in gen:do_call/4 (called from gen_server:call/3), the
     // receivers in wait_here/0 with their queues, the busy loops are active.
     EXPECT_GE(compared, 5) << table;
-    EXPECT_GT(tool.share("waiting gen:do_call/4 gen_server:call/3 0"), 0.45) << table;
+    EXPECT_GT(tool.share("waiting gen:do_call/4 gen_server:call/3"), 0.45) << table;
     EXPECT_GT(tool.share("waiting bb_wall:wait_here/0 - 10-99"), 0.10) << table;
     EXPECT_GT(tool.share("active bb_wall:busy/2"), 0.04) << table;
+
+    // The callee of the clients waiting in gen:do_call/4: named for at least 99% of their
+    // time, and it is the server (its registered name and pid), never anything else.
+    const double in_calls = tool.of.at("waiting gen:do_call/4 gen_server:call/3");
+    const std::string the_server = "[waiting for bb_wall_server " + server + "]";
+    std::string seen;
+    for (const auto& [callee, ns] : callees) seen += "  " + callee + " " + std::to_string(ns / in_calls) + "\n";
+    std::cout << "callees of gen:do_call/4 (share of its time):\n" << seen;
+    EXPECT_GE(callees[the_server] / in_calls, 0.99) << seen;
+    EXPECT_EQ(callees.size(), callees.count("[waiting for ?]") + 1) << seen;
+    EXPECT_EQ(stat(r, "calls_unknown").value_or(-1) * 100 <= stat(r, "calls_named").value_or(0), true)
+        << describe(r);
 
     // Running against runnable, against the VM's run queues at the sampler's instants: the
     // share of processes queued for a scheduler, and of those and the running ones.

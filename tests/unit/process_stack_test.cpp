@@ -36,6 +36,7 @@ TEST(ProcessStack, ScanFindsTheContinuationPointers) {
     EXPECT_EQ(s.cps, (std::vector<uint64_t>{cp1, cp2}));
     EXPECT_EQ(s.stray, 1u);
     EXPECT_TRUE(s.bottom);
+    EXPECT_EQ(s.leaf_words, 2u);  // y0 and the frame pointer: the leaf frame, before cp1
 
     // A return address is checked by the call before it: the code's first byte is none, the
     // byte past its last may be one. 0 is the frame-pointer chain's end (the bottom frame's

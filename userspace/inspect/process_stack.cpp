@@ -12,7 +12,8 @@ constexpr uint32_t kPsFree = 1u << 10;  // ERTS_PSFLG_FREE (process_table.cpp)
 
 StackScan scan_stack(std::span<const uint64_t> words, uint64_t stop, uint64_t hend, const CodeView& code) {
     StackScan s;
-    for (uint64_t w : words) {
+    s.leaf_words = words.size();
+    for (const uint64_t& w : words) {
         if ((w & 3) != 0) continue;  // a term (Y register) or a catch
         // A saved frame pointer (a VM with frame pointers), or the null one the chain ends
         // with (the bottom frame's, just above the normal exit).
@@ -21,8 +22,12 @@ StackScan scan_stack(std::span<const uint64_t> words, uint64_t stop, uint64_t he
             s.bottom = true;
             continue;
         }
-        if (code.in_code && code.in_code(w - 1)) s.cps.push_back(w);
-        else s.stray++;
+        if (code.in_code && code.in_code(w - 1)) {
+            if (s.cps.empty()) s.leaf_words = static_cast<size_t>(&w - words.data());
+            s.cps.push_back(w);
+        } else {
+            s.stray++;
+        }
     }
     return s;
 }
@@ -107,6 +112,8 @@ ProcessStack read_process_stack(const StackReads& reads, const ProcessEntry& see
             return done(Outcome::unreadable);
         }
         out.scan = scan_stack(words, before.stop, before.hend, code);
+        out.leaf_frame.assign(words.begin(),
+                              words.begin() + static_cast<ptrdiff_t>(std::min(out.scan.leaf_words, kLeafFrameWords)));
         out.words_read = words.size();
         out.words_unread = depth - words.size();
         return done(Outcome::read);

@@ -22,6 +22,8 @@ namespace bb {
 // (BB_ROOT_SCAN_WORDS, 128 KiB). A deeper stack keeps its leaf-most frames and says it is
 // truncated.
 constexpr uint64_t kStackWordsPerProcess = 16'384;
+// Y registers of the leaf frame kept (ProcessStack::leaf_frame).
+constexpr size_t kLeafFrameWords = 32;
 
 // What a continuation pointer may point into. This stage does not see the JIT code index
 // (symbols/): the tool hands it in.
@@ -36,6 +38,9 @@ struct CodeView {
 // The frames a copy of a stack's words holds.
 struct StackScan {
     std::vector<uint64_t> cps;  // continuation pointers, leaf first; the normal exit left out
+    // Words before the first continuation pointer: the leaf frame's Y registers (all of the
+    // words when there is none).
+    size_t leaf_words = 0;
     // Words tagged as a continuation pointer (low bits 00) that point neither into known code
     // nor into the stack (a saved frame pointer), and are not 0: skipped, as the BPF walker
     // skips them.
@@ -84,6 +89,9 @@ struct ProcessStack {
     Outcome outcome = Outcome::gone;
     ProcessEntry proc;  // the copy the result holds for (the one after the read, for `read`)
     StackScan scan;
+    // The leaf frame's Y registers (at most kLeafFrameWords): what a process waiting in a
+    // receive keeps live across it (gen:do_call/4's monitor reference, say).
+    std::vector<uint64_t> leaf_frame;
     uint64_t words_read = 0;
     uint64_t words_unread = 0;  // past max_words: its root-most frames are not in `scan`
     uint64_t words_copied = 0;  // words of stack read over every attempt (what a budget counts)

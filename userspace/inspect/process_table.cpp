@@ -91,6 +91,7 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     e.sig_inq_first = field<uint64_t>(proc, o.proc_sig_inq_first);
     e.abandoned_heap = field<uint64_t>(proc, o.proc_abandoned_heap);
     e.psd = field<uint64_t>(proc, o.proc_psd);
+    e.monitors = field<uint64_t>(proc, o.proc_monitors);
     return e;
 }
 

@@ -42,6 +42,7 @@ struct ProcessEntry {
     uint64_t sig_inq_first = 0;   // the outer queue: signals not yet fetched by the process
     uint64_t abandoned_heap = 0;  // the heap a GC left for a new one (then both are counted)
     uint64_t psd = 0;             // its ErtsPSD *, 0 if none
+    uint64_t monitors = 0;        // the root of its monitor tree (ErtsMonLnkNode *), 0 if none
     // Bytes outside the Process and its heaps that process_info(P, memory) counts: its queued
     // messages (inner, middle and outer queues: an ErtsMessage each, plus the heap fragments
     // holding data not yet on the heap), its dictionary's array and its ErtsPSD.

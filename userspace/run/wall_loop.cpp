@@ -21,8 +21,9 @@ namespace bb {
 
 std::string receive_frame(int64_t queue_len) {
     if (queue_len <= 0) return "[receive, queue 0]";
-    int64_t low = 1;
-    while (low <= queue_len / 10) low *= 10;
+    // Unsigned: the top bucket's end, 10^19 - 1, is past INT64_MAX (a garbage length).
+    uint64_t low = 1;
+    while (low <= static_cast<uint64_t>(queue_len) / 10) low *= 10;
     return fmt::format("[receive, queue {}-{}]", low, low * 10 - 1);
 }
 
@@ -60,9 +61,18 @@ void fill_record(bb_record& r, const ProcessStack& st, uint64_t now_ns, uint32_t
     r.flags |= BB_F_TRUNCATED;
 }
 
+// "[waiting for bb_server <0.90.0>]": the callee's name (registered, else as processes are
+// named) and pid; "[waiting for ?]" when the VM's bookkeeping of the call was not found.
+std::string callee_frame(Session& s, const WallProcess& w) {
+    if (w.call != WallProcess::Call::named) return "[waiting for ?]";
+    const ProcessEntry& c = w.callee;
+    const std::string name = c.c_p ? s.names.name(c.pid, c.c_p, c.reg_name, c.initial) : "";
+    return fmt::format("[waiting for {}{}{}]", name, name.empty() ? "" : " ", s.vm.format_pid(c.pid));
+}
+
 struct WallCounts {
     uint64_t ticks = 0, live = 0, kept = 0, read = 0, busy = 0, not_read = 0, truncated = 0;
-    uint64_t exited = 0, changed = 0, unreadable = 0;
+    uint64_t exited = 0, changed = 0, unreadable = 0, calls_named = 0, calls_unknown = 0;
     uint64_t slot_bytes = 0, process_reads = 0, words = 0;
     uint64_t weight_ns = 0;  // process time the profile stands for
 };
@@ -89,6 +99,8 @@ void write_wall_stats(const std::string& path, const WallCounts& n, double secon
                      {"exited_while_read", n.exited},
                      {"changed_while_read", n.changed},
                      {"stack_unreadable", n.unreadable},
+                     {"calls_named", n.calls_named},
+                     {"calls_unknown", n.calls_unknown},
                      {"slot_bytes", n.slot_bytes},
                      {"process_reads", n.process_reads},
                      {"stack_words", n.words},
@@ -114,7 +126,15 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                                 return hit && hit->range;
                             },
                         .normal_exit = normal_exit};
-    WallSampler sampler(vm.mem(), vm.offsets(), table, code, per_tick);
+    // gen:do_call/4 as the VM names it, whatever --raw-names says.
+    auto in_gen_call = [&](uint64_t addr) {
+        auto hit = sym.jit().lookup(addr, now);
+        return hit && hit->range && hit->range->name == "gen:do_call/4";
+    };
+    WallSampler sampler(vm.mem(), vm.offsets(), table, code,
+                        {.per_tick = per_tick,
+                         .in_gen_call = in_gen_call,
+                         .slot_of = [&vm](uint64_t pid) { return vm.process_slot(pid); }});
     if (s.only_pid) {
         // Its Process, found once in the table; each tick reads it alone.
         std::optional<uint64_t> c_p;
@@ -186,6 +206,8 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
             n.exited += t.exited;
             n.changed += t.changed;
             n.unreadable += t.unreadable;
+            n.calls_named += t.calls_named;
+            n.calls_unknown += t.calls_unknown;
             n.slot_bytes += t.slot_bytes;
             n.process_reads += t.process_reads;
             n.words += t.words;
@@ -207,7 +229,8 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                 if (w.not_read) stack.push_back(not_read);
                 if (read && w.stack.words_unread) stack.push_back(truncated);
                 stack.insert(stack.end(), frames.begin(), frames.end());
-                if (read && std::string_view(p.status()) == "waiting")
+                if (w.call != WallProcess::Call::none) stack.push_back(sym.pseudo_frame(callee_frame(s, w)));
+                else if (read && std::string_view(p.status()) == "waiting")
                     stack.push_back(sym.pseudo_frame(receive_frame(p.msgq_len)));
                 rep.add(*record, stack, weight);
                 n.weight_ns += weight;
@@ -230,12 +253,16 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     rep.finish(monotonic_ns());
     fmt::print(stderr,
                "{}: {} ticks in {:.1f} s: {} processes profiled ({} stacks read, {} running, collecting or exiting "
-               "named by their function{}{}); left out: {} exited, {} changed while read (read twice), {} whose "
+               "named by their function{}{}{}); left out: {} exited, {} changed while read (read twice), {} whose "
                "stack did not read. Read of the VM: {:.1f} MB/s of process table, {:.0f} Process structs/s, {:.0f} "
                "stack words/s; this tool's CPU {:.1f}%\n",
                tool, n.ticks, seconds, n.kept, n.read, n.busy,
                n.not_read ? fmt::format(", {} without their stacks (the tick's word budget)", n.not_read) : "",
                n.truncated ? fmt::format(", {} truncated at {} words", n.truncated, kStackWordsPerProcess) : "",
+               n.calls_named + n.calls_unknown
+                   ? fmt::format(", {} of {} in gen:do_call/4 with their callee named", n.calls_named,
+                                 n.calls_named + n.calls_unknown)
+                   : "",
                n.exited, n.changed, n.unreadable, static_cast<double>(n.slot_bytes) / 1e6 / seconds,
                static_cast<double>(n.process_reads) / seconds, static_cast<double>(n.words) / seconds,
                100 * cpu_s / seconds);

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "base/error.hpp"
+#include "inspect/call_target.hpp"
 
 namespace bb {
 
@@ -38,15 +39,47 @@ ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, u
 }
 
 WallSampler::WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTableRef table, CodeView code,
-                         uint32_t per_tick, uint64_t words_per_tick, uint64_t seed)
+                         WallConfig cfg)
     : mem_(mem),
+      o_(o),
       reads_(stack_reads(mem, o)),
-      regproc_name_(o.regproc_name),
       table_(table),
       code_(std::move(code)),
-      per_tick_(per_tick),
-      words_per_tick_(words_per_tick),
-      rng_(seed) {}
+      cfg_(std::move(cfg)),
+      rng_(cfg_.seed) {}
+
+namespace {
+// Its registered name: the atom its RegProc holds (0 if none, or not an atom).
+void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e) {
+    auto name = e.reg ? mem.read<uint64_t>(e.reg + o.regproc_name) : std::nullopt;
+    e.reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
+}
+}  // namespace
+
+std::optional<ProcessEntry> WallSampler::process_of(uint64_t pid) {
+    const uint64_t slot = cfg_.slot_of ? cfg_.slot_of(pid) : table_.max;
+    if (slot >= table_.max) return std::nullopt;
+    auto c_p = mem_.read<uint64_t>(table_.tab + 8 * slot);
+    if (!c_p) return std::nullopt;
+    ProcessCopy copy = reads_.process(*c_p);
+    if (!copy.entry || copy.entry->pid != pid) return std::nullopt;
+    read_reg_name(mem_, o_, *copy.entry);
+    return copy.entry;
+}
+
+void WallSampler::find_callee(WallProcess& w) {
+    const ProcessEntry& p = w.stack.proc;
+    std::optional<uint64_t> callee = call_target(mem_, o_, p, w.stack.leaf_frame);
+    // The monitor tree is the process's own: unchanged if the process did not run meanwhile.
+    ProcessCopy after = reads_.process(p.c_p);
+    if (!callee || !after.entry || !stack_held_still(p, *after.entry)) {
+        w.call = WallProcess::Call::unknown;
+        return;
+    }
+    w.call = WallProcess::Call::named;
+    w.callee.pid = *callee;
+    if (auto e = process_of(*callee)) w.callee = *e;
+}
 
 WallTick WallSampler::tick() {
     WallTick t;
@@ -67,8 +100,8 @@ WallTick WallSampler::tick() {
         }
     }
     t.live = static_cast<uint32_t>(live_.size());
-    uint64_t words_left = words_per_tick_;
-    for (uint32_t index : pick_uniform(t.live, per_tick_, rng_)) {
+    uint64_t words_left = cfg_.words_per_tick;
+    for (uint32_t index : pick_uniform(t.live, cfg_.per_tick, rng_)) {
         const uint64_t c_p = live_[index];
         ProcessCopy copy = reads_.process(c_p);
         t.process_reads++;
@@ -79,11 +112,15 @@ WallTick WallSampler::tick() {
             else t.exited++;
             continue;
         }
-        // Kept: with its registered name (the atom its RegProc holds), which names it.
+        // Kept: with its registered name, which names it, and whom it calls if it waits in
+        // gen:do_call/4.
         auto keep = [&](WallProcess& w) {
-            ProcessEntry& e = w.stack.proc;
-            if (auto name = e.reg ? mem_.read<uint64_t>(e.reg + regproc_name_) : std::nullopt)
-                e.reg_name = (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
+            read_reg_name(mem_, o_, w.stack.proc);
+            if (w.stack.outcome == ProcessStack::Outcome::read && cfg_.in_gen_call &&
+                std::string_view(w.stack.proc.status()) == "waiting" && cfg_.in_gen_call(w.stack.proc.i)) {
+                find_callee(w);
+                (w.call == WallProcess::Call::named ? t.calls_named : t.calls_unknown)++;
+            }
             t.processes.push_back(std::move(w));
         };
         WallProcess w;

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
@@ -32,8 +33,13 @@ std::vector<uint32_t> pick_uniform(uint32_t n, uint32_t k, std::mt19937_64& rng)
 
 // One process the tick read.
 struct WallProcess {
-    ProcessStack stack;      // its outcome: read, busy (running, collecting, exiting), or a drop
-    bool not_read = false;   // the tick's word budget was spent: its state and function only
+    ProcessStack stack;     // its outcome: read, busy (running, collecting, exiting), or a drop
+    bool not_read = false;  // the tick's word budget was spent: its state and function only
+    // Waiting in gen:do_call/4: whom it calls (inspect/call_target.hpp).
+    enum class Call { none, named, unknown } call = Call::none;
+    // Call::named: the callee's pid, and when its Process read, its Process (c_p != 0; its
+    // registered name read).
+    ProcessEntry callee;
 };
 
 struct WallTick {
@@ -43,6 +49,8 @@ struct WallTick {
     // Process, a stack that moved during both reads, a stack that did not read). They are
     // left out; the others' weights cover their share (each read process weighs live / kept).
     uint32_t exited = 0, changed = 0, unreadable = 0;
+    // Of the processes waiting in gen:do_call/4: whose callee was named, and not.
+    uint32_t calls_named = 0, calls_unknown = 0;
     uint64_t slot_bytes = 0, process_reads = 0, words = 0;  // what the tick read of the target
     // The processes profiled (read or busy, with or without their stacks).
     uint32_t kept() const { return static_cast<uint32_t>(processes.size()); }
@@ -56,11 +64,19 @@ struct ProcessTableRef {
 // UserError when the table cannot be read.
 ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc);
 
+struct WallConfig {
+    uint32_t per_tick = kWallProcessesPerTick;
+    uint64_t words_per_tick = kWallWordsPerTick;
+    uint64_t seed = std::random_device{}();
+    // True when `addr` is in gen:do_call/4's code: a process waiting there is in a call.
+    std::function<bool(uint64_t addr)> in_gen_call;
+    // The process-table slot of a pid term (Vm::process_slot()).
+    std::function<uint64_t(uint64_t pid)> slot_of;
+};
+
 class WallSampler {
 public:
-    WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTableRef table, CodeView code,
-                uint32_t per_tick = kWallProcessesPerTick, uint64_t words_per_tick = kWallWordsPerTick,
-                uint64_t seed = std::random_device{}());
+    WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTableRef table, CodeView code, WallConfig cfg);
     // Only this process (--process): the table is not read, its Process is (c_p from the
     // table, found once by the caller). A process that exited is kept out (exited = 1).
     void only(uint64_t c_p, uint64_t pid) { only_ = {c_p, pid}; }
@@ -68,13 +84,18 @@ public:
     WallTick tick();
 
 private:
+    // The callee of a process waiting in gen:do_call/4 (read, not running).
+    void find_callee(WallProcess& w);
+    // A copy of the process `pid` (its registered name read), found in its slot; nullopt if the
+    // slot holds another process or none.
+    std::optional<ProcessEntry> process_of(uint64_t pid);
+
     const RemoteMemory& mem_;
+    const VmOffsets& o_;
     StackReads reads_;
-    uint32_t regproc_name_;
     ProcessTableRef table_;
     CodeView code_;
-    uint32_t per_tick_;
-    uint64_t words_per_tick_;
+    WallConfig cfg_;
     std::mt19937_64 rng_;
     std::optional<std::pair<uint64_t, uint64_t>> only_;
     std::vector<uint64_t> slots_, live_;

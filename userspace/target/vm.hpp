@@ -88,6 +88,12 @@ public:
     // "<0.85.0>" for an internal pid term, as this VM prints it; and back (nullopt: not a pid).
     std::string format_pid(uint64_t pid_term) const { return release_->pids.format(pid_term, pix_); }
     std::optional<uint64_t> parse_pid(std::string_view text) const { return release_->pids.parse(text, pix_); }
+    // The process-table slot a local pid term's process sits in (erts_ptab_id2pix): the high
+    // half of the term up to 25, its pixdata's low bits from 26. A slot may hold another
+    // process by now: the caller checks the pid its Process holds.
+    uint64_t process_slot(uint64_t pid_term) const {
+        return release_->pids.pixdata ? (pid_term >> 4) & pix_.mask : pid_term >> 32;
+    }
 
 private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
