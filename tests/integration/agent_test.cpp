@@ -34,12 +34,14 @@ struct Trace {
     std::vector<std::string> frames;
 };
 
+// A wall profile's values are nanoseconds: shown as such (-unit=ns), not rounded to "1.2s".
 std::vector<Trace> decode(const fs::path& file, const std::string& sample_index = "samples") {
-    ToolResult r = run_command({"go", "tool", "pprof", "-traces", "-sample_index=" + sample_index, file.string()}, 60s);
+    ToolResult r = run_command(
+        {"go", "tool", "pprof", "-traces", "-sample_index=" + sample_index, "-unit=ns", file.string()}, 60s);
     if (r.exit_code != 0) throw std::runtime_error("go tool pprof -traces " + file.string() + ": " + describe(r));
     std::vector<Trace> out;
     std::optional<Trace> t;
-    static const std::regex label(R"(^\s*([A-Za-z_]+):\s+(.*)$)"), first(R"(^\s*(\d+)\s+(\S.*)$)");
+    static const std::regex label(R"(^\s*([A-Za-z_]+):\s+(.*)$)"), first(R"(^\s*(\d+)(?:ns)?\s+(\S.*)$)");
     for (const std::string& line : lines_of(r.out)) {
         if (line.starts_with("-----------")) {
             if (t && t->count) out.push_back(*t);
@@ -788,6 +790,62 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     EXPECT_NEAR(100.0 * words[kThree] / all, 75.0, 5.0);
     EXPECT_NEAR(100.0 * words[kOne] / all, 25.0, 5.0);
     EXPECT_LT(100.0 * words[kNone] / all, 0.5);
+}
+
+// -e cpu,wall on OTP 29: a wall profile of every process beside each CPU one, in process-seconds,
+// to the directory as the others (tests/workloads/bb_wall.erl: 200 clients waiting on one
+// gen_server, 100 receivers, 20 busy loops on 2 schedulers).
+TEST_F(AgentTest, WallProfilesBesideTheCpuOnes) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles";
+    ErlVm vm(vm_named("otp29"), "bb_wall:main()", {"-sname", "bbagent_wall", "+S", "2"});
+    std::istringstream ready(vm.wait_line("ready", 60s));
+    std::string word, server;
+    long processes = 0;
+    ready >> word >> server >> processes;
+    ASSERT_GT(processes, 320) << vm.output();
+    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,wall", "--every", "2", "--output", out.string(),
+                                                      "--retention", "0", "--match", "bbagent_wall"});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
+    const auto from = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(5s);
+    kill(agent.pid, SIGTERM);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    size_t wall_files = 0, cpu_files = 0;
+    double all = 0, calls = 0;
+    std::map<std::string, double> states;
+    const std::string the_server = "[waiting for bb_wall_server, pid " + server.substr(1, server.size() - 2) + "]";
+    for (const auto& d : fs::directory_iterator(out))
+        for (const auto& f : fs::directory_iterator(d.path())) {
+            const std::string name = f.path().filename().string();
+            if (name.starts_with("cpu-")) cpu_files++;
+            if (!name.starts_with("wall-")) continue;
+            wall_files++;
+            for (const Trace& t : decode(f.path(), "wall")) {
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_wall") << f.path();
+                all += static_cast<double>(t.count);
+                states[t.frames.back()] += static_cast<double>(t.count);  // the root: the state
+                if (t.frames.front() == the_server) calls += static_cast<double>(t.count);
+            }
+        }
+    std::string by_state;
+    for (const auto& [s, ns] : states) by_state += " " + s + " " + std::to_string(ns / all);
+    std::cerr << "agent test: -e cpu,wall: " << wall_files << " wall and " << cpu_files << " CPU profiles; "
+              << all / 1e9 << " process-seconds over " << seconds << " s of " << processes << " processes;"
+              << by_state << "; waiting for the server " << 100 * calls / all << "%\n";
+    EXPECT_GE(wall_files, 2u);
+    EXPECT_EQ(wall_files, cpu_files);
+    // Every process's time, from the first tick to the last: within 10% of the processes' count
+    // times the agent's run (the first tick comes a moment after the attach line).
+    EXPECT_NEAR(all / 1e9 / seconds, static_cast<double>(processes), 0.1 * static_cast<double>(processes));
+    // The 200 clients are 55% of the processes, waiting for the server nearly all the time
+    // (WallVmTest checks the shares against the VM's own sampler).
+    EXPECT_NEAR(calls / all, 200.0 / static_cast<double>(processes), 0.05) << by_state;
+    for (const auto& [s, ns] : states) EXPECT_TRUE(s.starts_with("[") && s.ends_with("]")) << s;
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ struct Shares {
 };
 
 // The tool's folded profile: "[state];root;...;leaf;[receive, queue B] NANOSECONDS" lines, or
-// "...;gen:do_call/4;[waiting for NAME PID]". The weights by state and by callee go to
+// "...;gen:do_call/4;[waiting for NAME, pid 0.N.0]". The weights by state and by callee go to
 // `by_state` and `callees`.
 Shares tool_places(const std::string& folded, std::map<std::string, double>& by_state,
                    std::map<std::string, double>& callees) {
@@ -136,7 +136,7 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     // The callee of the clients waiting in gen:do_call/4: named for at least 99% of their
     // time, and it is the server (its registered name and pid), never anything else.
     const double in_calls = tool.of.at("waiting gen:do_call/4 gen_server:call/3");
-    const std::string the_server = "[waiting for bb_wall_server " + server + "]";
+    const std::string the_server = "[waiting for bb_wall_server, pid " + server.substr(1, server.size() - 2) + "]";
     std::string seen;
     for (const auto& [callee, ns] : callees) seen += "  " + callee + " " + std::to_string(ns / in_calls) + "\n";
     std::cout << "callees of gen:do_call/4 (share of its time):\n" << seen;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "inspect/call_target.hpp"
-#include "run/wall_loop.hpp"
+#include "run/wall_profile.hpp"
 #include "sampling/wall_sampler.hpp"
 
 namespace {

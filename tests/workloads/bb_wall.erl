@@ -7,7 +7,7 @@
 %%   - 20 busy loops, on the 2 schedulers the test starts the VM with (+S 2): running or
 %%     runnable.
 %%   erl -noshell +S 2 -pa DIR -eval 'bb_wall:main()'
-%% prints `ready <server pid>` when all are started, then reads commands:
+%% prints `ready <server pid> <process count>` when all are started, then reads commands:
 %%   - `oracle_start`: an in-VM sampler (at high priority, so that it samples on time although
 %%     the busy loops hold both schedulers) takes 64 random processes every 50 ms and records
 %%     process_info(P, [status, current_stacktrace, message_queue_len]) of each;
@@ -36,7 +36,7 @@ main() ->
     [spawn(?MODULE, client, []) || _ <- lists:seq(1, ?CLIENTS)],
     [spawn(?MODULE, receiver, [case K rem 2 of 0 -> 0; 1 -> 20 end]) || K <- lists:seq(1, ?RECEIVERS)],
     [spawn(?MODULE, busy, [?NEVER]) || _ <- lists:seq(1, ?BUSY)],
-    io:format("ready ~s~n", [pid_to_list(Server)]),
+    io:format("ready ~s ~w~n", [pid_to_list(Server), erlang:system_info(process_count)]),
     loop(none).
 
 loop(Oracle) ->

@@ -28,6 +28,7 @@
 #include "run/reporter.hpp"
 #include "run/run_stats.hpp"
 #include "run/session.hpp"
+#include "run/wall_profile.hpp"
 #include "sampling/counters.hpp"
 
 namespace bb::agent {
@@ -158,6 +159,25 @@ struct Agent::Followed {
         std::vector<uint32_t> frames;
     };
     std::unique_ptr<AllocPart> alloc;
+    // -e cpu,wall: the VM's wall profile, read from user space by the CPU session's reader and
+    // symbolizer, ticked by the agent's loop, aggregated apart.
+    struct WallPart {
+        std::unique_ptr<WallProfile> profile;
+        Aggregator agg;
+        uint64_t next_tick_ns = 0;
+    };
+    std::unique_ptr<WallPart> wall;
+
+    void tick_wall(uint64_t now_ns) {
+        if (!wall || now_ns < wall->next_tick_ns) return;
+        constexpr uint64_t kInterval = 1'000'000'000ull / kWallHz;
+        wall->next_tick_ns = std::max(wall->next_tick_ns + kInterval, now_ns);
+        wall->profile->tick(now_ns, [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
+            names->name(r);
+            if (r.reg_name) registered[r.erl_pid]++;
+            wall->agg.add(stack, weight, {r.erl_pid, 0});
+        });
+    }
 
     void handle(const bb_record& r) {
         if (r.where == BB_WHERE_CODE_EVENT) return s->sym.code_event(r);
@@ -288,6 +308,15 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     }
     first_failure_ns_.erase(k);
     if (cfg_.alloc) attach_alloc(*f);
+    if (cfg_.wall) {
+        try {
+            f->wall = std::make_unique<Followed::WallPart>();
+            f->wall->profile = std::make_unique<WallProfile>(*f->s, kWallProcessesPerTick, f->o.max_depth);
+        } catch (const std::exception& e) {
+            f->wall.reset();
+            log(fmt::format("pid {}: no wall profile: {}", p.pid, e.what()));
+        }
+    }
     f->names.emplace(f->s->vm, false);
     f->dir_name = dir_safe(service_of(l)) + "-" + std::to_string(p.pid);
     f->interval_start_ns = f->s->start_ns;
@@ -338,6 +367,7 @@ void Agent::step(Followed& f, uint64_t now_ns) {
         }
     }
     f.refresh_symbols(now_ns);
+    f.tick_wall(now_ns);
 }
 
 void Agent::drain() {
@@ -355,6 +385,10 @@ void Agent::drain() {
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     ship(f, "cpu", *f.s, f.agg, now_ns);
+    if (f.wall) {
+        ship(f, "wall", *f.s, f.wall->agg, now_ns);
+        f.wall->agg.clear();
+    }
     if (f.alloc) {
         f.alloc->strata.drain_into(f.alloc->agg, f.alloc->s->sym.unsampled_alloc());
         ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
@@ -374,10 +408,14 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     const std::string service = service_of(l, &source);
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {}){}{}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
-                          l.node.empty() ? "" : " node " + l.node, kind == "alloc" ? ", words allocated" : "");
-    // As beam-bpf-sample's reports: a CPU sample stands for 1/F s; an allocation one weighs words.
-    m.unit = kind == "alloc" ? "words" : "samples";
-    m.period_ns = kind == "alloc" ? 0 : f.o.ns_per_sample;
+                          l.node.empty() ? "" : " node " + l.node,
+                          kind == "alloc"  ? ", words allocated"
+                          : kind == "wall" ? ", wall clock of every process"
+                                           : "");
+    // As beam-bpf-sample's reports: a CPU sample stands for 1/F s; an allocation one weighs
+    // words; a wall one nanoseconds of process time.
+    m.unit = kind == "alloc" ? "words" : kind == "wall" ? "wall" : "samples";
+    m.period_ns = kind == "cpu" ? f.o.ns_per_sample : 0;
     m.start_unix_ns = f.interval_start_unix_ns;
     m.duration_ns = now_ns - f.interval_start_ns;
     // Sample labels: Pyroscope makes a series of each distinct set of them, so by default none
@@ -436,7 +474,8 @@ void Agent::detach(pid_t pid, const std::string& why) {
         if (f.alloc) f.alloc->s->sampler->stop_events();
         f.refresh_symbols(monotonic_ns());
         drain();  // every VM's records: this one's are all in the ring now
-        if (f.agg.total() > 0 || (f.alloc && (f.alloc->agg.total() > 0 || !f.alloc->strata.empty())))
+        if (f.agg.total() > 0 || (f.alloc && (f.alloc->agg.total() > 0 || !f.alloc->strata.empty())) ||
+            (f.wall && f.wall->agg.total() > 0))
             finish_interval(f, monotonic_ns());
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
@@ -636,8 +675,9 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
             for (const auto& [pid, f] : vms_) live.insert(f->dir_name);
             dir_->sweep(live, static_cast<int64_t>(unix_now_ns() / kSecond));
         }
-        // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty.
-        timespec ts{0, 100'000'000};
+        // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty. The wall
+        // profiles tick at their own rate.
+        timespec ts{0, cfg_.wall ? static_cast<long>(1'000'000'000ull / kWallHz) : 100'000'000};
         nanosleep(&ts, nullptr);
     }
     // The agent is gone within 5 s of SIGTERM whatever the stores do: the VMs' last intervals,

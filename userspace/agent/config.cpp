@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "agent/matcher.hpp"
 #include "base/error.hpp"
@@ -85,16 +86,34 @@ const std::vector<Setting>& settings() {
          .help = "samples per second of each VM thread while it runs (default 99)",
          .set = set_number<&AgentConfig::frequency>, .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
         {.key = "events", .names = "-e,--events",
-         .help = "cpu (default), or cpu,alloc: an allocation profile per VM too, the stacks that allocate words on "
-                 "process heaps (as beam-bpf-sample -e alloc; each such VM takes a debug register of every CPU, 4 "
-                 "at most)",
+         .help = "cpu (default), and alloc or wall or both, comma-separated: cpu,alloc adds an allocation profile "
+                 "per VM, the stacks that allocate words on process heaps (as beam-bpf-sample -e alloc; each such VM "
+                 "takes a debug register of every CPU, 4 at most); cpu,wall a wall-clock profile of every Erlang "
+                 "process, where processes wait (as beam-bpf-sample -e wall, 20 ticks a second, 64 processes a "
+                 "tick), in process-seconds",
          .set =
              [](AgentConfig& c, Text, Text v) {
-                 if (v != "cpu" && v != "cpu,alloc" && v != "alloc,cpu")
-                     throw UserError(fmt::format("events={}: cpu, or cpu,alloc (CPU profiles are always made)", v));
-                 c.alloc = v != "cpu";
+                 std::set<std::string> events;
+                 bool known = true;  // each a known event, once
+                 for (size_t at = 0;;) {
+                     const size_t comma = v.find(',', at);
+                     const std::string e = v.substr(at, comma == std::string::npos ? comma : comma - at);
+                     known = known && (e == "cpu" || e == "alloc" || e == "wall") && events.insert(e).second;
+                     if (comma == std::string::npos) break;
+                     at = comma + 1;
+                 }
+                 if (!known || !events.count("cpu"))
+                     throw UserError(fmt::format(
+                         "events={}: cpu, cpu,alloc, cpu,wall or cpu,alloc,wall (CPU profiles are always made)", v));
+                 c.alloc = events.count("alloc");
+                 c.wall = events.count("wall");
              },
-         .reload = fixed<&AgentConfig::alloc>(Restart::events)},
+         .reload = {Restart::events,
+                    [](const AgentConfig& a, const AgentConfig& b) { return a.alloc != b.alloc || a.wall != b.wall; },
+                    [](const AgentConfig& a, AgentConfig& b) {
+                        b.alloc = a.alloc;
+                        b.wall = a.wall;
+                    }}},
         {.key = "alloc-period", .names = "--alloc-period",
          .help = "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)",
          .set = set_number<&AgentConfig::alloc_period>, .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
@@ -384,7 +403,7 @@ std::string describe(const AgentConfig& c) {
     auto or_none = [](const std::string& s) { return s.empty() ? std::string("(none)") : s; };
     line("every", c.every);
     line("frequency", c.frequency);
-    line("events", c.alloc ? "cpu,alloc" : "cpu");
+    line("events", std::string("cpu") + (c.alloc ? ",alloc" : "") + (c.wall ? ",wall" : ""));
     if (c.alloc) line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
     line("native-depth", c.native_depth);
     line("unwind-rows", c.unwind_rows);

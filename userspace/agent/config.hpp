@@ -26,6 +26,9 @@ struct AgentConfig {
     // -e cpu,alloc: an allocation profile per VM and interval too (beam-bpf-sample -e alloc's
     // watchpoints: a debug register of each CPU per VM, so at most a few VMs at once).
     bool alloc = false;
+    // -e cpu,wall: a wall-clock profile of every Erlang process per VM and interval too
+    // (beam-bpf-sample -e wall's, at its default rate and reads).
+    bool wall = false;
     uint64_t alloc_period = 0;  // words per allocation sample on average (0: -e alloc's default)
     // Unwind rows the agent's shared store holds, all VMs together (native/unwind_store.hpp):
     // 2M rows (16 MiB, and 4 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25

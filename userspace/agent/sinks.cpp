@@ -60,6 +60,9 @@ constexpr const char* kCpuSampleTypeConfig =
     R"({"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}})";
 constexpr const char* kAllocSampleTypeConfig =
     R"({"alloc_space":{"units":"bytes","aggregation":"sum","display-name":"alloc_space","sampled":true}})";
+// -e cpu,wall: nanoseconds of process time, summed as the CPU's are.
+constexpr const char* kWallSampleTypeConfig =
+    R"({"wall":{"units":"samples","aggregation":"sum","display-name":"wall","sampled":true}})";
 
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -100,7 +103,11 @@ public:
         part = curl_mime_addpart(mime);
         curl_mime_name(part, "sample_type_config");
         curl_mime_filename(part, "sample_type_config.json");
-        curl_mime_data(part, it.kind == "alloc" ? kAllocSampleTypeConfig : kCpuSampleTypeConfig, CURL_ZERO_TERMINATED);
+        curl_mime_data(part,
+                       it.kind == "alloc"  ? kAllocSampleTypeConfig
+                       : it.kind == "wall" ? kWallSampleTypeConfig
+                                           : kCpuSampleTypeConfig,
+                       CURL_ZERO_TERMINATED);
         curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
         return mime;
     }

@@ -12,70 +12,13 @@
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
-#include "inspect/find_process.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
-#include "sampling/wall_sampler.hpp"
+#include "run/wall_profile.hpp"
 
 namespace bb {
 
-std::string receive_frame(int64_t queue_len) {
-    if (queue_len <= 0) return "[receive, queue 0]";
-    // Unsigned: the top bucket's end, 10^19 - 1, is past INT64_MAX (a garbage length).
-    uint64_t low = 1;
-    while (low <= static_cast<uint64_t>(queue_len) / 10) low *= 10;
-    return fmt::format("[receive, queue {}-{}]", low, low * 10 - 1);
-}
-
 namespace {
-
-// The record the BPF walker would have made of this process: its resume address as the leaf
-// (in JIT code), its continuation pointers as the Erlang frames. A stack deeper than
-// `max_frames` keeps its leaf-most frames and its BB_ROOT_FRAMES root-most ones in the ring
-// the symbolizer reads (beam_bpf.h), as the walker's does.
-void fill_record(bb_record& r, const ProcessStack& st, uint64_t now_ns, uint32_t max_frames) {
-    const ProcessEntry& p = st.proc;
-    r = {};
-    r.time_ns = now_ns;
-    r.where = BB_WHERE_JIT;
-    r.ip = p.i;
-    r.c_p = p.c_p;
-    r.erl_pid = p.pid;
-    r.flags = BB_F_PROC;
-    r.sched_type = BB_SCHED_NONE;
-    r.reg_name = p.reg_name;
-    for (int i = 0; i < 3; i++) r.initial[i] = p.initial[i];
-    const std::vector<uint64_t>& cps = st.scan.cps;
-    const size_t n = cps.size();
-    if (n <= max_frames || st.words_unread || max_frames < 2 * BB_ROOT_FRAMES) {
-        // All of them, or the leaf-most (the root-most were not read: a frame says so).
-        r.nframes = static_cast<uint16_t>(std::min<size_t>(n, max_frames));
-        for (size_t i = 0; i < r.nframes; i++) r.frames[i] = cps[i];
-        return;
-    }
-    const uint32_t ring0 = max_frames - BB_ROOT_FRAMES;
-    for (uint32_t i = 0; i < ring0; i++) r.frames[i] = cps[i];
-    for (size_t i = n - BB_ROOT_FRAMES; i < n; i++) r.frames[BB_ROOT_SLOT(i, ring0)] = cps[i];
-    r.nframes = static_cast<uint16_t>(max_frames);
-    r.nskipped = static_cast<uint32_t>(n - max_frames);
-    r.flags |= BB_F_TRUNCATED;
-}
-
-// "[waiting for bb_server <0.90.0>]": the callee's name (registered, else as processes are
-// named) and pid; "[waiting for ?]" when the VM's bookkeeping of the call was not found.
-std::string callee_frame(Session& s, const WallProcess& w) {
-    if (w.call != WallProcess::Call::named) return "[waiting for ?]";
-    const ProcessEntry& c = w.callee;
-    const std::string name = c.c_p ? s.names.name(c.pid, c.c_p, c.reg_name, c.initial) : "";
-    return fmt::format("[waiting for {}{}{}]", name, name.empty() ? "" : " ", s.vm.format_pid(c.pid));
-}
-
-struct WallCounts {
-    uint64_t ticks = 0, live = 0, kept = 0, read = 0, busy = 0, not_read = 0, truncated = 0;
-    uint64_t exited = 0, changed = 0, unreadable = 0, calls_named = 0, calls_unknown = 0;
-    uint64_t slot_bytes = 0, process_reads = 0, words = 0;
-    uint64_t weight_ns = 0;  // process time the profile stands for
-};
 
 double cpu_seconds_self() {
     rusage ru{};
@@ -116,34 +59,7 @@ void write_wall_stats(const std::string& path, const WallCounts& n, double secon
 
 int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     const Vm& vm = s.vm;
-    Symbolizer& sym = s.sym;
-    const ProcessTableRef table = process_table_ref(vm.mem(), vm.offsets(), vm.symbol_address("erts_proc"));
-    const uint64_t normal_exit = sym.emulator() ? sym.emulator()->normal_exit : 0;
-    uint64_t now = monotonic_ns();
-    const CodeView code{.in_code =
-                            [&](uint64_t addr) {
-                                auto hit = sym.jit().lookup(addr, now);
-                                return hit && hit->range;
-                            },
-                        .normal_exit = normal_exit};
-    // gen:do_call/4 as the VM names it, whatever --raw-names says.
-    auto in_gen_call = [&](uint64_t addr) {
-        auto hit = sym.jit().lookup(addr, now);
-        return hit && hit->range && hit->range->name == "gen:do_call/4";
-    };
-    WallSampler sampler(vm.mem(), vm.offsets(), table, code,
-                        {.per_tick = per_tick,
-                         .in_gen_call = in_gen_call,
-                         .slot_of = [&vm](uint64_t pid) { return vm.process_slot(pid); }});
-    if (s.only_pid) {
-        // Its Process, found once in the table; each tick reads it alone.
-        std::optional<uint64_t> c_p;
-        for (const ProcessEntry& e : read_process_table(vm).processes)
-            if (e.pid == *s.only_pid) c_p = e.c_p;
-        if (!c_p) throw UserError(fmt::format("--process {}: no such process", o.process));
-        sampler.only(*c_p, *s.only_pid);
-    }
-
+    WallProfile wall(s, per_tick, o.max_depth, o.process);
     const char* tool = tool_name();
     s.start_ns = monotonic_ns();
     s.start_unix_ns = unix_now_ns();
@@ -151,34 +67,24 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                printable(fmt::format("{}: attached to {} (pid {}, {}), offsets from {}, {} JIT modules, {}, {} "
                                      "processes read a tick (of {} process table slots)",
                                      tool, vm.exe(), vm.pid(), vm.build().describe(), vm.offsets().origin,
-                                     sym.jit().module_count(), describe_event(o), per_tick, table.max)));
+                                     s.sym.jit().module_count(), describe_event(o), per_tick, wall.table_slots())));
     if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, printable(vm.caveat()));
     if (!s.names.unavailable().empty())
         fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, printable(s.names.unavailable()));
 
     Reporter rep(s, o, "wall", {.rows = o.top, .flat = o.flat});
-    // The VM's process states, as process_info(P, status) names them: each a root frame.
-    std::unordered_map<std::string, uint32_t> roots;
-    auto state_root = [&](const ProcessEntry& p) {
-        const char* status = p.status();
-        auto [it, added] = roots.try_emplace(status, 0);
-        if (added) it->second = sym.pseudo_frame(fmt::format("[{}]", status));
-        return it->second;
+    auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
+        rep.add(r, stack, weight);
     };
-    const uint32_t truncated = sym.pseudo_frame(fmt::format("[truncated: stack deeper than {} words]", kStackWordsPerProcess));
-    const uint32_t not_read = sym.pseudo_frame("[stack not read: the tick's word budget was spent]");
-    auto record = std::make_unique<bb_record>();
-    std::vector<uint32_t> frames, stack;
 
     catch_stop_signals();
-    WallCounts n;
     std::string error;
     const uint64_t interval = 1'000'000'000ull / o.frequency;
     const double cpu_start = cpu_seconds_self();
-    uint64_t start = monotonic_ns(), last_tick = start, last_vm_check = start, next = start;
+    uint64_t start = monotonic_ns(), last_vm_check = start, next = start;
     bool vm_exited = false;
     for (;;) {
-        now = monotonic_ns();
+        const uint64_t now = monotonic_ns();
         if (stop_requested() || (o.duration > 0 && now - start >= static_cast<uint64_t>(o.duration * 1e9))) break;
         if (now < next) {
             timespec ts{static_cast<time_t>(next / 1'000'000'000ull), static_cast<long>(next % 1'000'000'000ull)};
@@ -195,46 +101,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                     break;
                 }
             }
-            sym.refresh(now);
-            WallTick t = sampler.tick();
-            // The process time since the last tick, shared by the processes kept: each stands
-            // for live / kept processes over that time (the first tick: over one interval).
-            const uint64_t dt = n.ticks ? now - last_tick : interval;
-            last_tick = now;
-            n.ticks++;
-            n.live += t.live;
-            n.exited += t.exited;
-            n.changed += t.changed;
-            n.unreadable += t.unreadable;
-            n.calls_named += t.calls_named;
-            n.calls_unknown += t.calls_unknown;
-            n.slot_bytes += t.slot_bytes;
-            n.process_reads += t.process_reads;
-            n.words += t.words;
-            if (t.kept() == 0) continue;
-            const uint64_t weight = static_cast<uint64_t>(static_cast<double>(t.live) * static_cast<double>(dt) /
-                                                          static_cast<double>(t.kept()));
-            for (const WallProcess& w : t.processes) {
-                const ProcessEntry& p = w.stack.proc;
-                const bool read = w.stack.outcome == ProcessStack::Outcome::read;
-                n.kept++;
-                n.read += read;
-                n.busy += !read && !w.not_read;
-                n.not_read += w.not_read;
-                n.truncated += read && w.stack.words_unread;
-                fill_record(*record, w.stack, now, o.max_depth);
-                sym.frames(*record, frames);
-                stack.clear();
-                stack.push_back(state_root(p));
-                if (w.not_read) stack.push_back(not_read);
-                if (read && w.stack.words_unread) stack.push_back(truncated);
-                stack.insert(stack.end(), frames.begin(), frames.end());
-                if (w.call != WallProcess::Call::none) stack.push_back(sym.pseudo_frame(callee_frame(s, w)));
-                else if (read && std::string_view(p.status()) == "waiting")
-                    stack.push_back(sym.pseudo_frame(receive_frame(p.msgq_len)));
-                rep.add(*record, stack, weight);
-                n.weight_ns += weight;
-            }
+            wall.tick(now, on_stack);
             rep.tick(now);
         } catch (const std::exception& e) {
             // After attach nothing may lose the profile collected so far.
@@ -243,6 +110,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
         }
     }
     const double seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
+    const WallCounts& n = wall.counts();
     const double cpu_s = cpu_seconds_self() - cpu_start;
     if (o.every == 0)
         rep.set_heading(fmt::format(

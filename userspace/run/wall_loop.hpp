@@ -1,18 +1,11 @@
-// beam-bpf-sample -e wall: the tick loop. Each tick's processes (sampling/wall_sampler.hpp) are
-// named as the walker's records are (the same symbolizer, the same frames), under a root frame
-// of their state ("[waiting]", "[runnable]", ...), weighed in nanoseconds of process time.
+// beam-bpf-sample -e wall: the tick loop of one VM's wall profile (run/wall_profile.hpp), its
+// reports and its summary.
 #pragma once
 #include <cstdint>
-#include <string>
 
 #include "run/session.hpp"
 
 namespace bb {
-
-// The frame under a waiting process's leaf: "[receive, queue 0]", with its message queue's
-// length bucketed by powers of ten ("1-9", "10-99", ...): few distinct frames, and the order of
-// magnitude is what tells a mailbox no one drains.
-std::string receive_frame(int64_t queue_len);
 
 // Ticks until -d, a signal or the VM's exit, `per_tick` processes read a tick; writes the
 // reports. Returns the exit code.
