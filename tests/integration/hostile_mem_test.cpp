@@ -168,6 +168,18 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
             }
         }
     EXPECT_TRUE(unknown) << "the process with its resume address at no mapping is in no group named\n" << stacks.out;
+    // -e wall reads the same processes (every one of them each tick: --per-tick 100000): the stack
+    // at no mapping is left out and counted, the one resuming at no mapping shown as unknown code,
+    // the looped queue and the dictionary at no mapping are not read at all.
+    ToolResult wall = run_tool("beam-bpf-sample", {"-e", "wall", "-d", "1", "--per-tick", "100000", "--by-pid",
+                                                   "--folded", pid},
+                               30s);
+    ok(wall, "sample -e wall");
+    EXPECT_GE(stat(wall, "stack_unreadable").value_or(0), 1) << describe(wall);
+    for (const auto& [stack, ns] : parse_folded(wall.out)) {
+        EXPECT_EQ(stack.find(nowhere), std::string::npos) << stack;
+        EXPECT_EQ(stack.find(heap_order), std::string::npos) << stack;
+    }
 
     // --inspect: the terms that loop or lie are shown without a size, the rest as they are.
     ToolResult inspect = run_tool("beam-bpf-procs", {"--inspect", self_cons, "--json", pid}, 30s);

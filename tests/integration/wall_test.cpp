@@ -5,7 +5,9 @@
 // current_stacktrace, message_queue_len]) of each, and the VM's counters of runnable and active
 // tasks at the same instants.
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -161,6 +163,100 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     const double seconds = r.stats.value("seconds", 0.0), mean_running = by_state["running"] / 1e9 / seconds;
     EXPECT_GT(mean_running, 1.3);
     EXPECT_LT(mean_running, 2.7);
+}
+
+// Stacks that change all the time (200 flippers woken every millisecond, bb_stacks.erl): each
+// process's stack is read, then its Process again, and a stack that moved is read once more or
+// left out; every stack the profile shows is one a flipper can have.
+TEST_P(WallVmTest, ChangingStacksAreNeverShownWrong) {
+    ErlVm erl(vm(), "bb_stacks:main(flip)");
+    erl.wait_line("ready", 60s);
+    const std::string f = "bb_stacks:flipper/1", sa = "bb_stacks:side_a/1", sb = "bb_stacks:side_b/1",
+                      wa = "bb_stacks:wait_a/0", wb = "bb_stacks:wait_b/0";
+    // Root first, as the profile has them; a process preempted between the calls is in
+    // flipper/1 or side_x/1.
+    const std::set<std::vector<std::string>> possible{{f}, {f, sa}, {f, sb}, {f, sa, wa}, {f, sb, wb}};
+    const std::set<std::string> ours{f, sa, sb, wa, wb};
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "3", "--per-tick", "300", "-f", "folded",
+                                    std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    double shown = 0, running = 0;
+    for (const auto& [stack, ns] : parse_folded(r.out)) {
+        std::vector<std::string> frames = split_frames(stack);
+        if (!std::ranges::any_of(frames, [&](const std::string& x) { return ours.count(x) > 0; })) continue;
+        shown += static_cast<double>(ns);
+        const std::string state = frames.front();
+        frames.erase(frames.begin());
+        if (frames.back().starts_with("[receive, queue ")) frames.pop_back();
+        if (state == "[running]") {
+            running += static_cast<double>(ns);
+            EXPECT_EQ(frames.size(), 1u) << stack;  // not walked: the function the VM names
+        } else {
+            EXPECT_TRUE(possible.count(frames)) << "a stack no flipper can have: " << stack;
+        }
+    }
+    std::cout << "[          ] " << vm().name << ": " << shown / 1e9 << " process-seconds of flippers shown ("
+              << running / 1e9 << " running), " << stat(r, "changed_while_read").value_or(-1)
+              << " processes changed while read and left out\n";
+    // 200 flippers for ~3 s.
+    EXPECT_GT(shown / 1e9, 200 * 2.5);
+}
+
+// A stack 30,000 frames deep (bb_stacks.erl's `deep`), profiled alone (--process): its
+// leaf-most frames, under a frame that says the rest was not read, never more than --max-depth.
+TEST_P(WallVmTest, DeepStacksAreBounded) {
+    ErlVm erl(vm(), "bb_stacks:main()");
+    std::istringstream ready(erl.wait_line("ready", 60s));
+    std::string word, server, deep;
+    ready >> word >> server >> deep;
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "1", "--process", deep, "-f", "folded",
+                                    std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const auto stacks = parse_folded(r.out);
+    ASSERT_EQ(stacks.size(), 1u) << r.out;
+    const std::vector<std::string> frames = split_frames(stacks.begin()->first);
+    EXPECT_EQ(frames[0], "[waiting]");
+    EXPECT_EQ(frames[1], "[truncated: stack deeper than 16384 words]");
+    EXPECT_EQ(frames[frames.size() - 2], "bb_stacks:wait_here/0");
+    EXPECT_EQ(frames.back(), "[receive, queue 0]");
+    EXPECT_EQ(frames.size(), 512u + 4);  // --max-depth 512 Erlang frames, the leaf, 3 of ours
+    EXPECT_EQ(stat(r, "truncated").value_or(0), stat(r, "processes_profiled").value_or(-1));
+}
+
+// Processes that die while a tick reads them (20 spawned a millisecond, each living 0 to 3 ms):
+// a process read is named by the pid its Process holds when read, and a slot that holds another
+// process by then, or none, is left out. Every stack of a worker is under the workers' name and
+// only theirs, and the other processes' never hold a worker's frames.
+TEST_P(WallVmTest, DyingProcessesAreNeverMisattributed) {
+    ErlVm erl(vm(), "bb_wall:main(churn)");
+    erl.wait_line("ready", 60s);
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "3", "--per-tick", "300", "--by-process", "-f", "folded",
+                                    std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const std::string worker = "bb_wall:churn_worker/0";
+    double workers = 0;
+    for (const auto& [stack, ns] : parse_folded(r.out)) {
+        const std::vector<std::string> frames = split_frames(stack);
+        const bool named_worker = frames[0].starts_with(worker);
+        const bool worker_frames =
+            std::ranges::any_of(frames, [](const std::string& x) { return x.starts_with("bb_wall:churn_"); });
+        if (named_worker) {
+            workers += static_cast<double>(ns);
+            // Its state, then its own frames only: a worker's, the BIFs and library it calls, or
+            // the VM's trampoline a process spawned but not yet run resumes in.
+            for (size_t i = 2; i < frames.size(); i++)
+                EXPECT_TRUE(frames[i].starts_with("bb_wall:churn_") || frames[i].starts_with("[") ||
+                            frames[i].starts_with("erlang:") || frames[i].starts_with("rand:") ||
+                            frames[i] == "erts_beamasm:run_process/3")
+                    << stack;
+        } else {
+            EXPECT_FALSE(worker_frames) << "a worker's frames under another process: " << stack;
+        }
+    }
+    std::cout << "[          ] " << vm().name << ": " << workers / 1e9 << " process-seconds of workers, "
+              << stat(r, "exited_while_read").value_or(-1) << " processes exited while read\n";
+    EXPECT_GT(workers, 0);
+    EXPECT_GT(stat(r, "exited_while_read").value_or(0), 0);  // the case this test is about happened
 }
 
 }  // namespace

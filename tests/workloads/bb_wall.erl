@@ -19,9 +19,14 @@
 %%     `oracle_tasks <ticks> <sum of queued> <sum of active> <sum of processes>` and
 %%     `oracle_end <samples>`;
 %%   - `quit` or end of input halts.
+%%
+%%   erl -noshell -pa DIR -eval 'bb_wall:main(churn)'
+%% runs a spawner of short-lived workers instead: each waits 0 to 3 ms in churn_wait/0 (called
+%% from churn_worker/0) and exits, 20 spawned every millisecond, with 100 receivers beside them.
+%% Prints `ready`; `quit` or end of input halts.
 -module(bb_wall).
 -behaviour(gen_server).
--export([main/0, client/0, receiver/1, busy/1, oracle/1]).
+-export([main/0, main/1, client/0, receiver/1, busy/1, oracle/1, churn_worker/0]).
 -export([init/1, handle_call/3, handle_cast/2]).
 
 -define(CLIENTS, 200).
@@ -38,6 +43,24 @@ main() ->
     [spawn(?MODULE, busy, [?NEVER]) || _ <- lists:seq(1, ?BUSY)],
     io:format("ready ~s ~w~n", [pid_to_list(Server), erlang:system_info(process_count)]),
     loop(none).
+
+main(churn) ->
+    [spawn(?MODULE, receiver, [0]) || _ <- lists:seq(1, ?RECEIVERS)],
+    spawn(fun spawner/0),
+    io:format("ready~n"),
+    loop(none).
+
+spawner() ->
+    [spawn(?MODULE, churn_worker, []) || _ <- lists:seq(1, 20)],
+    receive after 1 -> ok end,
+    spawner().
+
+churn_worker() ->
+    churn_wait(),
+    exit(normal).
+
+churn_wait() ->
+    receive never_sent -> ok after rand:uniform(4) - 1 -> ok end.
 
 loop(Oracle) ->
     case io:get_line('') of

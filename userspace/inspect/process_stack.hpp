@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "inspect/process_table.hpp"
@@ -22,6 +23,16 @@ namespace bb {
 // (BB_ROOT_SCAN_WORDS, 128 KiB). A deeper stack keeps its leaf-most frames and says it is
 // truncated.
 constexpr uint64_t kStackWordsPerProcess = 16'384;
+// The JIT's trampoline a process with no frame resumes in (beam_run_process): a hibernated one
+// (erlang:hibernate/3 empties its stack and sets its `i` there, erts_hibernate()) or one
+// spawned and not yet run. Shown as what it is, not as this stub.
+constexpr const char* kRunProcess = "erts_beamasm:run_process/3";
+// What a process resuming in kRunProcess with no frame is: "[hibernated]" when it waits, else
+// "[spawned, not yet run]".
+inline const char* run_process_frame(const ProcessEntry& p) {
+    return std::string_view(p.status()) == "waiting" ? "[hibernated]" : "[spawned, not yet run]";
+}
+
 // Y registers of the leaf frame kept (ProcessStack::leaf_frame).
 constexpr size_t kLeafFrameWords = 32;
 

@@ -99,7 +99,10 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
                 n.read++;
                 n.stray += s.scan.stray;
                 key.state = s.proc.status();
-                key.frames.push_back(resumes_in(s.proc));
+                // No frame and resuming in the JIT's trampoline: hibernated, or not yet run.
+                key.frames.push_back(s.scan.cps.empty() && names.name(resumes_in(s.proc)) == kRunProcess
+                                         ? names.id(run_process_frame(s.proc))
+                                         : resumes_in(s.proc));
                 for (uint64_t cp : s.scan.cps) key.frames.push_back(static_cast<uint32_t>(code_frame(cp - 1)));
                 if (s.words_unread) {
                     n.truncated++;

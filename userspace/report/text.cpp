@@ -35,6 +35,73 @@ uint32_t charged_location(const Profile& p, const Sample& s) {
     return best;
 }
 
+// --by-process: the processes' root frames, by their share of the samples.
+void write_processes(const Profile& p, std::ostream& out, const TopOptions& o, double all) {
+    std::map<std::string, uint64_t> by_root;
+    for (const Sample& s : p.samples)
+        if (const Function& f = p.functions[p.locations[s.stack.front()].function]; f.mapping == "[process]")
+            by_root[f.name] += s.count;
+    if (by_root.empty()) return;
+    std::vector<std::pair<uint64_t, std::string>> processes;
+    for (const auto& [label, n] : by_root) processes.emplace_back(n, label);
+    std::sort(processes.begin(), processes.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    if (o.rows && processes.size() > o.rows) processes.resize(o.rows);
+    fmt::print(out, "\n{:>6}  {}\n", "TOTAL%", "PROCESSES (--by-process: one row per name; --by-pid: per process)");
+    for (const auto& [n, label] : processes) fmt::print(out, "{:6.1f}  {}\n", 100.0 * n / all, label);
+}
+
+// A wall profile's table (-e wall): where process time goes, as (state, the function a process
+// is in and its caller, what it waits on) rows, biggest first, under a line of the states'
+// shares. Its stacks are [process root;] [state]; frames...; [what it waits on].
+void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, double all) {
+    struct Place {
+        std::string state, where, waits;
+        auto operator<=>(const Place&) const = default;
+    };
+    std::map<Place, uint64_t> places;
+    std::map<std::string, uint64_t> states;
+    for (const Sample& s : p.samples) {
+        auto it = s.stack.begin();
+        if (p.functions[p.locations[*it].function].mapping == "[process]") ++it;
+        if (it == s.stack.end()) continue;
+        Place place{p.label(*it), "", ""};
+        states[place.state] += s.count;
+        std::vector<std::string> erlang;
+        for (++it; it != s.stack.end(); ++it) {
+            const Function& f = p.functions[p.locations[*it].function];
+            if (f.kind == FrameKind::erlang) erlang.push_back(p.label(*it));
+            else if (std::next(it) == s.stack.end()) place.waits = p.label(*it);  // the leaf: what it waits on
+        }
+        if (!erlang.empty()) place.where = erlang.back();
+        if (erlang.size() >= 2) place.where += " < " + erlang[erlang.size() - 2];
+        places[place] += s.count;
+    }
+    std::vector<std::pair<uint64_t, std::string>> state_shares;
+    for (const auto& [state, n] : states) state_shares.emplace_back(n, state);
+    std::sort(state_shares.rbegin(), state_shares.rend());
+    std::string line;
+    for (const auto& [n, state] : state_shares) line += fmt::format("  {} {:.1f}%", state, 100.0 * n / all);
+    fmt::print(out, "STATES{}\n\n", line);
+    std::vector<std::pair<uint64_t, const Place*>> rows;
+    for (const auto& [place, n] : places) rows.emplace_back(n, &place);
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : *a.second < *b.second;
+    });
+    if (o.rows && rows.size() > o.rows) rows.resize(o.rows);
+    size_t width = 0;
+    for (const auto& [n, place] : rows) width = std::max(width, place->where.size());
+    width = std::min<size_t>(width, 72);
+    fmt::print(out, "{:>6}  {:<20} {:<{}}  {}\n", "SHARE%", "STATE", "FUNCTION < CALLER", width, "WAITING ON");
+    for (const auto& [n, place] : rows) {
+        std::string row = fmt::format("{:6.1f}  {:<20} {:<{}}  {}", 100.0 * n / all, place->state, place->where,
+                                      width, place->waits);
+        row.erase(row.find_last_not_of(' ') + 1);
+        fmt::print(out, "{}\n", row);
+    }
+}
+
 }  // namespace
 
 std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total, bool erlang_first) {
@@ -70,6 +137,10 @@ std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total, bool erl
 void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     uint64_t total = p.total();
     double all = total ? static_cast<double>(total) : 1.0;
+    if (p.wall()) {
+        write_wall_top(p, out, o, all);
+        return write_processes(p, out, o, all);
+    }
     const bool erlang_first = !o.flat;
     auto rows = top_rows(p, 0, o.by_total, erlang_first);
     auto native = [](const TopRow& r) { return r.kind == FrameKind::native || r.kind == FrameKind::kernel; };
@@ -92,20 +163,7 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
         for (const auto& r : natives)
             fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
     }
-    // --by-process: the processes' root frames, by their share of the samples.
-    std::map<std::string, uint64_t> by_root;
-    for (const Sample& s : p.samples)
-        if (const Function& f = p.functions[p.locations[s.stack.front()].function]; f.mapping == "[process]")
-            by_root[f.name] += s.count;
-    if (by_root.empty()) return;
-    std::vector<std::pair<uint64_t, std::string>> processes;
-    for (const auto& [label, n] : by_root) processes.emplace_back(n, label);
-    std::sort(processes.begin(), processes.end(), [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-    if (o.rows && processes.size() > o.rows) processes.resize(o.rows);
-    fmt::print(out, "\n{:>6}  {}\n", "TOTAL%", "PROCESSES (--by-process: one row per name; --by-pid: per process)");
-    for (const auto& [n, label] : processes) fmt::print(out, "{:6.1f}  {}\n", 100.0 * n / all, label);
+    write_processes(p, out, o, all);
 }
 
 void write_folded(const Profile& p, std::ostream& out) {

@@ -115,7 +115,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     if (o.every == 0)
         rep.set_heading(fmt::format(
             "{:.1f} process-seconds of {:.0f} processes on average over {:.1f} s, estimated from {} processes read at "
-            "{} ticks a second; shares of process time, by state (the root frames) and stack:",
+            "{} ticks a second; shares of process time:",
             static_cast<double>(n.weight_ns) / 1e9, n.ticks ? static_cast<double>(n.live) / n.ticks : 0.0, seconds,
             n.kept, o.frequency));
     rep.finish(monotonic_ns());

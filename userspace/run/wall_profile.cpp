@@ -77,11 +77,13 @@ WallProfile::WallProfile(Session& s, uint32_t per_tick, uint32_t max_frames, con
                    .slot_of = [&vm](uint64_t pid) { return vm.process_slot(pid); }});
     if (s.only_pid) {
         // Its Process, found once in the table; each tick reads it alone.
-        std::optional<uint64_t> c_p;
+        // only_pid is masked (the bits that name the process, as the walker compares them).
+        const uint64_t mask = vm.release().pids.mask();
+        std::optional<ProcessEntry> found;
         for (const ProcessEntry& e : read_process_table(vm).processes)
-            if (e.pid == *s.only_pid) c_p = e.c_p;
-        if (!c_p) throw UserError(fmt::format("--process {}: no such process", process_option));
-        sampler_->only(*c_p, *s.only_pid);
+            if ((e.pid & mask) == *s.only_pid) found = e;
+        if (!found) throw UserError(fmt::format("--process {}: no such process", process_option));
+        sampler_->only(found->c_p, found->pid);
     }
 }
 
@@ -137,7 +139,10 @@ void WallProfile::tick(uint64_t now_ns, const OnStack& on_stack) {
         if (w.not_read) stack_.push_back(not_read_);
         if (read && w.stack.words_unread) stack_.push_back(truncated_);
         stack_.insert(stack_.end(), frames_.begin(), frames_.end());
-        if (w.call != WallProcess::Call::none) stack_.push_back(sym.pseudo_frame(callee_frame(w)));
+        const bool trampoline = read && w.stack.scan.cps.empty() && !stack_.empty() &&
+                                sym.frames().function(stack_.back()).system_name == kRunProcess;
+        if (trampoline) stack_.back() = sym.pseudo_frame(run_process_frame(p));
+        else if (w.call != WallProcess::Call::none) stack_.push_back(sym.pseudo_frame(callee_frame(w)));
         else if (read && std::string_view(p.status()) == "waiting")
             stack_.push_back(sym.pseudo_frame(receive_frame(p.msgq_len)));
         on_stack(*record_, stack_, weight);
