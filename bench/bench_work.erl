@@ -29,6 +29,10 @@
 %%     getting the same table, for comparison. `memory FILE` writes `PID BYTES` lines, each
 %%     process's process_info(P, memory), to FILE, then prints `memory COUNT`.
 %%
+%% idle, N
+%%     N processes waiting in a receive (as procs' holders), nothing else: the table a wall
+%%     profile (-e wall) samples from. Prints `ready PROCESS_COUNT`.
+%%
 %% gen_modules(Dir, G) compiles the G small modules into Dir (run once, in its own VM, so the
 %% profiled VM does not also load the compiler).
 -module(bench_work).
@@ -53,6 +57,10 @@ main(modules, {Dir, G}) when is_integer(G), G > 0 ->
     N = erlang:system_info(schedulers_online),
     [spawn(?MODULE, walker, [G, I, N, ?DEPTH]) || I <- lists:seq(1, N)],
     io:format("ready ~p~n", [length(code:all_loaded())]),
+    command_loop();
+main(idle, N) when is_integer(N), N > 0 ->
+    [spawn(?MODULE, holder, [lists:seq(1, I rem 50)]) || I <- lists:seq(1, N)],
+    io:format("ready ~p~n", [erlang:system_info(process_count)]),
     command_loop();
 main(procs, N) when is_integer(N), N > 0 ->
     [spawn(?MODULE, holder, [lists:seq(1, I rem 50)]) || I <- lists:seq(1, N)],

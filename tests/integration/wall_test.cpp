@@ -7,6 +7,7 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -257,6 +258,35 @@ TEST_P(WallVmTest, DyingProcessesAreNeverMisattributed) {
               << stat(r, "exited_while_read").value_or(-1) << " processes exited while read\n";
     EXPECT_GT(workers, 0);
     EXPECT_GT(stat(r, "exited_while_read").value_or(0), 0);  // the case this test is about happened
+}
+
+// A table far larger than a tick reads (+P 4,194,304: 32 MiB of slots): after a first whole
+// read, each tick reads at most 2 MiB of it, in turns round the table, and the profile stays
+// right (the clients' time in their call, against their share of the processes).
+TEST(WallTest, ReadsPerTickAreBounded) {
+    ErlVm erl(vm_named("otp29"), "bb_wall:main()", {"+S", "2", "+P", "4194304"});
+    std::istringstream ready(erl.wait_line("ready", 60s));
+    std::string word, server;
+    double processes = 0;
+    ready >> word >> server >> processes;
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "4", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(of (\d+) process table slots)"))) << r.err;
+    const double slots = std::stod(m[1]), ticks = static_cast<double>(stat(r, "ticks").value_or(0));
+    const double bytes = static_cast<double>(stat(r, "slot_bytes").value_or(-1));
+    EXPECT_GE(slots, 4194304);
+    EXPECT_GT(ticks, 40);
+    EXPECT_LE(bytes, 8 * slots + (ticks - 1) * 2 * 1024 * 1024) << describe(r);
+    double calls = 0, all = 0;
+    for (const auto& [stack, ns] : parse_folded(r.out)) {
+        all += static_cast<double>(ns);
+        if (stack.find(";gen:do_call/4;[waiting for bb_wall_server") != std::string::npos) calls += static_cast<double>(ns);
+    }
+    std::cout << "[          ] " << bytes / ticks / 1e6 << " MB of slots a tick over " << ticks << " ticks (a whole read: "
+              << 8 * slots / 1e6 << " MB); clients in their call " << 100 * calls / all << "% of process time, "
+              << 100 * 200 / processes << "% of the processes\n";
+    EXPECT_NEAR(calls / all, 200 / processes, 0.05);
 }
 
 }  // namespace

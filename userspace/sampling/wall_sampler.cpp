@@ -83,26 +83,38 @@ void WallSampler::find_callee(WallProcess& w) {
 
 WallTick WallSampler::tick() {
     WallTick t;
-    live_.clear();
     if (only_) {
-        live_.push_back(only_->first);
+        chunks_.assign(1, {only_->first});
     } else {
-        // The slots in chunks of 64 KiB: a slot is a Process pointer, 0 when free, or a marker
-        // with low bits set while it is being filled or emptied (process_table.cpp).
-        constexpr uint32_t kChunk = 8192;
-        for (uint32_t first = 0; first < table_.max; first += kChunk) {
-            slots_.resize(std::min(kChunk, table_.max - first));
+        // The slots in chunks of 64 KiB, the next cfg_.slots_per_tick of them each tick, round
+        // the table: a slot is a Process pointer, 0 when free, or a marker with low bits set
+        // while it is being filled or emptied (process_table.cpp).
+        const uint32_t chunks = (table_.max + kSlotChunk - 1) / kSlotChunk;
+        // All of it at the first tick: each chunk has been read once from then on.
+        const uint32_t per_tick =
+            chunks_.empty() ? chunks : std::clamp<uint32_t>(cfg_.slots_per_tick / kSlotChunk, 1, chunks);
+        chunks_.resize(chunks);
+        for (uint32_t n = 0; n < per_tick; n++, next_chunk_ = (next_chunk_ + 1) % chunks) {
+            const uint32_t first = next_chunk_ * kSlotChunk;
+            slots_.resize(std::min(kSlotChunk, table_.max - first));
             if (!mem_.read(table_.tab + 8ull * first, std::as_writable_bytes(std::span(slots_))))
                 throw UserError("cannot read the VM's process table");
             t.slot_bytes += 8 * slots_.size();
+            std::vector<uint64_t>& live = chunks_[next_chunk_];
+            live.clear();
             for (uint64_t p : slots_)
-                if (p != 0 && !(p & 7)) live_.push_back(p);
+                if (p != 0 && !(p & 7)) live.push_back(p);
         }
     }
-    t.live = static_cast<uint32_t>(live_.size());
+    // Each live process once, uniformly: an index into the chunks' lists laid end to end.
+    uint64_t live = 0;
+    ends_.clear();
+    for (const auto& c : chunks_) ends_.push_back(live += c.size());
+    t.live = static_cast<uint32_t>(live);
     uint64_t words_left = cfg_.words_per_tick;
     for (uint32_t index : pick_uniform(t.live, cfg_.per_tick, rng_)) {
-        const uint64_t c_p = live_[index];
+        const size_t chunk = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), index) - ends_.begin());
+        const uint64_t c_p = chunks_[chunk][index - (chunk ? ends_[chunk - 1] : 0)];
         ProcessCopy copy = reads_.process(c_p);
         t.process_reads++;
         // A slot read a moment ago may hold a process that exited since, or another one: the

@@ -26,6 +26,14 @@ constexpr uint32_t kWallProcessesPerTick = 64;
 // Words of stack read per tick, over every process read (2 MiB): past it, the tick's other
 // processes are profiled by state and function without their stacks.
 constexpr uint64_t kWallWordsPerTick = uint64_t{1} << 18;
+// Process table slots read per tick (2 MiB): the whole table each tick up to 262,144 slots (the
+// VM's default +P up to OTP 25; 27 and 29 default to 1,048,576), a larger one in turns: its
+// chunks are read round the table, the rest kept from their last read (at most table/slots
+// ticks old: 4 for a million slots). A process that ended since is found gone when read (left
+// out, counted); one that started since waits for its chunk's turn. At a million processes a
+// whole read each tick cost the tool 10.6% of a core (330 MB/s of a 2M-slot table), turns 2.6%
+// (bench/wall.py).
+constexpr uint32_t kWallSlotsPerTick = 262'144;
 
 // `k` distinct indexes of [0, n), uniformly (a partial Fisher-Yates shuffle of [0, n)); all of
 // them when k >= n. Pure but for `rng`.
@@ -43,7 +51,8 @@ struct WallProcess {
 };
 
 struct WallTick {
-    uint32_t live = 0;  // processes in the table at the tick (slots holding a Process pointer)
+    // Processes in the table (slots holding a Process pointer), as the chunks' last reads found it.
+    uint32_t live = 0;
     std::vector<WallProcess> processes;
     // Of the processes picked: exited before they were read, or caught mid-change (a torn
     // Process, a stack that moved during both reads, a stack that did not read). They are
@@ -67,6 +76,7 @@ ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, u
 struct WallConfig {
     uint32_t per_tick = kWallProcessesPerTick;
     uint64_t words_per_tick = kWallWordsPerTick;
+    uint32_t slots_per_tick = kWallSlotsPerTick;
     uint64_t seed = std::random_device{}();
     // True when `addr` is in gen:do_call/4's code: a process waiting there is in a call.
     std::function<bool(uint64_t addr)> in_gen_call;
@@ -98,7 +108,13 @@ private:
     WallConfig cfg_;
     std::mt19937_64 rng_;
     std::optional<std::pair<uint64_t, uint64_t>> only_;
-    std::vector<uint64_t> slots_, live_;
+    static constexpr uint32_t kSlotChunk = 8192;
+    std::vector<uint64_t> slots_;
+    // The live Process pointers of each chunk of the table, as its last read found them, and
+    // where each chunk's end falls when they are laid end to end.
+    std::vector<std::vector<uint64_t>> chunks_;
+    std::vector<uint64_t> ends_;
+    uint32_t next_chunk_ = 0;
 };
 
 }  // namespace bb
