@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The body of scripts/bench.sh (whose header, printed by --help, describes the sections): the
 options, the wait for a quiet machine, sections 1 to 5 (bench/overhead.py, depth.py, lost.py,
-userspace.py, startup.py), their table and JSON, then sections 6 to 10 (their own scripts).
+userspace.py, startup.py), their table and JSON, then sections 6 to 11 (their own scripts).
 
 A section module has run(r), which measures and stores its figures in r.R, and report(r), which
 returns its lines of the table and its rows of targets. One section alone, with the same options:
@@ -31,7 +31,8 @@ SCRIPTS = (  # number, script, title; neighbour is not run with --quick
     ("7", "procs", "beam-bpf-procs on 200,000 processes"),
     ("8", "alloc", "beam-bpf-sample -e alloc: cost and bias"),
     ("9", "native", "native frames: time per frame, tables, start-up"),
-    ("10", "agent", "beam-bpf-agent: its CPU, RSS and kernel memory with 1, 5 and 20 VMs; VM overhead at 99 and 999 Hz"))
+    ("10", "agent", "beam-bpf-agent: its CPU, RSS and kernel memory with 1, 5 and 20 VMs; VM overhead at 99 and 999 Hz"),
+    ("11", "wall", "beam-bpf-sample -e wall: its cost against 1k, 100k and 1M processes; VM overhead"))
 
 
 def header():
@@ -188,7 +189,7 @@ def measure(a):
     log(f"wrote {a.json}")
 
 
-def main(sections="1,2,3,4,5,6,7,8,9,10"):
+def main(sections="1,2,3,4,5,6,7,8,9,10,11"):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))  # the finally blocks end our VMs
     os.chdir(ROOT)  # relative --json and --build are the repository's, wherever it was started
     a = options(sections)
@@ -201,7 +202,7 @@ def main(sections="1,2,3,4,5,6,7,8,9,10"):
                               "--seconds", str(a.soak), "--json", f"{stem}-soak.json"])
     if os.geteuid() != 0:
         raise SystemExit("bench.sh: run as root (BPF, perf and bpf_stats need it)")
-    measure(a)  # also when only sections 6 to 10 run: they too wait for a quiet machine
+    measure(a)  # also when only sections 6 to 11 run: they too wait for a quiet machine
     for n, script, title in SCRIPTS:
         if n in a.sections and not (script == "neighbour" and a.quick):
             log(f"{n}. {title} (bench/{script}.py)")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
 # the hottest functions, one stack of each scheduler, its processes (and one's heap), which
-# code allocates, who triggers GC, the host agent (files and a push to a local stand-in for
-# Pyroscope), and flame graphs (also by process), pprof and folded-stack files. Run as root.
+# code allocates, where every process waits (-e wall), who triggers GC, the host agent (files
+# and a push to a local stand-in for Pyroscope), and flame graphs (also by process and of
+# process time), pprof and folded-stack files. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -35,6 +36,9 @@ echo
 echo "== beam-bpf-sample -e alloc -d 3 $vm: which Erlang code allocates the words that drive GC"
 build/beam-bpf-sample -e alloc -d 3 -t 12 "$vm"
 echo
+echo "== beam-bpf-sample -e wall -d 3 $vm: where every process spends its time, running or not, and whom it waits for"
+build/beam-bpf-sample -e wall -d 3 -t 10 "$vm"
+echo
 echo "== beam-bpf-blame -d 3 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 3 -t 10 erts_garbage_collect "$vm"
 echo
@@ -57,5 +61,6 @@ echo "(perf and bcc read it for JIT code mapped anonymously: a VM run with +JPpe
 echo
 build/beam-bpf-sample -d 3 --format html,pprof,folded -o "$work/demo" "$vm"
 build/beam-bpf-sample -d 3 --by-process --format html -o "$work/demo-by-process.html" "$vm"
-echo "a flame graph to open in a browser: $work/demo.html (by Erlang process: $work/demo-by-process.html)"
+build/beam-bpf-sample -e wall -d 3 --format html -o "$work/demo-wall.html" "$vm"
+echo "a flame graph to open in a browser: $work/demo.html (by Erlang process: $work/demo-by-process.html; where processes wait: $work/demo-wall.html)"
 echo "for go tool pprof: $work/demo.pb.gz; folded stacks: $work/demo.folded"

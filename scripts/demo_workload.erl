@@ -1,7 +1,9 @@
 %% The demo VM that scripts/demo.sh profiles: a few kinds of everyday BEAM work at once, so
 %% the report has something to say. Runs until killed.
 -module(demo_workload).
+-behaviour(gen_server).
 -export([start/0]).
+-export([init/1, handle_call/3, handle_cast/2]).
 
 %% The processes are named as they would be in an application, so --by-process, pprof's
 %% `process` label and beam-bpf-procs show those names: registered names, a process label (as
@@ -14,6 +16,8 @@ start() ->
     spawn_link(fun() -> counter_client(Server) end),
     Cache = spawn_link(fun() -> register(demo_cache, self()), cache(#{}, []) end),
     spawn_link(fun() -> cache_filler(Cache, 0) end),
+    {ok, _} = gen_server:start_link({local, demo_db}, ?MODULE, [], []),
+    [spawn_link(fun request/0) || _ <- lists:seq(1, 20)],
     io:format("demo workload running in ~s~n", [os:getpid()]),
     receive stop -> ok end.
 
@@ -64,3 +68,17 @@ counter_client(Server) ->
     Server ! {self(), incr},
     receive {Server, _} -> ok end,
     counter_client(Server).
+
+%% A slow server and the requests queued on it (2 ms a call, 20 callers): what
+%% beam-bpf-sample -e wall shows as [waiting for demo_db, pid ...].
+request() ->
+    {ok, _} = gen_server:call(demo_db, query, infinity),
+    request().
+
+init([]) -> {ok, 0}.
+
+handle_call(query, _From, N) ->
+    timer:sleep(2),
+    {reply, {ok, N}, N + 1}.
+
+handle_cast(_, N) -> {noreply, N}.

@@ -67,17 +67,29 @@ std::optional<ProcessEntry> WallSampler::process_of(uint64_t pid) {
     return copy.entry;
 }
 
-void WallSampler::find_callee(WallProcess& w) {
+void WallSampler::keep(WallTick& t, WallProcess w) {
+    read_reg_name(mem_, o_, w.stack.proc);
+    if (w.stack.outcome == ProcessStack::Outcome::read && cfg_.in_gen_call &&
+        std::string_view(w.stack.proc.status()) == "waiting" && cfg_.in_gen_call(w.stack.proc.i)) {
+        find_callee(t, w);
+        (w.call == WallProcess::Call::named ? t.calls_named : t.calls_unknown)++;
+    }
+    t.processes.push_back(std::move(w));
+}
+
+void WallSampler::find_callee(WallTick& t, WallProcess& w) {
     const ProcessEntry& p = w.stack.proc;
     std::optional<uint64_t> callee = call_target(mem_, o_, p, w.stack.leaf_frame);
     // The monitor tree is the process's own: unchanged if the process did not run meanwhile.
     ProcessCopy after = reads_.process(p.c_p);
+    t.process_reads++;
     if (!callee || !after.entry || !stack_held_still(p, *after.entry)) {
         w.call = WallProcess::Call::unknown;
         return;
     }
     w.call = WallProcess::Call::named;
     w.callee.pid = *callee;
+    t.process_reads++;
     if (auto e = process_of(*callee)) w.callee = *e;
 }
 
@@ -124,23 +136,12 @@ WallTick WallSampler::tick() {
             else t.exited++;
             continue;
         }
-        // Kept: with its registered name, which names it, and whom it calls if it waits in
-        // gen:do_call/4.
-        auto keep = [&](WallProcess& w) {
-            read_reg_name(mem_, o_, w.stack.proc);
-            if (w.stack.outcome == ProcessStack::Outcome::read && cfg_.in_gen_call &&
-                std::string_view(w.stack.proc.status()) == "waiting" && cfg_.in_gen_call(w.stack.proc.i)) {
-                find_callee(w);
-                (w.call == WallProcess::Call::named ? t.calls_named : t.calls_unknown)++;
-            }
-            t.processes.push_back(std::move(w));
-        };
         WallProcess w;
         if (words_left == 0) {
             w.stack.outcome = ProcessStack::Outcome::busy;
             w.stack.proc = *copy.entry;
             w.not_read = !copy.entry->busy();
-            keep(w);
+            keep(t, std::move(w));
             continue;
         }
         w.stack = read_process_stack(reads_, *copy.entry, code_, std::min(kStackWordsPerProcess, words_left));
@@ -149,7 +150,7 @@ WallTick WallSampler::tick() {
         t.words += w.stack.words_copied;
         switch (w.stack.outcome) {
         case ProcessStack::Outcome::read:
-        case ProcessStack::Outcome::busy: keep(w); break;
+        case ProcessStack::Outcome::busy: keep(t, std::move(w)); break;
         case ProcessStack::Outcome::changed: t.changed++; break;
         case ProcessStack::Outcome::gone: t.exited++; break;
         case ProcessStack::Outcome::unreadable: t.unreadable++; break;

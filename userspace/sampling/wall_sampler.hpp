@@ -94,8 +94,11 @@ public:
     WallTick tick();
 
 private:
+    // Into the tick: with its registered name, which names it, and whom it calls if it waits
+    // in gen:do_call/4.
+    void keep(WallTick& t, WallProcess w);
     // The callee of a process waiting in gen:do_call/4 (read, not running).
-    void find_callee(WallProcess& w);
+    void find_callee(WallTick& t, WallProcess& w);
     // A copy of the process `pid` (its registered name read), found in its slot; nullopt if the
     // slot holds another process or none.
     std::optional<ProcessEntry> process_of(uint64_t pid);
