@@ -289,4 +289,28 @@ TEST(WallTest, ReadsPerTickAreBounded) {
     EXPECT_NEAR(calls / all, 200 / processes, 0.05);
 }
 
+// What -e wall cannot be asked for: one line each, before any VM is read.
+TEST(WallErrors, OneLine) {
+    ErlVm erl("bb_work:main(idle)");
+    erl.wait_line("ready");
+    const std::string pid = std::to_string(erl.os_pid());
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+        {{"-e", "wall", "--pstack", pid}, "not with -e wall"},
+        {{"-e", "wall", "--kernel", pid}, "-e wall reads processes from user space"},
+        {{"-e", "wall", "--per-cpu", pid}, "-e wall reads processes from user space"},
+        {{"-e", "wall", "--period", "100000", pid}, "-e wall ticks -F times a second"},
+        {{"-e", "wall", "-F", "5000", pid}, "-e wall ticks 1 to 1000 times a second"},
+        {{"--per-tick", "5", pid}, "--per-tick: only with -e wall"},
+        {{"-e", "wall", "--process", "no_such_name_anywhere", pid}, "no_such_name_anywhere"},
+    };
+    for (const auto& [args, says] : cases) {
+        const std::string line = expect_one_line_error(run_tool(kTool, args, 30s), kTool);
+        EXPECT_NE(line.find(says), std::string::npos) << line;
+    }
+    const std::string line =
+        expect_one_line_error(run_tool("beam-bpf-blame", {"-e", "wall", "erts_garbage_collect", pid}, 30s),
+                              "beam-bpf-blame");
+    EXPECT_NE(line.find("-e wall is beam-bpf-sample's"), std::string::npos) << line;
+}
+
 }  // namespace

@@ -484,6 +484,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
     c_.ring_dropped += dropped;
     c_.samples += f.st.records;
     c_.alloc_samples += f.alloc ? f.alloc->samples : 0;
+    c_.wall_processes += f.wall ? f.wall->profile->counts().kept : 0;
     c_.detached++;
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, dropped,
@@ -524,6 +525,7 @@ void Agent::write_stats() const {
         SamplerCounters sc = f->s->sampler->counters();
         c.samples += f->st.records;
         c.alloc_samples += f->alloc ? f->alloc->samples : 0;
+        c.wall_processes += f->wall ? f->wall->profile->counts().kept : 0;
         c.ring_dropped += sc.bpf[BB_C_DROPPED];
         vms.push_back({{"os_pid", pid},
                        {"node", f->labels.node},
@@ -533,6 +535,7 @@ void Agent::write_stats() const {
                        {"profiles", f->profiles},
                        {"events", sc.events},
                        {"alloc_samples", f->alloc ? f->alloc->samples : 0},
+                       {"wall_processes", f->wall ? f->wall->profile->counts().kept : 0},
                        {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0}});
     }
     rusage ru{};
@@ -544,6 +547,7 @@ void Agent::write_stats() const {
         {"vms_refused", c.refused},
         {"samples", c.samples},
         {"alloc_samples", c.alloc_samples},
+        {"wall_processes", c.wall_processes},
         {"ring_dropped", c.ring_dropped},
         {"orphaned", c.orphaned},
         {"profiles", c.profiles},
@@ -589,6 +593,8 @@ void Agent::write_stats() const {
         metric("vms_refused_total", "counter", "VMs that could not be attached", j["vms_refused"]);
         metric("samples_total", "counter", "samples aggregated", j["samples"]);
         metric("alloc_samples_total", "counter", "allocation samples aggregated (-e cpu,alloc)", j["alloc_samples"]);
+        metric("wall_processes_total", "counter", "processes read into wall profiles (-e cpu,wall)",
+               j["wall_processes"]);
         metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
         metric("profiles_total", "counter", "profiles finished", j["profiles"]);
         metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);

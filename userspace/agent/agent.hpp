@@ -40,6 +40,7 @@ struct AgentCounters {
     uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
     uint64_t samples = 0;                              // records aggregated, all VMs
     uint64_t alloc_samples = 0;                        // -e cpu,alloc: allocation samples aggregated, all VMs
+    uint64_t wall_processes = 0;                       // -e cpu,wall: processes read into wall profiles, all VMs
     uint64_t ring_dropped = 0;                         // samples the BPF side could not hand over (ring full), all VMs
     uint64_t orphaned = 0;                             // records of a VM no longer followed (taken as it was detached)
     uint64_t profiles = 0;                             // profiles finished (written and/or queued): CPU, and allocation

@@ -39,12 +39,12 @@ int run(int argc, char** argv) {
     }
     // The options first (a bad one is the only line), then which VM.
     resolve(o);
+    if (is_alloc(o.event)) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
+    if (o.event == Event::wall) throw UserError("-e wall is beam-bpf-sample's (a wall-clock profile of every process)");
     o.pid = find_vm(o.targets, o.node);
     Session s(o);
     auto& vm = s.vm;
     auto& sampler_slot = s.sampler;
-    if (is_alloc(o.event)) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
-    if (o.event == Event::wall) throw UserError("-e wall is beam-bpf-sample's (a wall-clock profile of every process)");
     auto found = resolve_functions(vm, func, exact);
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;

@@ -34,7 +34,7 @@ int run(int argc, char** argv) {
     bool pstack = false;
     uint32_t per_tick = kWallProcessesPerTick;
     add_common_options(app, o);
-    app.add_option("--per-tick", per_tick,
+    CLI::Option* per_tick_option = app.add_option("--per-tick", per_tick,
                    "-e wall: processes read each tick, a uniform random subset of the live ones (each read "
                    "stands for live/N of them); more gives finer shares at more reads of the VM")
         ->capture_default_str()
@@ -51,10 +51,11 @@ int run(int argc, char** argv) {
     }
     // The options first (a bad one is the only line), then which VM.
     resolve(o);
-    o.pid = find_vm(o.targets, o.node);
     const bool alloc = is_alloc(o.event);
+    if (per_tick_option->count() && o.event != Event::wall) throw UserError("--per-tick: only with -e wall");
     if ((alloc || o.event == Event::wall) && pstack)
         throw UserError(fmt::format("--pstack shows where schedulers are now: not with -e {}", event_name(o.event)));
+    o.pid = find_vm(o.targets, o.node);
     if (o.event == Event::wall) {
         Session s(o);
         return run_wall(s, o, per_tick);
