@@ -2,8 +2,8 @@
 // it resumes in (its `i`) and the continuation pointers on its stack [stop, hend), each
 // validated as the BPF walker validates its own. Bounded, never a write, never a pause: a
 // process that runs while it is read is read again once, then given up, never shown wrong.
-// beam-bpf-procs --stacks reads every process with it; a wall-clock profile (issue 35) is to
-// read a sample of them each tick.
+// beam-bpf-procs --stacks reads every process with it; beam-bpf-sample -e wall a sample of them
+// each tick (sampling/wall_sampler.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
