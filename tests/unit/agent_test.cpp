@@ -571,5 +571,27 @@ TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
     EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"every", "metrics"}));
 }
 
+// -e: cpu always, alloc and wall beside it in any order, each once; a reload keeps both.
+TEST(AgentConfig, Events) {
+    const Setting* events = find_setting("events");
+    ASSERT_NE(events, nullptr);
+    for (const auto& [v, alloc, wall] : std::vector<std::tuple<std::string, bool, bool>>{
+             {"cpu", false, false}, {"cpu,alloc", true, false}, {"alloc,cpu", true, false},
+             {"cpu,wall", false, true}, {"wall,cpu", false, true}, {"cpu,alloc,wall", true, true}}) {
+        AgentConfig c;
+        events->set(c, "events", v);
+        EXPECT_EQ(c.alloc, alloc) << v;
+        EXPECT_EQ(c.wall, wall) << v;
+    }
+    for (const std::string v : {"wall", "alloc", "", "cpu,", "cpu,cpu", "cpu,wall,wall", "cpu,offcpu", "CPU"}) {
+        AgentConfig c;
+        EXPECT_THROW(events->set(c, "events", v), UserError) << v;
+    }
+    AgentConfig running, next;
+    next.wall = true;
+    EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"events, alloc-period"}));
+    EXPECT_FALSE(next.wall);
+}
+
 }  // namespace
 }  // namespace bb::agent
