@@ -11,7 +11,10 @@
  * OTP 27 on, before it sig_qs.len (messages of the inner and middle queues). An atom's text is
  * at `name` up to 27, and from 28 in the binary term `u.bin`, the same word of a union. A
  * process's monitors (common.u.alive.monitors) are a red-black tree of ErtsMonLnkNode keyed by
- * the monitor's reference, at key_offset from the node (erl_monitor_link.h, OTP 25 to 29).
+ * the monitor's reference, at key_offset from the node (erl_monitor_link.h, OTP 25 to 29). A
+ * scheduler's busy state: thr_progress_data.active (set and cleared with every change of
+ * scheduler_wall_time's busy state, before any spinning) and its sched_wall_time counters
+ * (always kept for dirty schedulers, for normal ones only while the flag is on).
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -72,6 +75,12 @@
 	X(esd_no, "ErtsSchedulerData", "no")                                     \
 	X(esd_type, "ErtsSchedulerData", "type")                                 \
 	X(esd_current_process, "ErtsSchedulerData", "current_process")           \
+	X(esd_active, "ErtsSchedulerData", "thr_progress_data.active")          \
+	X(esd_swt_mod, "ErtsSchedulerData", "sched_wall_time.u.mod")            \
+	X(esd_swt_enabled, "ErtsSchedulerData", "sched_wall_time.enabled")      \
+	X(esd_swt_start, "ErtsSchedulerData", "sched_wall_time.start")          \
+	X(esd_swt_total, "ErtsSchedulerData", "sched_wall_time.working.total")  \
+	X(esd_swt_working, "ErtsSchedulerData", "sched_wall_time.working.start") \
 	X(aligned_esd_size, "ErtsAlignedSchedulerData", "")                      \
 	X(regs_runtime_stack, "ErtsSchedulerRegisters", "aux_regs.d.runtime_stack") \
 	X(ptab_tab, "ErtsPTab", "r.o.tab")                                       \

@@ -20,6 +20,7 @@
 #include "inspect/find_process.hpp"
 #include "inspect/heap_inspect.hpp"
 #include "inspect/process_table.hpp"
+#include "inspect/sched_util.hpp"
 #include "profile/frames.hpp"
 
 namespace bb {
@@ -156,8 +157,10 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
     const bool tty = isatty(STDOUT_FILENO);
     std::unordered_map<uint64_t, ProcessEntry> prev;
     for (const auto& e : read_checked_table(c.vm).processes) prev[e.pid] = e;
+    // The interval is spent watching the schedulers' busy state (inspect/sched_util.hpp).
+    SchedUtil util(c.vm);
     for (size_t n = 0; o.count == 0 || n < o.count; n++) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
+        const std::vector<SchedBusy> busy = util.watch(o.watch);
         // The VM ending is the end of the watch, not a failure to read it (it may end mid-read).
         std::optional<ProcessTable> read;
         try {
@@ -208,7 +211,15 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             nlohmann::json j{{"interval_s", o.watch},
                              {"processes_total", table.processes.size()},
                              {"unreadable", table.unreadable},
+                             {"schedulers", nlohmann::json::array()},
                              {"processes", nlohmann::json::array()}};
+            for (const SchedBusy& b : busy)
+                j["schedulers"].push_back({{"type", b.type == BB_SCHED_NORMAL      ? "normal"
+                                                    : b.type == BB_SCHED_DIRTY_CPU ? "dirty_cpu"
+                                                                                   : "dirty_io"},
+                                           {"no", b.no},
+                                           {"busy", b.busy},
+                                           {"samples", b.samples}});
             for (const Row& r : rows) {
                 auto p = row_json(r, proc_size);
                 p["memory_growth"] = r.d_memory;
@@ -224,6 +235,8 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                 "beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
                 "they hold)\n",
                 table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
+            if (!busy.empty())
+                fmt::print("schedulers busy (the VM's own busy, spinning not counted): {}\n", SchedUtil::line(busy));
             const size_t nw = name_width(rows);
             fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
                        "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
