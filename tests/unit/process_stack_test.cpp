@@ -114,7 +114,13 @@ struct Target {
                         stack_reads++;
                         last_addr = addr, last_words = out.size();
                         if (words_fail || addr < proc.stop || addr + 8 * out.size() > proc.hend) return false;
-                        std::copy_n(stack.begin() + (addr - proc.stop) / 8, out.size(), out.begin());
+                        // The words `stack` holds from stop up; past them (a change moved stop
+                        // below them) the memory reads as zeros.
+                        std::fill(out.begin(), out.end(), 0);
+                        const size_t from = (addr - proc.stop) / 8;
+                        if (from < stack.size())
+                            std::copy_n(stack.begin() + static_cast<ptrdiff_t>(from),
+                                        std::min(out.size(), stack.size() - from), out.begin());
                         if (after_stack_read) after_stack_read(*this);
                         return true;
                     }};

@@ -5,13 +5,11 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
+#include "run/output.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/wall_profile.hpp"
@@ -50,9 +48,8 @@ void write_wall_stats(const std::string& path, const WallCounts& n, double secon
                      {"process_seconds", static_cast<double>(n.weight_ns) / 1e9},
                      {"tool_cpu_s", cpu_s},
                      {"peak_rss_kib", ru.ru_maxrss}};
-    std::ofstream f(path);
-    f << json_text(j, 1) << "\n";
-    if (!f) throw UserError(fmt::format("cannot write --stats {}", path));
+    // As the other runs' --stats: whole or not at all, never through a planted symlink.
+    write_file_atomically(path, json_text(j, 2) + "\n");
 }
 
 }  // namespace
