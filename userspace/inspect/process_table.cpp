@@ -179,6 +179,11 @@ std::string ProcessTable::sizes_mismatch() const {
     return fmt::format("heap_sz is the size of the heap in only {} of {} processes", fit, processes.size());
 }
 
+void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e) {
+    auto name = e.reg ? mem.read<uint64_t>(e.reg + o.regproc_name) : std::nullopt;
+    e.reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
+}
+
 ProcessTable read_process_table(const Vm& vm) {
     return read_process_table(vm.mem(), vm.offsets(), vm.symbol_address("erts_proc"));
 }
@@ -216,10 +221,7 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
                 if (e || n == kRereads || std::chrono::steady_clock::now() > reread_until || !torn(proc, o)) break;
                 std::this_thread::sleep_for(std::chrono::microseconds(100 << n));
             }
-            if (e && e->reg) {
-                auto name = mem.read<uint64_t>(e->reg + o.regproc_name);
-                e->reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;
-            }
+            if (e) read_reg_name(mem, o, *e);
             if (e && !add_outside_memory(mem, o, *e)) t.partial++;
             if (e) {
                 t.processes.push_back(*e);

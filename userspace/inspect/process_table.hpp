@@ -106,6 +106,9 @@ private:
 bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e,
                         uint64_t max_messages = 10'000'000);
 
+// Sets e.reg_name: the atom its RegProc (e.reg) holds, 0 if none or not an atom.
+void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e);
+
 // Every process of the VM. UserError if the process table itself cannot be read.
 ProcessTable read_process_table(const Vm& vm);
 // The same from the process table at `erts_proc` (&erts_proc, an ErtsPTab).

@@ -48,14 +48,6 @@ WallSampler::WallSampler(const RemoteMemory& mem, const VmOffsets& o, ProcessTab
       cfg_(std::move(cfg)),
       rng_(cfg_.seed) {}
 
-namespace {
-// Its registered name: the atom its RegProc holds (0 if none, or not an atom).
-void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e) {
-    auto name = e.reg ? mem.read<uint64_t>(e.reg + o.regproc_name) : std::nullopt;
-    e.reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
-}
-}  // namespace
-
 std::optional<ProcessEntry> WallSampler::process_of(uint64_t pid) {
     const uint64_t slot = cfg_.slot_of ? cfg_.slot_of(pid) : table_.max;
     if (slot >= table_.max) return std::nullopt;
