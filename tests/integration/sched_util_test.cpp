@@ -1,8 +1,15 @@
-// beam-bpf-procs --watch's scheduler utilization against the VM's own
-// statistics(scheduler_wall_time_all) over the same interval, at 10%, 50% and 95% load
-// (tests/workloads/bb_util.erl: one worker bound to each of 2 schedulers, busy a share of
-// every 20 ms), on OTP 25, 27 and 29.
+// Scheduler utilization from outside (inspect/sched_util.hpp) against the VM's own
+// statistics(scheduler_wall_time_all), at 10%, 50% and 95% load (tests/workloads/bb_util.erl:
+// one worker bound to each of 2 schedulers, busy a share of every 20 ms):
+//   - beam-bpf-procs --watch, on OTP 25, 27 and 29;
+//   - the agent's per-VM figures (--stats and its metrics), on OTP 29.
+// The VM's marks are taken inside the tool's interval (the load is steady): the tool's own start,
+// reading the VM's symbols, stays out of both.
+#include <signal.h>
+
 #include <cmath>
+#include <filesystem>
+#include <regex>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -10,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "agent_fixtures.hpp"
 #include "harness.hpp"
 
 namespace {
@@ -50,9 +58,11 @@ TEST_P(SchedUtilVmTest, BusyAgreesWithSchedulerWallTime) {
         std::this_thread::sleep_for(1s);
         RunningTool t = start_tool("beam-bpf-procs",
                                    {"--watch", "4", "--count", "1", "--json", "-t", "1", std::to_string(erl.os_pid())});
+        std::this_thread::sleep_for(1s);
         const auto before = mark(erl);
-        ToolResult r = finish_tool(t, false, 60s);
+        std::this_thread::sleep_for(2s);
         const auto after = mark(erl);
+        ToolResult r = finish_tool(t, false, 60s);
         ASSERT_EQ(r.exit_code, 0) << describe(r);
         const auto j = nlohmann::json::parse(r.out);
         int compared = 0;
@@ -73,9 +83,86 @@ TEST_P(SchedUtilVmTest, BusyAgreesWithSchedulerWallTime) {
         }
         EXPECT_EQ(compared, 2) << r.out;
         // Dirty schedulers: read from their own counters, idle here.
-        for (const auto& s : j["schedulers"])
-            if (s["type"] != "normal") EXPECT_LT(s["busy"].get<double>(), 0.03) << s.dump();
+        for (const auto& s : j["schedulers"]) {
+            if (s["type"] != "normal") {
+                EXPECT_LT(s["busy"].get<double>(), 0.03) << s.dump();
+            }
+        }
     }
+}
+
+// The agent's figures of a VM, per interval: the last interval's share of each normal scheduler
+// from --stats, against the VM's over a stretch of steady load that holds that interval; then
+// the same scheduler in the Prometheus text.
+TEST(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root";
+    TempDir tmp;
+    const std::filesystem::path stats = tmp.path / "stats.json";
+    ErlVm erl(vm_named("otp29"), "bb_util:main()", {"+S", "2", "-sname", "bbutil_agent"});
+    erl.wait_line("ready", 60s);
+    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "5", "--match", "bbutil_agent", "--stats",
+                                                      stats.string(), "--metrics", "0"});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(erl.os_pid()) + ",", 30s, &err)) << err;
+    std::smatch url;
+    ASSERT_TRUE(std::regex_search(agent.err, url, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
+        << agent.err;
+    // The shares of the last interval the agent ended, once one ended after `after` did.
+    auto interval_after = [&](uint64_t profiles_before) {
+        for (int i = 0; i < 200; i++) {
+            std::this_thread::sleep_for(100ms);
+            try {
+                const auto j = nlohmann::json::parse(slurp(stats));
+                for (const auto& vm : j["vms"])
+                    if (vm["os_pid"] == erl.os_pid() && vm["profiles"].template get<uint64_t>() > profiles_before) return vm;
+            } catch (const std::exception&) {  // not written yet
+            }
+        }
+        return nlohmann::json();
+    };
+    uint64_t profiles = 0;
+    for (int busy_ms : {2, 19}) {
+        erl.send_line("load " + std::to_string(busy_ms));
+        erl.wait_line("load");
+        // One whole interval of the new load: the one after the next that ends.
+        nlohmann::json vm = interval_after(profiles);
+        ASSERT_FALSE(vm.is_null()) << slurp(stats);
+        const auto before = mark(erl);
+        vm = interval_after(vm["profiles"].get<uint64_t>());
+        ASSERT_FALSE(vm.is_null()) << slurp(stats);
+        const auto after = mark(erl);
+        profiles = vm["profiles"].get<uint64_t>();
+        int compared = 0;
+        for (const auto& s : vm["schedulers"]) {
+            if (s["type"] != "normal") continue;
+            const int id = s["no"];
+            const double da = after.at(id).first - before.at(id).first, dt = after.at(id).second - before.at(id).second;
+            ASSERT_GT(dt, 0);
+            const double vm_busy = da / dt, tool_busy = s["busy"], n = s["samples"];
+            // 100 samples a second (agent/sched_sampler.hpp): 3 sd, not 3 points.
+            const double tolerance = 3 * std::sqrt(std::max(vm_busy * (1 - vm_busy), 0.01) / n);
+            std::cout << "[          ] agent, load " << 100 * busy_ms / 20 << "%: scheduler " << id << " "
+                      << 100 * tool_busy << "% (" << n << " samples, 3 sd " << 100 * tolerance << " points), VM "
+                      << 100 * vm_busy << "%\n";
+            EXPECT_GE(n, 400);
+            EXPECT_NEAR(tool_busy, vm_busy, tolerance) << "scheduler " << id << " at " << busy_ms << " ms of 20";
+            compared++;
+        }
+        EXPECT_EQ(compared, 2) << vm.dump();
+    }
+    ToolResult metrics = run_command({"python3", "-c",
+                                      "import sys, urllib.request; "
+                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                                      url[1].str()},
+                                     20s);
+    ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
+    EXPECT_TRUE(std::regex_search(
+        metrics.out, std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" + std::to_string(erl.os_pid()) +
+                                "\",node=\"bbutil_agent\",service=\"[^\"]+\",type=\"normal\",scheduler=\"2\"\\} 0\\.[89]")))
+        << metrics.out;
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
 }
 
 }  // namespace

@@ -167,6 +167,10 @@ struct Agent::Followed {
         uint64_t next_tick_ns = 0;
     };
     std::unique_ptr<WallPart> wall;
+    // Its schedulers' busy shares (inspect/sched_util.hpp), sampled by the agent's SchedSampler;
+    // `util` is those of the last interval ended, for --stats and the metrics.
+    std::shared_ptr<SchedUtil> sched;
+    std::vector<SchedBusy> util;
 
     void tick_wall(uint64_t now_ns) {
         if (!wall || now_ns < wall->next_tick_ns) return;
@@ -318,6 +322,8 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         }
     }
     f->names.emplace(f->s->vm, false);
+    f->sched = std::make_shared<SchedUtil>(f->s->vm);
+    sched_.add(p.pid, f->sched);
     f->dir_name = dir_safe(service_of(l)) + "-" + std::to_string(p.pid);
     f->interval_start_ns = f->s->start_ns;
     f->interval_start_unix_ns = f->s->start_unix_ns;
@@ -395,6 +401,7 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     }
     f.agg.clear();
     if (f.alloc) f.alloc->agg.clear();
+    f.util = f.sched->take();
     f.names.emplace(f.s->vm, false);
     f.registered.clear();
     f.interval_start_unix_ns += now_ns - f.interval_start_ns;
@@ -489,6 +496,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, dropped,
                                          f.profiles, err);
+    sched_.remove(pid);
     vms_.erase(it);  // the Session: sampler (BPF objects, perf events, ring), tables, symbols
     // What the VM held goes back to the system, not only to malloc's free lists: RSS follows the
     // VMs followed now, not the most ever followed at once (an hour's soak beside a CI run kept
@@ -536,7 +544,8 @@ void Agent::write_stats() const {
                        {"events", sc.events},
                        {"alloc_samples", f->alloc ? f->alloc->samples : 0},
                        {"wall_processes", f->wall ? f->wall->profile->counts().kept : 0},
-                       {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0}});
+                       {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0},
+                       {"schedulers", sched_json(f->util)}});
     }
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -612,6 +621,18 @@ void Agent::write_stats() const {
             metric(p + "queue_bytes", "gauge", "bytes of profiles waiting for " + store, j[p + "queue_bytes"]);
             metric(p + "queue_profiles", "gauge", "profiles waiting for " + store, j[p + "queue_profiles"]);
         }
+        // Each VM's schedulers over its last interval: a series per scheduler, labelled as the VM's
+        // profiles are named (its node and service are the target's say: escaped).
+        text += "# HELP beam_bpf_agent_scheduler_busy_ratio share of the VM's last interval each scheduler was "
+                "busy, as erlang:statistics(scheduler_wall_time) counts it (spinning is idle)\n"
+                "# TYPE beam_bpf_agent_scheduler_busy_ratio gauge\n";
+        for (const auto& vm : j["vms"])
+            for (const auto& b : vm["schedulers"])
+                text += fmt::format(
+                    "beam_bpf_agent_scheduler_busy_ratio{{pid=\"{}\",node=\"{}\",service=\"{}\",type=\"{}\","
+                    "scheduler=\"{}\"}} {}\n",
+                    vm["os_pid"].get<int>(), prometheus_label(vm["node"]), prometheus_label(vm["service"]),
+                    b["type"].get<std::string>(), b["no"].get<int>(), b["busy"].get<double>());
         metric("unwind_rows_used", "gauge", "native unwind rows held for all VMs, each file's once",
                j["unwind_store"]["rows_used"]);
         metric("rss_bytes", "gauge", "the agent's resident memory",

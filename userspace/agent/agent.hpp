@@ -27,6 +27,7 @@
 #include "agent/matcher.hpp"
 #include "agent/metrics.hpp"
 #include "agent/profile_dir.hpp"
+#include "agent/sched_sampler.hpp"
 #include "agent/sinks.hpp"
 #include "run/session.hpp"
 
@@ -115,6 +116,8 @@ private:
     // share (each holds its share).
     SharedSampling shared_;
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
+    // Declared after vms_: destroyed first, its thread gone before the VMs it samples.
+    SchedSampler sched_;
     std::set<Key> refused_, ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while
     AgentCounters c_;

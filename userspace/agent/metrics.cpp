@@ -11,6 +11,17 @@
 
 namespace bb::agent {
 
+std::string prometheus_label(const std::string& v) {
+    std::string out;
+    for (unsigned char c : v) {
+        if (c == '\\' || c == '"') out += '\\', out += static_cast<char>(c);
+        else if (c == '\n') out += "\\n";
+        else if (c < 0x20 || c == 0x7f) out += '?';
+        else out += static_cast<char>(c);
+    }
+    return out;
+}
+
 namespace {
 
 MHD_Result answer(void* cls, MHD_Connection* c, const char* url, const char* method, const char*, const char*, size_t*,

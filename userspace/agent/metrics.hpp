@@ -7,6 +7,10 @@
 
 namespace bb::agent {
 
+// A label value of the text format: \\, \" and \n escaped as it says, other control bytes as
+// '?' (node and service names are the target's say).
+std::string prometheus_label(const std::string& v);
+
 class MetricsEndpoint {
 public:
     // 127.0.0.1:`port` (0: any free port); UserError when it cannot listen.

@@ -211,15 +211,8 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             nlohmann::json j{{"interval_s", o.watch},
                              {"processes_total", table.processes.size()},
                              {"unreadable", table.unreadable},
-                             {"schedulers", nlohmann::json::array()},
+                             {"schedulers", sched_json(busy)},
                              {"processes", nlohmann::json::array()}};
-            for (const SchedBusy& b : busy)
-                j["schedulers"].push_back({{"type", b.type == BB_SCHED_NORMAL      ? "normal"
-                                                    : b.type == BB_SCHED_DIRTY_CPU ? "dirty_cpu"
-                                                                                   : "dirty_io"},
-                                           {"no", b.no},
-                                           {"busy", b.busy},
-                                           {"samples", b.samples}});
             for (const Row& r : rows) {
                 auto p = row_json(r, proc_size);
                 p["memory_growth"] = r.d_memory;

@@ -1,5 +1,7 @@
 #include "inspect/sched_util.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include <fmt/format.h>
@@ -17,7 +19,6 @@ namespace bb {
 
 namespace {
 constexpr uint64_t kIdle = ~uint64_t{0};  // ERTS_SCHED_WTIME_IDLE
-constexpr int kSampleHz = 1000;
 }  // namespace
 
 uint64_t dirty_busy_ns(const WallTimeCopy& c, uint64_t now_ns) {
@@ -27,23 +28,31 @@ uint64_t dirty_busy_ns(const WallTimeCopy& c, uint64_t now_ns) {
     return busy;
 }
 
-SchedUtil::SchedUtil(const Vm& vm) : vm_(vm), scheds_(vm.sched_threads()) {
-    std::sort(scheds_.begin(), scheds_.end(), [](const SchedThread& a, const SchedThread& b) {
-        return std::pair(a.sched.type, a.sched.no) < std::pair(b.sched.type, b.sched.no);
-    });
+SchedUtil::SchedUtil(const Vm& vm)
+    : mem_(vm.mem()),
+      esd_active_(vm.offsets().esd_active),
+      esd_swt_mod_(vm.offsets().esd_swt_mod),
+      esd_swt_enabled_(vm.offsets().esd_swt_enabled),
+      esd_swt_start_(vm.offsets().esd_swt_start),
+      esd_swt_total_(vm.offsets().esd_swt_total),
+      esd_swt_working_(vm.offsets().esd_swt_working) {
+    for (const SchedThread& t : vm.sched_threads()) w_.push_back({t.sched.type, t.sched.no, t.sched.esdp});
+    std::sort(w_.begin(), w_.end(),
+              [](const Watched& a, const Watched& b) { return std::pair(a.type, a.no) < std::pair(b.type, b.no); });
+    std::lock_guard g(mu_);
+    start_interval();
 }
 
 std::optional<WallTimeCopy> SchedUtil::wall_time(uint64_t esdp) const {
-    const VmOffsets& o = vm_.offsets();
     // Under the sequence number: an even one, the same before and after the counters.
     for (int attempt = 0; attempt < 100; attempt++) {
         WallTimeCopy c;
-        auto mod = vm_.mem().read<uint32_t>(esdp + o.esd_swt_mod);
-        auto enabled = vm_.mem().read<int32_t>(esdp + o.esd_swt_enabled);
-        auto start = vm_.mem().read<uint64_t>(esdp + o.esd_swt_start);
-        auto total = vm_.mem().read<uint64_t>(esdp + o.esd_swt_total);
-        auto working = vm_.mem().read<uint64_t>(esdp + o.esd_swt_working);
-        auto again = vm_.mem().read<uint32_t>(esdp + o.esd_swt_mod);
+        auto mod = mem_.read<uint32_t>(esdp + esd_swt_mod_);
+        auto enabled = mem_.read<int32_t>(esdp + esd_swt_enabled_);
+        auto start = mem_.read<uint64_t>(esdp + esd_swt_start_);
+        auto total = mem_.read<uint64_t>(esdp + esd_swt_total_);
+        auto working = mem_.read<uint64_t>(esdp + esd_swt_working_);
+        auto again = mem_.read<uint32_t>(esdp + esd_swt_mod_);
         if (!mod || !enabled || !start || !total || !working || !again) return std::nullopt;
         if ((*mod & 1) || *mod != *again) continue;
         c.mod = *mod, c.enabled = *enabled, c.start = *start, c.working_total = *total, c.working_start = *working;
@@ -52,54 +61,89 @@ std::optional<WallTimeCopy> SchedUtil::wall_time(uint64_t esdp) const {
     return std::nullopt;
 }
 
-std::vector<SchedBusy> SchedUtil::watch(double seconds, const std::function<bool()>& stop) {
-    const VmOffsets& o = vm_.offsets();
-    struct Watched {
-        const SchedThread* t;
-        uint64_t busy = 0, samples = 0, dirty_from = 0;
-        bool ok = true;
-    };
-    std::vector<Watched> w;
-    for (const SchedThread& t : scheds_) w.push_back({&t});
-    const uint64_t t0 = monotonic_ns();
-    for (Watched& x : w) {
-        if (x.t->sched.type == BB_SCHED_NORMAL) continue;
-        auto c = wall_time(x.t->sched.esdp);
+void SchedUtil::start_interval() {
+    t0_ = monotonic_ns();
+    for (Watched& x : w_) {
+        x.busy = x.samples = 0;
+        if (x.type == BB_SCHED_NORMAL || !x.ok) continue;
+        auto c = wall_time(x.esdp);
         x.ok = c && c->enabled;
-        if (x.ok) x.dirty_from = dirty_busy_ns(*c, t0);
+        if (x.ok) x.dirty_from = dirty_busy_ns(*c, t0_);
     }
-    std::mt19937_64 rng(std::random_device{}());
-    std::uniform_int_distribution<uint64_t> gap(500'000'000ull / kSampleHz, 1'500'000'000ull / kSampleHz);
-    const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
-    for (uint64_t next = t0 + gap(rng); next < end && !(stop && stop()); next += gap(rng)) {
-        timespec ts{static_cast<time_t>(next / 1'000'000'000ull), static_cast<long>(next % 1'000'000'000ull)};
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
-        for (Watched& x : w) {
-            if (x.t->sched.type != BB_SCHED_NORMAL || !x.ok) continue;
-            auto active = vm_.mem().read<int32_t>(x.t->sched.esdp + o.esd_active);
-            if (!active) {
-                x.ok = false;
-                continue;
-            }
-            x.samples++;
-            x.busy += *active != 0;
+}
+
+void SchedUtil::sample() {
+    std::lock_guard g(mu_);
+    for (Watched& x : w_) {
+        if (x.type != BB_SCHED_NORMAL || !x.ok) continue;
+        auto active = mem_.read<int32_t>(x.esdp + esd_active_);
+        if (!active) {
+            x.ok = false;
+            continue;
         }
+        x.samples++;
+        x.busy += *active != 0;
     }
+}
+
+std::vector<SchedBusy> SchedUtil::take() {
+    std::lock_guard g(mu_);
     const uint64_t t1 = monotonic_ns();
     std::vector<SchedBusy> out;
-    for (Watched& x : w) {
-        SchedBusy b{x.t->sched.type, x.t->sched.no, 0, x.samples};
-        if (x.t->sched.type == BB_SCHED_NORMAL) {
-            if (!x.ok || !x.samples) continue;
+    for (Watched& x : w_) {
+        SchedBusy b{x.type, x.no, 0, x.samples};
+        if (!x.ok) continue;
+        if (x.type == BB_SCHED_NORMAL) {
+            if (!x.samples) continue;
             b.busy = static_cast<double>(x.busy) / static_cast<double>(x.samples);
         } else {
-            auto c = x.ok ? wall_time(x.t->sched.esdp) : std::nullopt;
-            if (!c || t1 <= t0) continue;
+            auto c = wall_time(x.esdp);
+            if (!c || t1 <= t0_) continue;
             const uint64_t to = dirty_busy_ns(*c, t1);
-            b.busy = to >= x.dirty_from ? std::min(1.0, static_cast<double>(to - x.dirty_from) / (t1 - t0)) : 0;
+            b.busy = to >= x.dirty_from ? std::min(1.0, static_cast<double>(to - x.dirty_from) / (t1 - t0_)) : 0;
         }
         out.push_back(b);
     }
+    start_interval();
+    return out;
+}
+
+uint64_t SchedUtil::next_gap_ns(std::mt19937_64& rng, int hz) {
+    return std::uniform_int_distribution<uint64_t>(500'000'000ull / hz, 1'500'000'000ull / hz)(rng);
+}
+
+void run_at_realtime_priority() {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+}
+
+std::vector<SchedBusy> SchedUtil::watch(double seconds, const std::function<bool()>& stop) {
+    take();  // the interval starts now
+    std::thread sampler([&] {
+        run_at_realtime_priority();
+        std::mt19937_64 rng(std::random_device{}());
+        const uint64_t t0 = monotonic_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
+        for (uint64_t next = t0 + next_gap_ns(rng, 1000); next < end && !(stop && stop());
+             next += next_gap_ns(rng, 1000)) {
+            timespec ts{static_cast<time_t>(next / 1'000'000'000ull), static_cast<long>(next % 1'000'000'000ull)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+            sample();
+        }
+    });
+    sampler.join();
+    return take();
+}
+
+nlohmann::json sched_json(const std::vector<SchedBusy>& s) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SchedBusy& b : s)
+        out.push_back({{"type", b.type == BB_SCHED_NORMAL      ? "normal"
+                                : b.type == BB_SCHED_DIRTY_CPU ? "dirty_cpu"
+                                                               : "dirty_io"},
+                       {"no", b.no},
+                       {"busy", b.busy},
+                       {"samples", b.samples}});
     return out;
 }
 
