@@ -19,6 +19,7 @@
 #include "agent/config.hpp"
 #include "target/discovery.hpp"
 #include "agent/matcher.hpp"
+#include "agent/metrics.hpp"
 #include "agent/push_protocol.hpp"
 #include "agent/profile_dir.hpp"
 #include "agent/sinks.hpp"
@@ -27,6 +28,14 @@
 
 namespace bb::agent {
 namespace {
+
+// Node and service names are the target's say: a label value can neither end its quotes nor its
+// line, nor carry a control byte to whoever reads the text.
+TEST(PrometheusLabel, EscapesWhatTheTextFormatSaysAndNoControlByteGoesThrough) {
+    EXPECT_EQ(prometheus_label("rabbit@host"), "rabbit@host");
+    EXPECT_EQ(prometheus_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    EXPECT_EQ(prometheus_label(std::string("x\x1b[2Jy\0z\x7f", 9)), "x?[2Jy?z?");
+}
 
 TEST(AgentDiscovery, BeamExecutables) {
     EXPECT_TRUE(is_beam_exe("/usr/lib/erlang/erts-13.1.5/bin/beam.smp"));
