@@ -58,7 +58,9 @@ class Sampler:
     def __init__(self, bench, vm_pid, event, args=(), env=None):
         self.stats = tempfile.NamedTemporaryFile(suffix=".json")
         self.out = tempfile.TemporaryFile(mode="w+")
-        self.p = bench.start("beam-bpf-sample", ["-e", event, *args, "--folded", "--stats", self.stats.name,
+        # The bench's own VMs: watchpoints are allowed in a virtual machine (docs/allocation-profiling.md).
+        vm_ok = ["--watchpoints-in-vm"] if event == "alloc" else []
+        self.p = bench.start("beam-bpf-sample", ["-e", event, *vm_ok, *args, "--folded", "--stats", self.stats.name,
                                                  str(vm_pid)], stdout=self.out, env=env)
 
     def stop(self):

@@ -100,7 +100,7 @@ def round_of(broker, config, seconds):
     """One load run under `config`: (messages per second, VM CPU microseconds per message)."""
     tool = None
     if config.startswith("sample") or config == "alloc":
-        args = {"sample999": ["-F", "999"], "sample19": ["-F", "19"], "alloc": ["-e", "alloc"]}[config]
+        args = {"sample999": ["-F", "999"], "sample19": ["-F", "19"], "alloc": ["-e", "alloc", "--watchpoints-in-vm"]}[config]
         tool = subprocess.Popen([SAMPLE, *args, "-d", str(seconds + 30), "-t", "5", str(broker.pid)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for line in tool.stderr:

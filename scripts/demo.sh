@@ -30,11 +30,13 @@ echo
 echo "== beam-bpf-procs --inspect demo_cache -t 6 $vm: what one process's heap holds, biggest first"
 build/beam-bpf-procs --inspect demo_cache -t 6 "$vm"
 echo
-echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second"
+echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second, and how busy each scheduler was (the VM's own busy: spinning is idle)"
 build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
 echo
-echo "== beam-bpf-sample -e alloc -d 3 $vm: which Erlang code allocates the words that drive GC"
-build/beam-bpf-sample -e alloc -d 3 -t 12 "$vm"
+# --watchpoints-in-vm: the demo's VM is ours to lose, and this machine is likely a virtual one
+# (docs/allocation-profiling.md#virtual-machines).
+echo "== beam-bpf-sample -e alloc --watchpoints-in-vm -d 3 $vm: which Erlang code allocates the words that drive GC"
+build/beam-bpf-sample -e alloc --watchpoints-in-vm -d 3 -t 12 "$vm"
 echo
 echo "== beam-bpf-sample -e wall -d 3 $vm: where every process spends its time, running or not, and whom it waits for"
 build/beam-bpf-sample -e wall -d 3 -t 10 "$vm"

@@ -42,6 +42,7 @@ TEST(AgentConfigTest, EachBadValueIsRefusedInOneLine) {
         {{"--ca-file", "/etc/ca.pem"}, "needs --push or --otlp"},
         {{"--push", "http://x:1", "--client-key", "/k"}, "needs --client-cert"},
         {{"--alloc-period", "4096"}, "cpu,alloc"},
+        {{"--watchpoints-in-vm", "true"}, "cpu,alloc"},
         {{"--process-label-cap", "5"}, "needs --process-labels"},
         {{"--process-labels", "all"}, "none or registered"},
         {{"--target-names", "maybe"}, "true or false"},

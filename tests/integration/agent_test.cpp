@@ -729,7 +729,7 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
     // that begin while the tracer's watch is on are not sampled: 1,381 of 500 rounds' 1,953
     // were). Not a shorter period: see the last check.
     // clang-format off
-    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,alloc", "--alloc-period", "4096", "--every", "2",
+    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,alloc", "--watchpoints-in-vm", "true", "--alloc-period", "4096", "--every", "2",
                                                       "--output", out.string(), "--retention", "0", "--match",
                                                       "bbagent_alloc", "--stats", stats.string()});
     // clang-format on

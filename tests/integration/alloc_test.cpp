@@ -6,6 +6,8 @@
 // heap fills at the same phase every time: a sweep of take(T)/give(G)/idle over sizes and stack
 // depths, six functions allocating in ratios drawn at random, and two processes of very unequal
 // epochs without --process.
+#include <signal.h>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -65,7 +67,7 @@ TEST_P(AllocVmTest, SharesAndTotalsAgreeWithTheVm) {
     // --period 256: a sample in every epoch of its small heaps (one sample per epoch at most):
     // about 3,500 samples from the 1,920,000 words of 120 rounds.
     auto [r, trace] = burst(erl,
-                            {"-e", "alloc", "--period", "256", "--process", worker, "--format", "folded,pprof,top",
+                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--format", "folded,pprof,top",
                              "-t", "1000", "-o", prefix, "--stats", stats, std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -151,7 +153,7 @@ MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms, int period = 256, b
     // --period 256: every epoch of these heaps (987 words and up) is a candidate, for samples
     // enough in seconds; each sample then stands for its epoch's free words.
     if (pair) setenv("BB_NO_UPROBE_SESSION", "1", 1);
-    RunningTool t = start_tool(kTool, {"-e", "alloc", "--period", std::to_string(period), "--process", name, "--folded",
+    RunningTool t = start_tool(kTool, {"-e", "alloc", "--watchpoints-in-vm", "--period", std::to_string(period), "--process", name, "--folded",
                                        "--stats", stats, std::to_string(erl.os_pid())});
     unsetenv("BB_NO_UPROBE_SESSION");
     std::string err;
@@ -269,7 +271,7 @@ TEST_P(AllocMixTest, ProcessesOfUnequalEpochsWithoutProcess) {
     ErlVm erl(vm(), "bb_alloc_mix:main()");
     erl.wait_line("ready");
     const std::string stats = ::testing::TempDir() + "/alloc-pair-stats.json";
-    auto [r, line] = burst(erl, {"-e", "alloc", "--folded", "--stats", stats, std::to_string(erl.os_pid())},
+    auto [r, line] = burst(erl, {"-e", "alloc", "--watchpoints-in-vm", "--folded", "--stats", stats, std::to_string(erl.os_pid())},
                            "pair 10000", "pair_words");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::istringstream words(line);
@@ -324,7 +326,7 @@ TEST_P(TprofVmTest, SharesAgreeWithTprof) {
     ready >> word >> worker;
     const std::string stats = ::testing::TempDir() + "/alloc-tprof-stats.json";
     auto [r, trace] = burst(erl,
-                            {"-e", "alloc", "--period", "256", "--process", worker, "--folded", "--stats", stats,
+                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--folded", "--stats", stats,
                              std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     EXPECT_GE(nlohmann::json::parse(std::ifstream(stats))["alloc_samples"].get<long>(), samples_for(75, 3));
@@ -361,6 +363,27 @@ TEST(AllocErrors, OneLine) {
                                           {"-e", "alloc", "erts_garbage_collect", std::to_string(erl.os_pid())}, 30s),
                                  "beam-bpf-blame");
     EXPECT_NE(line.find("-e alloc is beam-bpf-sample's"), std::string::npos) << line;
+    line = expect_one_line_error(run_tool(kTool, {"--watchpoints-in-vm", "-d", "1", std::to_string(erl.os_pid())}, 30s),
+                                 kTool);
+    EXPECT_NE(line.find("only with -e alloc"), std::string::npos) << line;
+}
+
+// In a virtual machine a watchpoint's trap can reach the VM as a SIGTRAP that kills it
+// (sampling/alloc_watch.hpp): -e alloc is refused there without --watchpoints-in-vm, in one line
+// and before any watchpoint is opened, and the VM lives on. On bare metal it runs.
+TEST(AllocErrors, VirtualMachinesNeedTheirFlag) {
+    const bool vm_host = (" " + read_file("/proc/cpuinfo")).find(" hypervisor") != std::string::npos;
+    ErlVm erl("bb_work:main(idle)");
+    erl.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"-e", "alloc", "-d", "1", "--folded", std::to_string(erl.os_pid())}, 60s);
+    if (vm_host) {
+        std::string line = expect_one_line_error(r, kTool);
+        EXPECT_NE(line.find("virtual machine"), std::string::npos) << line;
+        EXPECT_NE(line.find("--watchpoints-in-vm"), std::string::npos) << line;
+    } else {
+        EXPECT_EQ(r.exit_code, 0) << describe(r);
+    }
+    EXPECT_EQ(kill(erl.os_pid(), 0), 0) << "the VM is gone";
 }
 
 }  // namespace

@@ -472,7 +472,7 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
     EXPECT_TRUE(marker) << "no term of " << busiest << " holds '" << want.state_marker << "'";
 
     // 7. -e alloc runs, and the application's code allocates.
-    ToolResult a = run_tool(kSample, {"-e", "alloc", "-d", "2", "--folded", pid}, 60s);
+    ToolResult a = run_tool(kSample, {"-e", "alloc", "--watchpoints-in-vm", "-d", "2", "--folded", pid}, 60s);
     ASSERT_EQ(a.exit_code, 0) << describe(a);
     long alloc_all = 0, alloc_own = 0;
     for (const auto& [stack, n] : parse_folded(a.out)) {

@@ -90,7 +90,7 @@ TEST_F(DebugFileTest, StrippedOtp29ProbesRefusedInOneLine) {
     const std::string pid = std::to_string(erl.os_pid());
     for (auto [tool, args] :
          {std::pair{"beam-bpf-blame", std::vector<std::string>{"--count", "-d", "1", "erts_garbage_collect"}},
-          std::pair{"beam-bpf-sample", std::vector<std::string>{"-e", "alloc", "-d", "1"}}}) {
+          std::pair{"beam-bpf-sample", std::vector<std::string>{"-e", "alloc", "--watchpoints-in-vm", "-d", "1"}}}) {
         args.push_back(pid);
         ToolResult r = run_tool(tool, args, 60s);
         const std::string line = expect_one_line_error(r, tool);
@@ -138,7 +138,7 @@ TEST_F(DebugFileTest, StrippedOtp29ProbedWithItsDebugFileFromDebuginfod) {
     EXPECT_TRUE(allocator_named) << b.out;
     EXPECT_EQ(b.out.find("bb_work:arith"), std::string::npos) << b.out;
 
-    ToolResult a = run_tool("beam-bpf-sample", {"-e", "alloc", "-d", "4", "--folded", pid}, 90s);
+    ToolResult a = run_tool("beam-bpf-sample", {"-e", "alloc", "--watchpoints-in-vm", "-d", "4", "--folded", pid}, 90s);
     ASSERT_EQ(a.exit_code, 0) << describe(a);
     long words = 0, in_alloc = 0;
     for (const auto& [stack, count] : parse_folded(a.out)) {

@@ -498,6 +498,7 @@ TEST(AgentConfig, EverySettingFromTheCommandLineAndTheFile) {
                                                     {"host", "h1"},
                                                     {"service", "shop"},
                                                     {"target-names", "false"},
+                                                    {"watchpoints-in-vm", "true"},
                                                     {"process-labels", "registered"},
                                                     {"process-label-cap", "7"}};
     std::vector<std::string> args{"beam-bpf-agent"};
@@ -569,7 +570,7 @@ TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
     next.output_group = "adm";
     next.retention = 5;  // a reload applies it
     EXPECT_EQ(keep_running(running, next),
-              (std::vector<std::string>{"native-depth", "events, alloc-period", "output, output-group"}));
+              (std::vector<std::string>{"native-depth", "events, watchpoints-in-vm, alloc-period", "output, output-group"}));
     EXPECT_EQ(next.native_depth, running.native_depth);
     EXPECT_EQ(next.alloc_period, running.alloc_period);
     EXPECT_EQ(next.output_group, running.output_group);
@@ -598,7 +599,7 @@ TEST(AgentConfig, Events) {
     }
     AgentConfig running, next;
     next.wall = true;
-    EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"events, alloc-period"}));
+    EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
     EXPECT_FALSE(next.wall);
 }
 

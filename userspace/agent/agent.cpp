@@ -339,6 +339,7 @@ void Agent::attach_alloc(Followed& f) {
     a->o = f.o;
     a->o.event = Event::alloc;
     a->o.period = cfg_.alloc_period;
+    a->o.watchpoints_in_vm = cfg_.watchpoints_in_vm;
     a->o.only_erlang = true;  // the native leaf of a GC entry record is the probed entry point
     try {
         a->s = std::make_unique<Session>(a->o);

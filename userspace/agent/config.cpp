@@ -114,6 +114,12 @@ const std::vector<Setting>& settings() {
                         b.alloc = a.alloc;
                         b.wall = a.wall;
                     }}},
+        {.key = "watchpoints-in-vm", .names = "--watchpoints-in-vm",
+         .help = "true: -e cpu,alloc in a virtual machine, where it is refused by default because a hypervisor can "
+                 "hand a watchpoint's trap to the kernel without its cause, and the kernel then kills the VM with a "
+                 "SIGTRAP (docs/allocation-profiling.md#virtual-machines); default false",
+         .set = [](AgentConfig& c, Text key, Text v) { c.watchpoints_in_vm = boolean(key, v); },
+         .reload = fixed<&AgentConfig::watchpoints_in_vm>(Restart::events)},
         {.key = "alloc-period", .names = "--alloc-period",
          .help = "with -e cpu,alloc: a sample every this many words allocated, on average (default 65536)",
          .set = set_number<&AgentConfig::alloc_period>, .reload = fixed<&AgentConfig::alloc_period>(Restart::events)},
@@ -304,6 +310,7 @@ void check(const AgentConfig& c) {
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
         throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));
     if (c.given.count("alloc-period") && !c.alloc) throw UserError("--alloc-period: only with -e cpu,alloc");
+    if (c.watchpoints_in_vm && !c.alloc) throw UserError("--watchpoints-in-vm: only with -e cpu,alloc");
     if (c.output == "none" && c.push.url.empty() && c.otlp.url.empty())
         throw UserError("--output none without --push or --otlp: the profiles would go nowhere");
     for (const char* k : {"output-group", "retention", "retention-bytes", "retention-age"})
@@ -404,6 +411,7 @@ std::string describe(const AgentConfig& c) {
     line("every", c.every);
     line("frequency", c.frequency);
     line("events", std::string("cpu") + (c.alloc ? ",alloc" : "") + (c.wall ? ",wall" : ""));
+    if (c.alloc) line("watchpoints-in-vm", c.watchpoints_in_vm ? "true" : "false");
     if (c.alloc) line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
     line("native-depth", c.native_depth);
     line("unwind-rows", c.unwind_rows);

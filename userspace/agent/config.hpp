@@ -55,6 +55,7 @@ struct AgentConfig {
     // Whether a name the target supplies (RELEASE_NAME in its environment, -name/-sname) may
     // become its service name; false: only service / service.NODE, else "beam.smp".
     bool target_names = true;
+    bool watchpoints_in_vm = false;  // -e cpu,alloc in a virtual machine (sampling/alloc_watch.hpp)
     // Sample labels of Erlang process identity in the profiles (see docs/agent.md, Labels):
     // "none" (default), or "registered": the registered name, at most process_label_cap
     // distinct values per profile, the rest as one value.

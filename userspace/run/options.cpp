@@ -63,6 +63,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         "or wall (beam-bpf-sample: where every Erlang process spends wall-clock time, running or not: "
         "waiting, runnable, ...; a random subset of the processes read each tick, weighed in "
         "process-seconds; see docs/wall-profiling.md)");
+    app.add_flag("--watchpoints-in-vm", o.watchpoints_in_vm,
+                 "-e alloc in a virtual machine: refused without this, because a hypervisor can hand a "
+                 "watchpoint's trap to the kernel without its cause, and the kernel then kills the VM with a "
+                 "SIGTRAP (seen on some hosts, about once in several minutes of profiling; "
+                 "docs/allocation-profiling.md#virtual-machines). Use it where losing the VM is acceptable");
     app.add_option("--period", o.period,
                    "sample every N events instead of -F: nanoseconds of CPU time (cpu-clock) or cycles; with "
                    "-e alloc, words allocated (on average; default 65536)");
@@ -170,6 +175,8 @@ void resolve(CommonOptions& o) {
     }
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
+    if (o.watchpoints_in_vm && o.event != Event::alloc)
+        throw UserError("--watchpoints-in-vm: only with -e alloc (the only event that uses watchpoints)");
     if (o.event == Event::alloc_gc && o.period)
         throw UserError("--period: -e alloc-gc takes every collection, it has no period");
     if (o.event == Event::alloc && o.period && (o.period < 64 || o.period > 0xffffffffull))
@@ -223,6 +230,7 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.cycles = o.event == Event::cycles;
     c.alloc = is_alloc(o.event);
     if (o.event == Event::alloc) c.alloc_interval = o.period ? o.period : kAllocIntervalWords;
+    c.watchpoints_in_vm = o.watchpoints_in_vm;
     c.max_frames = o.max_depth;
     c.max_native_frames = o.only_erlang ? 0 : o.native_depth;
     c.kernel_stacks = o.kernel;

@@ -42,6 +42,7 @@ struct CommonOptions {
     uint64_t period = 0;   // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
     bool per_cpu = false;  // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
+    bool watchpoints_in_vm = false;  // -e alloc in a virtual machine (sampling/alloc_watch.hpp)
     double duration = 0;  // 0: until Ctrl-C
     bool duration_given = false;
     size_t top = 20;

@@ -48,6 +48,14 @@ perf_event_attr breakpoint(uint64_t addr, bool disabled) {
 // Where a watchpoint waits, disabled, between watches: the address must be a user one.
 constexpr uint64_t kParkedAddr = 4096;
 
+// The CPU says it runs under a hypervisor (CPUID leaf 1, ECX bit 31: "hypervisor" in the flags).
+bool under_hypervisor() {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);)
+        if (line.starts_with("flags")) return (line + " ").find(" hypervisor ") != std::string::npos;
+    return false;
+}
+
 // The online CPUs, from the kernel's list ("0-3,6").
 std::vector<int> online_cpus() {
     std::vector<int> cpus;
@@ -74,6 +82,12 @@ AllocWatch::AllocWatch(bb_watch* shared, uint8_t* armer_of_cpu, std::array<bpf_m
     : w_(shared), cfg_(cfg) {
     w_->interval = cfg.interval_words;
     store_state(w_, BB_WATCH_IDLE);
+    if (!cfg.in_vm_ok && under_hypervisor())
+        throw UserError(
+            "-e alloc: this machine is a virtual machine, where a hypervisor can hand a watchpoint's trap to the "
+            "kernel without its cause, and the kernel then kills beam.smp with a SIGTRAP (seen on some hosts; see "
+            "docs/allocation-profiling.md#virtual-machines): -e alloc-gc uses no watchpoints, and "
+            "--watchpoints-in-vm takes the risk");
     const std::vector<int> cpus = online_cpus();
     if (cpus.size() < 2)
         throw UserError(

@@ -172,6 +172,7 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
     if (cfg.alloc && cfg.alloc_interval) {
         AllocWatch::Config wc;
         wc.interval_words = cfg.alloc_interval;
+        wc.in_vm_ok = cfg.watchpoints_in_vm;
         impl_->watch = std::make_unique<AllocWatch>(&s->bss->watch, s->bss->armer_of_cpu,
                                                     std::array{s->maps.watch_ticks_0, s->maps.watch_ticks_1},
                                                     w.fast() ? s->progs.on_watch_fast : s->progs.on_watch, wc);

@@ -61,6 +61,7 @@ struct SamplerConfig {
     // every this many words on average; 0: at GC entries (-e alloc-gc). The GC entries then
     // give the exact totals only.
     uint64_t alloc_interval = 0;
+    bool watchpoints_in_vm = false;  // AllocWatch::Config::in_vm_ok
     bool measure_walk = false;  // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
 };
