@@ -26,6 +26,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "blame.bpf.h"
 #include "emit.bpf.h"
 #include "alloc_watch.bpf.h"
+#include "offcpu.bpf.h"
 #include "sample.bpf.h"
 
 /*
@@ -121,6 +122,38 @@ int on_gc_session(struct pt_regs *ctx)
 	free = watch.state == BB_WATCH_IDLE;
 	call_sample(ctx, false, false);  /* the exact words, and the end of the process's own watch */
 	return watch_gc_session_entry(ctx, cookie, interval, free);
+}
+
+/* -e offcpu (offcpu.bpf.h): a VM thread blocks, a thread is woken, and a system call returns. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if ((prev_state & BB_TASK_BLOCKED) && vm_task(prev))
+		offcpu_block(prev, now);
+	/* Woken while the waker's wakeup was not seen (its thread blocked before the attach). */
+	offcpu_unblock(BPF_CORE_READ(next, pid), now);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(on_wakeup, struct task_struct *p)
+{
+	offcpu_unblock(BPF_CORE_READ(p, pid), bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	return offcpu_sample(regs, false);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit_fast, struct pt_regs *regs, long ret)
+{
+	return offcpu_sample(regs, true);
 }
 
 /* -e alloc: a write to the watched word (watch_hit()). */

@@ -21,6 +21,10 @@ struct walk_request {
 		 * pid of the process whose heap holds the word. */
 		__u64 weight, heap_owner;
 	} alloc;
+	/* -e offcpu: the weight of a blocked system call, its number and first argument. */
+	struct {
+		__u64 ns, syscall, arg0;
+	} off;
 };
 
 /* A fresh record of a sample of thread `tid` (on scheduler `sch`, NULL for other threads). */
@@ -75,6 +79,12 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	nw->flags = 0;
 	nw->clean = 0;
 	init_record(rec, ip, tid, sch);
+	if (req->off.ns) {
+		rec->BB_OFFCPU_NS = req->off.ns;
+		rec->BB_OFFCPU_SYSCALL = req->off.syscall;
+		rec->BB_OFFCPU_ARG0 = req->off.arg0;
+		flags |= BB_F_OFFCPU;
+	}
 
 	jit = in_jit_code(v, ip);
 	if (jit) {
@@ -161,7 +171,8 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 				return 0;
 			}
 			rec->alloc_words += req->alloc.weight;
-			rec->heap_owner = req->alloc.heap_owner;
+			if (!req->off.ns)  /* BB_OFFCPU_ARG0 shares its place */
+				rec->heap_owner = req->alloc.heap_owner;
 			flags |= BB_F_PROC;
 			rec->c_p = c_p;
 			rec->erl_pid = p.id;
@@ -276,6 +287,28 @@ static __always_inline int watch_sample(struct bpf_perf_event_data *ctx, bool fa
 	struct walk_request req = { .ctx = ctx, .v = v, .ip = ctx->regs.ip, .sp = ctx->regs.sp, .bp = ctx->regs.bp,
 				    .jit_c_p = ctx->regs.r13, .flags = BB_F_WATCH, .fast = fast,
 				    .alloc = { .weight = weight, .heap_owner = heap_owner } };
+
+	return sample(&req);
+}
+
+/* -e offcpu: a VM thread's system call returns; walked if its blocked time is kept
+ * (offcpu.bpf.h), from the registers it will return to user space with. */
+static __always_inline int offcpu_sample(struct pt_regs *regs, bool fast)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bb_offcpu_thread *t = bpf_map_lookup_elem(&offcpu_threads, &tid);
+	const struct bb_vm *v;
+	__u64 w;
+
+	if (!t || !t->off_ns)
+		return 0;
+	w = offcpu_weight(t->off_ns);
+	t->off_ns = 0;
+	if (!w || !(v = this_vm()))
+		return 0;
+	struct walk_request req = { .v = v, .ip = BPF_CORE_READ(regs, ip), .sp = BPF_CORE_READ(regs, sp),
+				    .bp = BPF_CORE_READ(regs, bp), .jit_c_p = BPF_CORE_READ(regs, r13), .fast = fast,
+				    .off = { .ns = w, .syscall = BPF_CORE_READ(regs, orig_ax), .arg0 = BPF_CORE_READ(regs, di) } };
 
 	return sample(&req);
 }

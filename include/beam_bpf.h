@@ -82,6 +82,7 @@ enum bb_flags {
 	BB_F_EXITING = 1u << 19,      /* exiting: its heap and stack are being torn down */
 	BB_F_WATCH = 1u << 20,        /* -e alloc: a watchpoint's sample (bpf/alloc_watch.bpf.h), weighed by alloc_words */
 	BB_F_ALLOC_TOTAL = 1u << 21,  /* -e alloc: a GC entry's exact words, no stack (watchpoints attribute them) */
+	BB_F_OFFCPU = 1u << 22,       /* -e offcpu: a system call's time blocked (bpf/offcpu.bpf.h), weighed by BB_OFFCPU_NS */
 };
 
 struct bb_record {
@@ -132,6 +133,18 @@ struct bb_record {
 	 * addresses into JIT code), each part leaf-most first. The bottom continuation pointer,
 	 * if reached, is the VM's normal-exit stub. */
 	__u64 frames[BB_MAX_FRAMES];
+};
+
+/* -e offcpu's records (BB_F_OFFCPU, bpf/offcpu.bpf.h): the stack where a VM thread blocked in a
+ * system call, walked as the call returns (nothing of the thread's user state moved meanwhile). */
+#define BB_OFFCPU_NS alloc_words      /* the ns it stands for: blocked in the call, or the threshold */
+#define BB_OFFCPU_SYSCALL frag_words  /* the call's x86-64 number */
+#define BB_OFFCPU_ARG0 heap_owner     /* its first argument: a futex's address, a descriptor */
+
+/* -e offcpu: a VM thread's blocked time, per thread (key: tid). */
+struct bb_offcpu_thread {
+	__u64 since;   /* when it blocked (switched out, not runnable); 0 while it runs or waits for a CPU */
+	__u64 off_ns;  /* ns blocked since its last system call returned */
 };
 
 #define bb_record_size(n) (__builtin_offsetof(struct bb_record, frames) + sizeof(__u64) * (n))

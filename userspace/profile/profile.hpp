@@ -73,8 +73,10 @@ struct Profile {
         const Location& l = locations[location];
         return lines && l.line ? l.line : functions[l.function].start_line;
     }
-    // Counts that are nanoseconds: of process time (-e wall).
+    // Counts of process time in nanoseconds (-e wall): its own top table.
     bool wall() const { return unit == "wall"; }
+    // Counts that are nanoseconds: of process time (-e wall) or of threads blocked (-e offcpu).
+    bool timed() const { return unit == "wall" || unit == "offcpu"; }
     uint64_t total() const {
         uint64_t n = 0;
         for (const Sample& s : samples) n += s.count;

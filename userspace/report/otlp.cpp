@@ -105,7 +105,7 @@ std::string otlp_request(const Profile& profile, const std::vector<OtlpAttribute
 
     const bool cpu = p.period_ns > 0 && p.unit == "samples";
     op->mutable_sample_type()->set_type_strindex(dict.str(cpu ? "cpu" : p.unit));
-    op->mutable_sample_type()->set_unit_strindex(dict.str(cpu || p.wall() ? "nanoseconds" : "count"));
+    op->mutable_sample_type()->set_unit_strindex(dict.str(cpu || p.timed() ? "nanoseconds" : "count"));
     if (cpu) {
         *op->mutable_period_type() = op->sample_type();
         op->set_period(static_cast<int64_t>(p.period_ns));

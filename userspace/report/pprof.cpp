@@ -63,7 +63,7 @@ void write_pprof(const Profile& p, std::ostream& out) {
     const bool words = p.unit == "words";
     // A wall profile's counts are nanoseconds of process time: go tool pprof shows them as
     // durations (Go's own "wall" profiles are the same).
-    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), p.wall() ? "nanoseconds" : "count");
+    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), p.timed() ? "nanoseconds" : "count");
     if (words) {
         add_type(pp.add_sample_type(), "alloc_space", "bytes");
         pp.set_default_sample_type(str("alloc_space"));

@@ -19,6 +19,7 @@ const char* event_name(Event e) {
     case Event::alloc: return "alloc";
     case Event::alloc_gc: return "alloc-gc";
     case Event::wall: return "wall";
+    case Event::offcpu: return "offcpu";
     }
     return "?";
 }
@@ -51,9 +52,9 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option_function<std::string>(
         "-e,--event",
         [&o](const std::string& name) {
-            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc, Event::wall})
+            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc, Event::wall, Event::offcpu})
                 if (name == event_name(e)) return void(o.event = e);
-            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc, alloc-gc and wall");
+            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc, alloc-gc, wall and offcpu");
         },
         "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
         "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
@@ -62,7 +63,15 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md), "
         "or wall (beam-bpf-sample: where every Erlang process spends wall-clock time, running or not: "
         "waiting, runnable, ...; a random subset of the processes read each tick, weighed in "
-        "process-seconds; see docs/wall-profiling.md)");
+        "process-seconds; see docs/wall-profiling.md), or offcpu (beam-bpf-sample: where the VM's threads "
+        "block, in system calls, on locks or idle, with the Erlang stack of the process a scheduler ran, "
+        "weighed by the time blocked; see docs/offcpu-profiling.md)");
+    app.add_option("--threshold", o.threshold_us,
+                   fmt::format("-e offcpu: blocks of this many microseconds or more are each walked; a shorter one "
+                               "is walked with probability (its time / this) and weighed by this, which keeps "
+                               "totals unbiased (default {}; 1 to 4000000)",
+                               kOffcpuThresholdUs))
+        ->check(CLI::Range(uint64_t{1}, uint64_t{4000000}));
     app.add_flag("--watchpoints-in-vm", o.watchpoints_in_vm,
                  "-e alloc in a virtual machine: refused without this, because a hypervisor can hand a "
                  "watchpoint's trap to the kernel without its cause, and the kernel then kills the VM with a "
@@ -173,6 +182,16 @@ void resolve(CommonOptions& o) {
             throw UserError(fmt::format("{}: -e wall reads processes from user space, on no CPU's events",
                                         o.per_cpu ? "--per-cpu" : "--kernel"));
     }
+    if (o.threshold_us && o.event != Event::offcpu) throw UserError("--threshold: only with -e offcpu");
+    if (o.event == Event::offcpu) {
+        if (!o.threshold_us) o.threshold_us = kOffcpuThresholdUs;
+        if (o.period || o.frequency_given || o.per_cpu || o.kernel)
+            throw UserError(fmt::format("{}: -e offcpu records each block as it ends, on no sampling event",
+                                        o.period           ? "--period"
+                                        : o.frequency_given ? "-F"
+                                        : o.per_cpu         ? "--per-cpu"
+                                                            : "--kernel"));
+    }
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
     if (o.watchpoints_in_vm && o.event != Event::alloc)
@@ -216,6 +235,10 @@ std::string describe_event(const CommonOptions& o) {
             o.period ? o.period : kAllocIntervalWords);
     if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
     if (o.event == Event::wall) return fmt::format("wall: every process's state and stack, {} ticks a second", o.frequency);
+    if (o.event == Event::offcpu)
+        return fmt::format("offcpu: the VM's threads' blocked system calls, every one of {} us or more, shorter ones "
+                           "sampled",
+                           o.threshold_us);
     std::string rate = o.period
                            ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
                            : fmt::format("{} Hz", o.frequency);
@@ -230,6 +253,8 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.cycles = o.event == Event::cycles;
     c.alloc = is_alloc(o.event);
     if (o.event == Event::alloc) c.alloc_interval = o.period ? o.period : kAllocIntervalWords;
+    c.offcpu = o.event == Event::offcpu;
+    c.offcpu_threshold_ns = 1000 * (o.threshold_us ? o.threshold_us : kOffcpuThresholdUs);
     c.watchpoints_in_vm = o.watchpoints_in_vm;
     c.max_frames = o.max_depth;
     c.max_native_frames = o.only_erlang ? 0 : o.native_depth;

@@ -23,12 +23,16 @@ enum class Event {
     alloc,      // beam-bpf-sample -e alloc: words allocated on process heaps, sampled where allocated
     alloc_gc,   // -e alloc-gc: the same words, charged to the stack at each GC entry (biased)
     wall,       // beam-bpf-sample -e wall: where every Erlang process spends wall-clock time (no BPF)
+    offcpu,     // beam-bpf-sample -e offcpu: where the VM's threads block, weighed by the ns blocked
 };
 const char* event_name(Event e);
 inline bool is_alloc(Event e) { return e == Event::alloc || e == Event::alloc_gc; }
 // -e alloc's default sampling interval: a sample every 65,536 words (512 KiB) allocated on
 // average, Go's and TCMalloc's default for heap profiles.
 constexpr uint64_t kAllocIntervalWords = 65536;
+
+// -e offcpu's default threshold: blocks of 1 ms or more are all walked, shorter ones sampled.
+constexpr uint64_t kOffcpuThresholdUs = 1000;
 
 // -d's least: a shorter run is too short to say anything.
 constexpr double kMinDuration = 0.1;
@@ -43,6 +47,7 @@ struct CommonOptions {
     bool per_cpu = false;  // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
     bool watchpoints_in_vm = false;  // -e alloc in a virtual machine (sampling/alloc_watch.hpp)
+    uint64_t threshold_us = 0;       // -e offcpu: --threshold (0: kOffcpuThresholdUs)
     double duration = 0;  // 0: until Ctrl-C
     bool duration_given = false;
     size_t top = 20;

@@ -23,6 +23,7 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/unique_fd.hpp"
+#include "target/discovery.hpp"
 
 namespace bb {
 namespace {
@@ -84,6 +85,7 @@ struct Sampler::Impl {
     bb_vm vm_value(const SamplerConfig& cfg) const;
     UniqueFd open_event(pid_t tid, int cpu, bool* out_of_fds = nullptr);
     void follow_threads();
+    void follow_blocks();
     void open_cpu_events(const std::string& why);
     size_t events() const { return thread_events.size() + cpu_events.size(); }
     void follow_code_events();
@@ -125,7 +127,9 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
     auto* s = w.skel();
     // Before the sampling events: no sample runs code loaded unannounced.
     impl_->follow_code_events();
-    if (cfg.entry_probes.empty()) {
+    if (cfg.offcpu) {
+        impl_->follow_blocks();
+    } else if (cfg.entry_probes.empty()) {
         if (cfg.per_cpu) {
             impl_->open_cpu_events("");
         } else {
@@ -299,6 +303,33 @@ void Sampler::Impl::follow_threads() {
 // time it loads or purges JIT code: an entry probe there gives the symbolizer the exact instant,
 // and the moment to read the new module's symbols. Without it (kernels since 2025 want
 // CAP_SYS_ADMIN for uprobes) the module list is still re-read, every second and on misses.
+// -e offcpu: the scheduler's switches and wakeups and the system calls' returns, for every thread
+// of the machine (each program asks first whether the thread is a followed VM's). A VM thread
+// blocked now is noted as blocked from now: its time before the attach is not known.
+void Sampler::Impl::follow_blocks() {
+    if (shared) throw UserError("-e offcpu on a walker that samples other VMs");
+    auto* s = walker->skel();
+    for (bpf_program* p : {s->progs.on_switch, s->progs.on_wakeup, walker->on_sys_exit()}) {
+        links.emplace_back(bpf_program__attach(p));
+        if (!links.back())
+            throw UserError(fmt::format("-e offcpu: cannot attach to the scheduler's tracepoint {}: {}",
+                                        bpf_program__name(p), errno_text(errno)));
+    }
+    const uint64_t now = monotonic_ns();
+    const int fd = bpf_map__fd(s->maps.offcpu_threads);
+    for (const auto& t : vm.threads()) {
+        // /proc/PID/task/TID/stat: "TID (comm) S ...", the state after the last ')'.
+        const std::string stat = read_bounded(fmt::format("/proc/{}/task/{}/stat", vm.pid(), t.tid), 4096);
+        const size_t close = stat.rfind(')');
+        if (close == std::string::npos || close + 2 >= stat.size()) continue;
+        const char state = stat[close + 2];
+        if (state != 'S' && state != 'D') continue;
+        bb_offcpu_thread blocked{now, 0};
+        const uint32_t tid = static_cast<uint32_t>(t.tid);
+        bpf_map_update_elem(fd, &tid, &blocked, BPF_NOEXIST);  // a block seen since stays
+    }
+}
+
 void Sampler::Impl::follow_code_events() {
     auto sym = vm.elf().find("__jit_debug_register_code");
     if (!sym) {

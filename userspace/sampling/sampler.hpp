@@ -62,6 +62,10 @@ struct SamplerConfig {
     // give the exact totals only.
     uint64_t alloc_interval = 0;
     bool watchpoints_in_vm = false;  // AllocWatch::Config::in_vm_ok
+    // -e offcpu (bpf/offcpu.bpf.h): no perf events; the VM's blocked system calls, those of
+    // offcpu_threshold_ns or more kept, shorter ones with probability ns / threshold.
+    bool offcpu = false;
+    uint64_t offcpu_threshold_ns = 1'000'000;
     bool measure_walk = false;  // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
 };

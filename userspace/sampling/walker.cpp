@@ -157,6 +157,10 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
         bpf_program__set_expected_attach_type(s->progs.on_gc_session, static_cast<bpf_attach_type>(kUprobeSession));
     bpf_program__set_autoload(s->progs.on_watch, !fast && watch);
     bpf_program__set_autoload(s->progs.on_watch_fast, fast && watch);
+    bpf_program__set_autoload(s->progs.on_switch, cfg.offcpu);
+    bpf_program__set_autoload(s->progs.on_wakeup, cfg.offcpu);
+    bpf_program__set_autoload(s->progs.on_sys_exit, cfg.offcpu && !fast);
+    bpf_program__set_autoload(s->progs.on_sys_exit_fast, cfg.offcpu && fast);
     // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
     if (getenv("BB_LIBBPF_DEBUG")) {
         bpf_program* p;
@@ -179,6 +183,7 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     s->rodata->watch_mode = watch;
     s->rodata->max_native_frames = cfg.unwind ? std::min<uint32_t>(cfg.max_native_frames, BB_MAX_NATIVE_FRAMES) : 0;
     s->rodata->kernel_stacks = cfg.kernel_stacks;
+    s->rodata->offcpu_threshold_ns = cfg.offcpu_threshold_ns;
     if (cfg.only_pid) {
         s->rodata->only_pid = cfg.only_pid->pid & cfg.only_pid->mask;
         s->rodata->only_pid_mask = cfg.only_pid->mask;
@@ -202,6 +207,9 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     // loaded walker (measured with beam-bpf-agent when it loaded one walker per VM).
     if (!cfg.alloc) bpf_map__set_max_entries(s->maps.alloc_seen, 64);
     if (!cfg.alloc_interval) bpf_map__set_max_entries(s->maps.watch_free_at_entry, 64);
+    // -e offcpu: an entry per VM thread that ever blocked (a VM has a few dozen; NIFs' and
+    // ports' threads add some).
+    bpf_map__set_max_entries(s->maps.offcpu_threads, cfg.offcpu ? std::max<uint32_t>(4096, 256 * slots) : 1);
     return beam_walk__load(s);
 }
 
@@ -326,6 +334,7 @@ bpf_program* Walker::on_call() const { return fast() ? skel()->progs.on_call_fas
 bpf_program* Walker::on_heap_alloc() const {
     return fast() ? skel()->progs.on_heap_alloc_fast : skel()->progs.on_heap_alloc;
 }
+bpf_program* Walker::on_sys_exit() const { return fast() ? skel()->progs.on_sys_exit_fast : skel()->progs.on_sys_exit; }
 int Walker::sched_threads_fd() const { return bpf_map__fd(impl_->skel->maps.sched_threads); }
 
 }  // namespace bb

@@ -61,6 +61,7 @@ public:
     bpf_program* on_sample() const;
     bpf_program* on_call() const;
     bpf_program* on_heap_alloc() const;
+    bpf_program* on_sys_exit() const;  // -e offcpu's (with on_switch and on_wakeup)
     // -e alloc's collections probed by one uprobe session each (kernel 6.13+), instead of an
     // entry and a return probe: attach_gc_session() links one (closing it detaches it; a
     // negative descriptor and errno when it cannot).

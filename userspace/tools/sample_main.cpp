@@ -10,6 +10,7 @@
 #include "run/pstack.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
+#include "run/offcpu.hpp"
 #include "run/session.hpp"
 #include "run/wall_loop.hpp"
 #include "sampling/wall_sampler.hpp"
@@ -53,12 +54,16 @@ int run(int argc, char** argv) {
     resolve(o);
     const bool alloc = is_alloc(o.event);
     if (per_tick_option->count() && o.event != Event::wall) throw UserError("--per-tick: only with -e wall");
-    if ((alloc || o.event == Event::wall) && pstack)
+    if ((alloc || o.event == Event::wall || o.event == Event::offcpu) && pstack)
         throw UserError(fmt::format("--pstack shows where schedulers are now: not with -e {}", event_name(o.event)));
     o.pid = find_vm(o.targets, o.node);
     if (o.event == Event::wall) {
         Session s(o);
         return run_wall(s, o, per_tick);
+    }
+    if (o.event == Event::offcpu) {
+        Session s(o);
+        return run_offcpu(s, o);
     }
     // The native leaf of a GC entry record is the probed entry point itself: not allocation.
     if (alloc) o.only_erlang = true;

@@ -1,0 +1,43 @@
+// beam-bpf-sample -e offcpu: where the VM's threads block (bpf/offcpu.bpf.h), as stacks weighed by
+// the nanoseconds blocked. Each stack is the walker's (kernel-free: the walk is made as the system
+// call returns), between a root naming the kind of wait and leaves naming the system call:
+//   - a scheduler with no process to run: [scheduler idle] (normal or dirty);
+//   - the VM's other threads, by their name: [poll thread waiting], [aux thread waiting], ...;
+//   - a scheduler blocked while it runs a process: the process's Erlang stack, the C code it
+//     called, then [lock] when it waits on a futex (a mutex, a lock's event), then the call.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "run/session.hpp"
+
+namespace bb {
+
+// "futex", "epoll_wait", ... for an x86-64 system call number; "syscall 999" for one not named here.
+std::string syscall_name(uint64_t nr);
+// The root frame of a VM thread that is not a scheduler, from its name ("0_poller" -> "[poll
+// thread waiting]"); unknown names keep their letters: "[thread my_nif_thr]".
+std::string thread_wait_frame(std::string_view comm);
+
+class OffcpuStacks {
+public:
+    explicit OffcpuStacks(Session& s) : s_(s) {}
+    // The stack to aggregate, root first: `frames` (the symbolizer's, root first) in its frames.
+    void stack(const bb_record& r, std::span<const uint32_t> frames, std::vector<uint32_t>& out);
+
+private:
+    uint32_t pseudo(const std::string& name);
+    const std::string& thread_name(uint32_t tid);
+    Session& s_;
+    std::unordered_map<uint32_t, std::string> names_;  // tid -> thread name (/proc, as the VM named it)
+    std::unordered_map<std::string, uint32_t> frames_;
+};
+
+// Records until -d, a signal or the VM's exit; writes the reports. Returns the exit code.
+int run_offcpu(Session& s, const CommonOptions& o);
+
+}  // namespace bb
