@@ -94,8 +94,9 @@ TEST_P(SchedUtilVmTest, BusyAgreesWithSchedulerWallTime) {
 // The agent's figures of a VM, per interval: the last interval's share of each normal scheduler
 // from --stats, against the VM's over a stretch of steady load that holds that interval; then
 // the same scheduler in the Prometheus text.
-TEST(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root";
+class SchedUtilAgentTest : public RootTest {};
+
+TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
     TempDir tmp;
     const std::filesystem::path stats = tmp.path / "stats.json";
     ErlVm erl(vm_named("otp29"), "bb_util:main()", {"+S", "2", "-sname", "bbutil_agent"});

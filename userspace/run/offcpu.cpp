@@ -6,7 +6,10 @@
 #include <cctype>
 #include <utility>
 
+#include <cstdlib>
+
 #include "base/clock.hpp"
+#include "target/discovery.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 
@@ -42,11 +45,14 @@ std::string thread_wait_frame(std::string_view comm) {
     for (char c : comm)
         if (std::isalpha(static_cast<unsigned char>(c)) || (c == '_' && !role.empty())) role += c;
     while (!role.empty() && role.back() == '_') role.pop_back();
-    if (role == "poller") return "[poll thread waiting]";
-    if (role == "aux") return "[aux thread waiting]";
-    if (role.starts_with("sys_sig_dispatc")) return "[signal dispatcher waiting]";
-    if (role.starts_with("sys_msg_dispatc")) return "[system message dispatcher waiting]";
-    if (role == "async") return "[async thread waiting]";
+    // OTP 25 names them "N_poller", "N_aux", "sys_sig_dispatcher", ...; OTP 26 and later
+    // "erts_poll", "erts_aux", "erts_ssig_disp", ...
+    if (role == "poller" || role == "erts_poll") return "[poll thread waiting]";
+    if (role == "aux" || role == "erts_aux") return "[aux thread waiting]";
+    if (role.starts_with("sys_sig_dispatc") || role == "erts_ssig_disp") return "[signal dispatcher waiting]";
+    if (role.starts_with("sys_msg_dispatc") || role == "erts_smsg_disp")
+        return "[system message dispatcher waiting]";
+    if (role == "async" || role == "erts_async") return "[async thread waiting]";
     if (role == "beam.smp" || role == "beamsmp") return "[main thread waiting]";
     return fmt::format("[thread {}]", role.empty() ? "?" : role);
 }
@@ -75,6 +81,29 @@ void OffcpuStacks::stack(const bb_record& r, std::span<const uint32_t> frames, s
     out.push_back(pseudo(fmt::format("[syscall {}]", syscall_name(call))));
 }
 
+void OffcpuStacks::unwalked(uint32_t tid, std::vector<uint32_t>& out) {
+    if (scheds_.empty())
+        for (const SchedThread& t : s_.vm.sched_threads()) scheds_[static_cast<uint32_t>(t.tid)] = t;
+    out.clear();
+    auto sched = scheds_.find(tid);
+    if (sched == scheds_.end()) {
+        out.push_back(pseudo(thread_wait_frame(thread_name(tid))));
+    } else {
+        // A scheduler with no process now is idle; one blocked while it runs a process is named
+        // by its number (the process's stack is not walked from here).
+        auto c_p = s_.vm.mem().read<uint64_t>(sched->second.sched.esdp + s_.vm.offsets().esd_current_process);
+        out.push_back(pseudo(c_p && *c_p == 0 ? "[scheduler idle]"
+                                              : fmt::format("[{} blocked]", sched_name(sched->second.sched.type,
+                                                                                      sched->second.sched.no))));
+    }
+    out.push_back(pseudo("[blocked at the end: not walked]"));
+    // "202 0x7f.. ..." (the call and its arguments), "running", or nothing (gone).
+    const std::string call = read_bounded(fmt::format("/proc/{}/task/{}/syscall", s_.vm.pid(), tid), 256);
+    char* end = nullptr;
+    const unsigned long long nr = std::strtoull(call.c_str(), &end, 10);
+    if (end != call.c_str()) out.push_back(pseudo(fmt::format("[syscall {}]", syscall_name(nr))));
+}
+
 int run_offcpu(Session& s, const CommonOptions& o) {
     s.start(sampler_config(o), describe_event(o));
     OffcpuStacks stacks(s);
@@ -88,7 +117,19 @@ int run_offcpu(Session& s, const CommonOptions& o) {
             rep.add(r, stack, r.BB_OFFCPU_NS);
         },
         {}, [&](uint64_t now) { rep.tick(now); });
-    rep.finish(monotonic_ns());
+    // The blocks still open: idle threads that never woke in the run are most of a quiet VM's.
+    const uint64_t now = monotonic_ns();
+    for (const auto& [tid, ns] : s.sampler->take_unrecorded_blocks(now)) {
+        bb_record r{};
+        r.tid = tid;
+        r.tgid = static_cast<uint32_t>(s.vm.pid());
+        r.flags = BB_F_OFFCPU;
+        r.BB_OFFCPU_NS = ns;
+        stacks.unwalked(tid, stack);
+        rep.add(r, stack, ns);
+        st.offcpu_ns_by_tid[tid] += ns;
+    }
+    rep.finish(now);
     return end_run(s, o, st, "blocked system calls");
 }
 

@@ -28,6 +28,9 @@ public:
     explicit OffcpuStacks(Session& s) : s_(s) {}
     // The stack to aggregate, root first: `frames` (the symbolizer's, root first) in its frames.
     void stack(const bb_record& r, std::span<const uint32_t> frames, std::vector<uint32_t>& out);
+    // The stack of a block still open at the end (never walked): the thread's kind of wait, then
+    // [blocked at the end: not walked] and the system call it is in (/proc/PID/task/TID/syscall).
+    void unwalked(uint32_t tid, std::vector<uint32_t>& out);
 
 private:
     uint32_t pseudo(const std::string& name);
@@ -35,6 +38,7 @@ private:
     Session& s_;
     std::unordered_map<uint32_t, std::string> names_;  // tid -> thread name (/proc, as the VM named it)
     std::unordered_map<std::string, uint32_t> frames_;
+    std::unordered_map<uint32_t, SchedThread> scheds_;  // tid -> scheduler, for unwalked()
 };
 
 // Records until -d, a signal or the VM's exit; writes the reports. Returns the exit code.

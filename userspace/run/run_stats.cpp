@@ -23,14 +23,17 @@ std::vector<std::string> printable_all(std::vector<std::string> v) {
 void RunStats::count(const bb_record& r) {
     records++;
     // -e alloc's totals are the GC entries' and the heap fragments': exact. A watchpoint's record
-    // weighs an estimate.
-    if (r.flags & BB_F_WATCH) {
+    // weighs an estimate. An off-CPU record's fields of the same place are its own.
+    if (r.flags & BB_F_OFFCPU) {
+        offcpu_ns_by_tid[r.tid] += r.BB_OFFCPU_NS;
+    } else if (r.flags & BB_F_WATCH) {
         watch_samples++;
         watch_samples_by_heap[r.heap_owner]++;
+        frag_words += r.frag_words;
     } else {
         alloc_words += r.alloc_words;
+        frag_words += r.frag_words;
     }
-    frag_words += r.frag_words;
     if (r.flags & BB_F_TRUNCATED) truncated++;
     if (r.flags & BB_F_BAD_PROC) unreadable++;
     if (r.flags & BB_F_NOT_RUNNING) not_running++;
@@ -101,6 +104,16 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"vm_exited", s.vm_exited},
         {"error", s.error},
     };
+    if (o.event == Event::offcpu) {
+        uint64_t all = 0;
+        nlohmann::json by_tid = nlohmann::json::object();
+        for (const auto& [tid, ns] : s.offcpu_ns_by_tid) {
+            by_tid[std::to_string(tid)] = ns;
+            all += ns;
+        }
+        j["offcpu_ns"] = all;
+        j["offcpu_ns_by_tid"] = by_tid;
+    }
     if (c.alloc_watch) {
         // The 10 heaps with the most samples.
         std::vector<std::pair<uint64_t, uint64_t>> heaps(s.watch_samples_by_heap.begin(),

@@ -31,6 +31,8 @@ struct RunStats {
     // ... by the process whose heap they sampled (pid term): how many stand behind the split of
     // each heap's exact words (profile/alloc_strata.hpp). One entry per process sampled.
     std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
+    // -e offcpu: ns blocked by VM thread (tid), records and the blocks still open at the end.
+    std::unordered_map<uint32_t, uint64_t> offcpu_ns_by_tid;
     double seconds = 0;
     double vm_cpu_s = -1;  // CPU time the VM's threads used during the run (-1: unknown)
     bool vm_exited = false;

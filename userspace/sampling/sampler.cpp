@@ -330,6 +330,25 @@ void Sampler::Impl::follow_blocks() {
     }
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> Sampler::take_unrecorded_blocks(uint64_t now_ns) {
+    std::vector<std::pair<uint32_t, uint64_t>> out;
+    if (!impl_->cfg.offcpu) return out;
+    const int fd = bpf_map__fd(impl_->walker->skel()->maps.offcpu_threads);
+    std::vector<uint32_t> tids;
+    uint32_t key = 0, next = 0;
+    for (void* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0 && tids.size() < 65536; prev = &key) {
+        tids.push_back(next);
+        key = next;
+    }
+    for (uint32_t tid : tids) {
+        bb_offcpu_thread t{};
+        if (bpf_map_lookup_and_delete_elem(fd, &tid, &t) != 0) continue;
+        const uint64_t ns = t.off_ns + (t.since && now_ns > t.since ? now_ns - t.since : 0);
+        if (ns) out.emplace_back(tid, ns);
+    }
+    return out;
+}
+
 void Sampler::Impl::follow_code_events() {
     auto sym = vm.elf().find("__jit_debug_register_code");
     if (!sym) {

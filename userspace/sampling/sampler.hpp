@@ -110,6 +110,10 @@ public:
     // This VM's slot in the walker.
     uint32_t slot() const;
     SamplerCounters counters() const;
+    // -e offcpu: the VM's threads whose blocked time is not in a record yet (blocked now, or
+    // woken in a system call that has not returned), each with that time up to `now_ns`; the
+    // entries are cleared. For the end of a run: those blocks are never walked.
+    std::vector<std::pair<uint32_t, uint64_t>> take_unrecorded_blocks(uint64_t now_ns);
     // Why the events are per CPU when per-thread ones were asked for (more VM threads than
     // descriptors), for the attach line; "" otherwise.
     const std::string& events_note() const;

@@ -1,0 +1,56 @@
+%% The workload of -e offcpu's tests (tests/integration/offcpu_test.cpp).
+%%   erl -noshell -pa DIR -eval 'bb_offcpu:main("PATH/sleep_nif")'
+%% loads the blocking NIF (tests/fixtures/sleep_nif.c), prints `ready`, then reads commands:
+%%   - `sleeper MS N`: one process calls the NIF N times, MS ms a call, from sleeper/2: the
+%%     scheduler running it blocks in nanosleep (as a badly written NIF makes it), then it ends;
+%%   - `churn`: 50 pairs of processes ping-pong a message 1,000 times, then wait 2 ms, forever:
+%%     schedulers that block and wake hundreds of times a second;
+%%   - `slept`: prints `slept NS`, the nanoseconds the NIF has slept so far (its own clock);
+%%   - `quit` or end of input halts.
+-module(bb_offcpu).
+-export([main/1, sleeper/2, nif_sleep/1, slept_ns/0, pinger/1]).
+
+main(NifPath) ->
+    ok = erlang:load_nif(NifPath, 0),
+    io:format("ready~n"),
+    loop().
+
+loop() ->
+    case io:get_line('') of
+        "sleeper " ++ Args ->
+            [Ms, N] = [list_to_integer(A) || A <- string:lexemes(Args, " \n")],
+            spawn(?MODULE, sleeper, [Ms, N]),
+            io:format("sleeper~n"),
+            loop();
+        "churn" ++ _ ->
+            [spawn(fun() -> pair() end) || _ <- lists:seq(1, 50)],
+            io:format("churn~n"),
+            loop();
+        "slept" ++ _ ->
+            io:format("slept ~p~n", [slept_ns()]),
+            loop();
+        "quit" ++ _ -> erlang:halt(0);
+        eof -> erlang:halt(0);
+        {error, _} -> erlang:halt(0);
+        _ -> loop()
+    end.
+
+sleeper(_Ms, 0) -> ok;
+sleeper(Ms, N) ->
+    nif_sleep(Ms),
+    sleeper(Ms, N - 1).
+
+nif_sleep(_Ms) -> erlang:nif_error(not_loaded).
+slept_ns() -> erlang:nif_error(not_loaded).
+
+pair() ->
+    Peer = spawn(?MODULE, pinger, [self()]),
+    pair(Peer).
+
+pair(Peer) ->
+    [begin Peer ! {ping, self()}, receive pong -> ok end end || _ <- lists:seq(1, 1000)],
+    timer:sleep(2),
+    pair(Peer).
+
+pinger(From) ->
+    receive {ping, From} -> From ! pong, pinger(From) end.
