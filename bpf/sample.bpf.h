@@ -46,6 +46,8 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->dict_initial[0] = rec->dict_initial[1] = rec->dict_initial[2] = rec->dict_caller = 0;
 	rec->alloc_words = rec->frag_words = 0;
 	rec->heap_owner = 0;
+	rec->x0 = 0;
+	rec->bif_export = 0;
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
 }
@@ -186,6 +188,15 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 				}
 				rec->flags = flags | BB_F_ALLOC_TOTAL;
 				return emit(rec);
+			}
+			/* Blocked in a BIF: its first argument (BIFs take theirs in X registers). */
+			if (req->off.ns && sch) {
+				__u64 regs = read_word(sch->esdp + v->layout.esd_registers, &flags);
+
+				if (regs) {
+					rec->x0 = read_word(regs + v->layout.regs_x_regs, &flags);
+					rec->bif_export = read_word(regs + v->layout.regs_tmp_mem + 8, &flags);
+				}
 			}
 			flags |= walk_erlang(s, v, &p, base, jit, bp, req->fast);
 		} else {

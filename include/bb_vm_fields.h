@@ -83,6 +83,9 @@
 	X(esd_swt_working, "ErtsSchedulerData", "sched_wall_time.working.start") \
 	X(aligned_esd_size, "ErtsAlignedSchedulerData", "")                      \
 	X(regs_runtime_stack, "ErtsSchedulerRegisters", "aux_regs.d.runtime_stack") \
+	X(regs_x_regs, "ErtsSchedulerRegisters", "x_reg_array.d")               \
+	X(regs_tmp_mem, "ErtsSchedulerRegisters", "aux_regs.d.TMP_MEM")         \
+	X(export_mfa, "Export", "info.mfa")                                      \
 	X(ptab_tab, "ErtsPTab", "r.o.tab")                                       \
 	X(ptab_max, "ErtsPTab", "r.o.max")                                       \
 	X(ptab_pix_mask, "ErtsPTab", "r.o.pix_mask")                             \

@@ -129,6 +129,12 @@ struct bb_record {
 	 * in (the writer may be another, copying a message there). User space scales each heap's
 	 * samples to the exact words its GC entries reported (profile/alloc_strata.hpp). */
 	__u64 heap_owner;
+	/* An off-CPU record of a scheduler that runs a process (BB_F_OFFCPU): its X register 0 at
+	 * the block, the first argument of the BIF it is in (an ETS function's table). 0 otherwise. */
+	__u64 x0;
+	/* ... and the scheduler's second TMP_MEM word, where the JIT's call_light_bif_shared keeps
+	 * the Export entry of the BIF it calls (which BIF, on a stripped build too). */
+	__u64 bif_export;
 	/* Kernel frames, native frames, then the Erlang stack's continuation pointers (return
 	 * addresses into JIT code), each part leaf-most first. The bottom continuation pointer,
 	 * if reached, is the VM's normal-exit stub. */

@@ -4,10 +4,13 @@
 //   - per VM thread, the time blocked equals the thread's wall time minus its time on a CPU and
 //     its run-queue wait (/proc/PID/task/TID/schedstat), on schedulers that block and wake
 //     hundreds of times a second;
+//   - processes that insert into one ETS table as fast as they can: its lock is the lock ranked
+//     first, named by the table;
 //   - a NIF that sleeps on its scheduler (tests/fixtures/sleep_nif.c): the Erlang function that
 //     calls it carries the time the NIF itself measured, under the sleep's system call.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -169,6 +172,30 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     // is not time blocked): within 3%.
     EXPECT_GT(slept, 1.9e9);
     EXPECT_NEAR(caller, slept, 0.03 * slept) << r.out;
+}
+
+// 8 processes insert into bb_hot (no write_concurrency) on 4 schedulers over 2 CPUs: a
+// scheduler preempted while it holds the table's lock leaves the others to wait in the futex.
+// bb_cold, one insert a millisecond, is the control.
+TEST_P(OffcpuVmTest, AContendedEtsTableIsTheLockRankedFirst) {
+    ErlVm erl(vm(), start_expr(), {"+S", "4"});
+    erl.wait_line("ready", 60s);
+    erl.send_line("ets 8");
+    erl.wait_line("ets");
+    std::this_thread::sleep_for(1s);
+    ToolResult r = run_tool(
+        kTool, {"-e", "offcpu", "--threshold", "100", "-d", "4", "--folded", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::map<std::string, double> locks;
+    for (const Stack& s : folded(r.out))
+        for (const std::string& f : s.frames)
+            if (f.starts_with("[lock")) locks[f] += static_cast<double>(s.ns);
+    std::string all;
+    for (const auto& [k, ns] : locks) all += " " + k + " " + std::to_string(ns / 1e6) + " ms;";
+    std::cout << "[          ] " << vm().name << ": locks waited for:" << all << "\n";
+    ASSERT_FALSE(locks.empty()) << r.out;
+    auto top = std::max_element(locks.begin(), locks.end(), [](auto& a, auto& b) { return a.second < b.second; });
+    EXPECT_EQ(top->first, "[lock: ets table bb_hot]") << all;
 }
 
 }  // namespace

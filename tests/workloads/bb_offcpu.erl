@@ -5,6 +5,9 @@
 %%     scheduler running it blocks in nanosleep (as a badly written NIF makes it), then it ends;
 %%   - `churn`: 50 pairs of processes ping-pong a message 1,000 times, then wait 2 ms, forever:
 %%     schedulers that block and wake hundreds of times a second;
+%%   - `ets N`: N processes insert into one named public table, bb_hot, without
+%%     write_concurrency, as fast as they can: its lock is contended; a second table, bb_cold,
+%%     gets one insert a millisecond;
 %%   - `slept`: prints `slept NS`, the nanoseconds the NIF has slept so far (its own clock);
 %%   - `quit` or end of input halts.
 -module(bb_offcpu).
@@ -26,6 +29,13 @@ loop() ->
             [spawn(fun() -> pair() end) || _ <- lists:seq(1, 50)],
             io:format("churn~n"),
             loop();
+        "ets " ++ N ->
+            ets:new(bb_hot, [named_table, public, set]),
+            ets:new(bb_cold, [named_table, public, set]),
+            [spawn(fun() -> hammer(bb_hot, I, 0) end) || I <- lists:seq(1, list_to_integer(string:trim(N)))],
+            spawn(fun() -> trickle(0) end),
+            io:format("ets~n"),
+            loop();
         "slept" ++ _ ->
             io:format("slept ~p~n", [slept_ns()]),
             loop();
@@ -42,6 +52,15 @@ sleeper(Ms, N) ->
 
 nif_sleep(_Ms) -> erlang:nif_error(not_loaded).
 slept_ns() -> erlang:nif_error(not_loaded).
+
+hammer(T, I, K) ->
+    ets:insert(T, {K band 1023, I, K}),
+    hammer(T, I, K + 1).
+
+trickle(K) ->
+    ets:insert(bb_cold, {K band 1023, K}),
+    timer:sleep(1),
+    trickle(K + 1).
 
 pair() ->
     Peer = spawn(?MODULE, pinger, [self()]),

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "base/clock.hpp"
+#include "base/text.hpp"
 #include "target/discovery.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
@@ -57,6 +58,29 @@ std::string thread_wait_frame(std::string_view comm) {
     return fmt::format("[thread {}]", role.empty() ? "?" : role);
 }
 
+// A scheduler blocked on a futex while it runs a process waits for a lock (or a NIF's condition
+// variable). In a BIF of the ets module the lock is the table's, and the table is the BIF's first
+// argument, in X register 0: a named table by its name, another as "unnamed" (its reference
+// names no table from outside yet). Which BIF: the Export entry the JIT's call_light_bif_shared
+// keeps in the scheduler's TMP_MEM while the BIF runs (so on a stripped build too, whose C
+// functions have no names).
+std::string OffcpuStacks::lock_frame(const bb_record& r, std::span<const uint32_t> frames) {
+    bool light_bif = false;
+    for (uint32_t f : frames) light_bif |= s_.sym.frames().function(f).name == "global::call_light_bif_shared";
+    if (!light_bif || !r.bif_export) return "[lock]";
+    if (!atoms_) atoms_.emplace(s_.vm);
+    auto module = s_.vm.mem().read<uint64_t>(r.bif_export + s_.vm.offsets().export_mfa);
+    if (!module || atoms_->text(*module) != "ets") return "[lock]";
+    if (auto name = atoms_->text(r.x0)) return fmt::format("[lock: ets table {}]", printable(*name));
+    return "[lock: ets table, unnamed]";
+}
+
+bool OffcpuStacks::idle(uint32_t root) const {
+    for (const auto& [name, frame] : frames_)
+        if (frame == root) return name == "[scheduler idle]" || name.ends_with(" waiting]");
+    return false;
+}
+
 uint32_t OffcpuStacks::pseudo(const std::string& name) {
     auto [it, added] = frames_.try_emplace(name, 0);
     if (added) it->second = s_.sym.pseudo_frame(name);
@@ -77,7 +101,7 @@ void OffcpuStacks::stack(const bb_record& r, std::span<const uint32_t> frames, s
     if (r.sched_type != BB_SCHED_NONE && !process) out.push_back(pseudo("[scheduler idle]"));
     else if (r.sched_type == BB_SCHED_NONE) out.push_back(pseudo(thread_wait_frame(thread_name(r.tid))));
     out.insert(out.end(), frames.begin(), frames.end());
-    if (process && call == kFutex) out.push_back(pseudo("[lock]"));
+    if (process && call == kFutex) out.push_back(pseudo(lock_frame(r, frames)));
     out.push_back(pseudo(fmt::format("[syscall {}]", syscall_name(call))));
 }
 
@@ -109,12 +133,18 @@ int run_offcpu(Session& s, const CommonOptions& o) {
     OffcpuStacks stacks(s);
     Reporter rep(s, o, "offcpu", {.rows = o.top, .flat = o.flat});
     std::vector<uint32_t> stack;
+    uint64_t idle_ns = 0, all_ns = 0;  // for the heading (one report: without --every)
+    auto add = [&](const bb_record& r, uint64_t ns) {
+        rep.add(r, stack, ns);
+        all_ns += ns;
+        if (!stack.empty() && stacks.idle(stack.front())) idle_ns += ns;
+    };
     auto st = run_loop(
         s, o,
         [&](const bb_record& r, std::span<const uint32_t> frames) {
             if (!(r.flags & BB_F_OFFCPU)) return;
             stacks.stack(r, frames, stack);
-            rep.add(r, stack, r.BB_OFFCPU_NS);
+            add(r, r.BB_OFFCPU_NS);
         },
         {}, [&](uint64_t now) { rep.tick(now); });
     // The blocks still open: idle threads that never woke in the run are most of a quiet VM's.
@@ -126,9 +156,15 @@ int run_offcpu(Session& s, const CommonOptions& o) {
         r.flags = BB_F_OFFCPU;
         r.BB_OFFCPU_NS = ns;
         stacks.unwalked(tid, stack);
-        rep.add(r, stack, ns);
+        add(r, ns);
         st.offcpu_ns_by_tid[tid] += ns;
     }
+    if (o.every == 0)
+        rep.set_heading(fmt::format(
+            "{:.1f} s blocked across the VM's threads in {:.1f} s: {:.1f} s idle (schedulers with nothing to run, "
+            "the poll, aux and other service threads waiting for work), {:.1f} s blocked otherwise (locks, system "
+            "calls, sleeping NIFs). Shares of all the blocked time:",
+            all_ns / 1e9, st.seconds, idle_ns / 1e9, (all_ns - idle_ns) / 1e9));
     rep.finish(now);
     return end_run(s, o, st, "blocked system calls");
 }

@@ -7,12 +7,14 @@
 //     called, then [lock] when it waits on a futex (a mutex, a lock's event), then the call.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "inspect/processes.hpp"
 #include "run/session.hpp"
 
 namespace bb {
@@ -31,14 +33,18 @@ public:
     // The stack of a block still open at the end (never walked): the thread's kind of wait, then
     // [blocked at the end: not walked] and the system call it is in (/proc/PID/task/TID/syscall).
     void unwalked(uint32_t tid, std::vector<uint32_t>& out);
+    // Whether a stack's root frame is one of waiting for work: a scheduler's idle, a service thread's.
+    bool idle(uint32_t root) const;
 
 private:
     uint32_t pseudo(const std::string& name);
+    std::string lock_frame(const bb_record& r, std::span<const uint32_t> frames);
     const std::string& thread_name(uint32_t tid);
     Session& s_;
     std::unordered_map<uint32_t, std::string> names_;  // tid -> thread name (/proc, as the VM named it)
     std::unordered_map<std::string, uint32_t> frames_;
     std::unordered_map<uint32_t, SchedThread> scheds_;  // tid -> scheduler, for unwalked()
+    std::optional<AtomTable> atoms_;                    // ETS tables' names
 };
 
 // Records until -d, a signal or the VM's exit; writes the reports. Returns the exit code.
