@@ -11,6 +11,10 @@
 %%     to the last one's reply. The work is a mix of integer arithmetic, list building and
 %%     traversal, small maps, funs and non-tail function calls, so it allocates (minor GCs) and
 %%     has a stack a few frames deep, like ordinary Erlang code.
+%% pingpong, Rounds
+%%     A fixed amount of message passing that makes the schedulers block and wake all the time
+%%     (-e offcpu's worst case): on `go`, 50 pairs of processes each exchange Rounds messages,
+%%     sleeping 2 ms after every 1,000; `done NS` when all are done. `warm` does a tenth.
 %% spin, _
 %%     The same work, endlessly, on one process per scheduler: a VM busy on every CPU.
 %% modules, {Dir, G}
@@ -44,7 +48,10 @@
 
 main(overhead, Iters) when is_integer(Iters), Iters > 0 ->
     io:format("ready ~p~n", [erlang:system_info(schedulers_online)]),
-    overhead_loop(Iters);
+    overhead_loop(fun run_timed/1, Iters);
+main(pingpong, Rounds) when is_integer(Rounds), Rounds > 0 ->
+    io:format("ready ~p~n", [erlang:system_info(schedulers_online)]),
+    overhead_loop(fun(R) -> pingpong(R) end, Rounds);
 main(spin, _) ->
     N = erlang:system_info(schedulers_online),
     [spawn(?MODULE, worker, [endless, 1, self()]) || _ <- lists:seq(1, N)],
@@ -95,19 +102,40 @@ command_loop() ->
         _ -> command_loop()
     end.
 
-overhead_loop(Iters) ->
+overhead_loop(Run, Iters) ->
     case io:get_line('') of
         "go" ++ _ ->
-            io:format("done ~p~n", [run_timed(Iters)]),
-            overhead_loop(Iters);
+            io:format("done ~p~n", [Run(Iters)]),
+            overhead_loop(Run, Iters);
         "warm" ++ _ ->
-            io:format("warm ~p~n", [run_timed(max(1, Iters div 10))]),
-            overhead_loop(Iters);
+            io:format("warm ~p~n", [Run(max(1, Iters div 10))]),
+            overhead_loop(Run, Iters);
         "quit" ++ _ -> erlang:halt(0);
         eof -> erlang:halt(0);
         {error, _} -> erlang:halt(0);
-        _ -> overhead_loop(Iters)
+        _ -> overhead_loop(Run, Iters)
     end.
+
+%% Wall-clock nanoseconds for 50 pairs to exchange Rounds messages each.
+pingpong(Rounds) ->
+    Self = self(),
+    T0 = erlang:monotonic_time(nanosecond),
+    Pids = [spawn(fun() -> pinger(Self, Rounds) end) || _ <- lists:seq(1, 50)],
+    [receive {P, done} -> ok end || P <- Pids],
+    erlang:monotonic_time(nanosecond) - T0.
+
+pinger(Parent, Rounds) ->
+    Peer = spawn(fun Pong() -> receive {ping, F} -> F ! pong, Pong(); stop -> ok end end),
+    ping(Peer, Rounds),
+    Peer ! stop,
+    Parent ! {self(), done}.
+
+ping(_Peer, 0) -> ok;
+ping(Peer, N) ->
+    Peer ! {ping, self()},
+    receive pong -> ok end,
+    case N rem 1000 of 0 -> timer:sleep(2); _ -> ok end,
+    ping(Peer, N - 1).
 
 %% Wall-clock nanoseconds for Iters units of work on one process per online scheduler.
 run_timed(Iters) ->

@@ -26,6 +26,9 @@
 #      Process structs, stack words) and its ticks kept, on VMs of 1,000, 100,000 and 1,000,000
 #      idle processes; and the throughput cost to a VM it profiles, same-VM ratios over
 #      alternated rounds (bench/wall.py).
+#  12. beam-bpf-sample -e offcpu on a VM whose schedulers block and wake ~46,000 times a second:
+#      its BPF programs' runs and ns a run (kernel.bpf_stats_enabled), and the throughput cost,
+#      same-VM ratios over alternated rounds (bench/offcpu.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module once a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares. --agent-soak [SECONDS] (default 3600) runs
@@ -35,11 +38,11 @@
 # This script runs bench/main.py: the options, the wait for a quiet machine, sections 1 to 5
 # (bench/overhead.py, depth.py, lost.py, userspace.py, startup.py), which print a table and
 # write FILE (bench-results.json) and bench-results-overhead-runs.tsv (the raw overhead runs),
-# then sections 6 to 11 (bench/neighbour.py, procs.py, alloc.py, native.py, agent.py, wall.py), which write
+# then sections 6 to 12 (bench/neighbour.py, procs.py, alloc.py, native.py, agent.py, wall.py, offcpu.py), which write
 # bench-results-neighbour.json and so on.
 # Run as root after scripts/setup.sh --tests (which builds ./build).
 #
-#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,11] [--soak [S]] [--agent-soak [S]]
+#   scripts/bench.sh [--quick] [--json FILE] [--runs N] [--iters N] [--sections 1,2,...,12] [--soak [S]] [--agent-soak [S]]
 #                    [--build DIR] [--max-load L] [--max-others PCT] [--load-wait S]
 # It waits for a quiet machine first (load average <= L, others' CPU use <= PCT%, at most S
 # seconds), and runs an overhead round again when other processes used more than PCT% of the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up beam-bpf, starts a demo Erlang VM (scripts/demo_workload.erl) and profiles it:
 # the hottest functions, one stack of each scheduler, its processes (and one's heap), which
-# code allocates, where every process waits (-e wall), who triggers GC, the host agent (files
+# code allocates, where every process waits (-e wall), where its threads block (-e offcpu), who triggers GC, the host agent (files
 # and a push to a local stand-in for Pyroscope), and flame graphs (also by process and of
 # process time), pprof and folded-stack files. Run as root.
 set -euo pipefail
@@ -40,6 +40,9 @@ build/beam-bpf-sample -e alloc --watchpoints-in-vm -d 3 -t 12 "$vm"
 echo
 echo "== beam-bpf-sample -e wall -d 3 $vm: where every process spends its time, running or not, and whom it waits for"
 build/beam-bpf-sample -e wall -d 3 -t 10 "$vm"
+echo
+echo "== beam-bpf-sample -e offcpu -d 3 $vm: where the VM's threads block (locks, system calls; idle named as idle)"
+build/beam-bpf-sample -e offcpu -d 3 -t 10 "$vm"
 echo
 echo "== beam-bpf-blame -d 3 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 3 -t 10 erts_garbage_collect "$vm"

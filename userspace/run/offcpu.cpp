@@ -134,10 +134,15 @@ int run_offcpu(Session& s, const CommonOptions& o) {
     Reporter rep(s, o, "offcpu", {.rows = o.top, .flat = o.flat});
     std::vector<uint32_t> stack;
     uint64_t idle_ns = 0, all_ns = 0;  // for the heading (one report: without --every)
+    // The top table alone ranks what is not idle: a quiet VM's threads wait for work nearly all
+    // the time, and the locks and calls worth reading would be a fraction of a percent under it.
+    // Every other format keeps the idle time, under its own root frames.
+    const bool top_only = o.formats.size() == 1 && o.formats.front() == Format::top;
     auto add = [&](const bb_record& r, uint64_t ns) {
-        rep.add(r, stack, ns);
+        const bool idle = !stack.empty() && stacks.idle(stack.front());
         all_ns += ns;
-        if (!stack.empty() && stacks.idle(stack.front())) idle_ns += ns;
+        idle_ns += idle ? ns : 0;
+        if (!(idle && top_only)) rep.add(r, stack, ns);
     };
     auto st = run_loop(
         s, o,
@@ -163,8 +168,10 @@ int run_offcpu(Session& s, const CommonOptions& o) {
         rep.set_heading(fmt::format(
             "{:.1f} s blocked across the VM's threads in {:.1f} s: {:.1f} s idle (schedulers with nothing to run, "
             "the poll, aux and other service threads waiting for work), {:.1f} s blocked otherwise (locks, system "
-            "calls, sleeping NIFs). Shares of all the blocked time:",
-            all_ns / 1e9, st.seconds, idle_ns / 1e9, (all_ns - idle_ns) / 1e9));
+            "calls, sleeping NIFs). {}",
+            all_ns / 1e9, st.seconds, idle_ns / 1e9, (all_ns - idle_ns) / 1e9,
+            top_only ? "Shares of the time blocked otherwise (the idle time is in the other formats):"
+                     : "Shares of all the blocked time:"));
     rep.finish(now);
     return end_run(s, o, st, "blocked system calls");
 }

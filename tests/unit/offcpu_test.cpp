@@ -1,0 +1,42 @@
+// -e offcpu's names for what a thread waits in (run/offcpu.hpp): pure functions of what the
+// kernel and the VM call things.
+#include <gtest/gtest.h>
+
+#include "run/offcpu.hpp"
+
+namespace bb {
+namespace {
+
+TEST(OffcpuNames, SystemCallsByTheirX86Numbers) {
+    EXPECT_EQ(syscall_name(202), "futex");
+    EXPECT_EQ(syscall_name(0), "read");
+    EXPECT_EQ(syscall_name(232), "epoll_wait");
+    EXPECT_EQ(syscall_name(230), "clock_nanosleep");
+    EXPECT_EQ(syscall_name(271), "ppoll");
+    EXPECT_EQ(syscall_name(999), "syscall 999");
+    // Not in a system call: /proc says -1, the record's orig_ax is all ones.
+    EXPECT_EQ(syscall_name(~uint64_t{0}), "syscall -1");
+}
+
+TEST(OffcpuNames, TheVmsServiceThreadsOnEveryRelease) {
+    // OTP 25
+    EXPECT_EQ(thread_wait_frame("0_poller"), "[poll thread waiting]");
+    EXPECT_EQ(thread_wait_frame("1_aux"), "[aux thread waiting]");
+    EXPECT_EQ(thread_wait_frame("sys_sig_dispatc"), "[signal dispatcher waiting]");
+    EXPECT_EQ(thread_wait_frame("sys_msg_dispatc"), "[system message dispatcher waiting]");
+    EXPECT_EQ(thread_wait_frame("async_1"), "[async thread waiting]");
+    // OTP 26 and later
+    EXPECT_EQ(thread_wait_frame("erts_poll"), "[poll thread waiting]");
+    EXPECT_EQ(thread_wait_frame("erts_aux"), "[aux thread waiting]");
+    EXPECT_EQ(thread_wait_frame("erts_ssig_disp"), "[signal dispatcher waiting]");
+    EXPECT_EQ(thread_wait_frame("erts_smsg_disp"), "[system message dispatcher waiting]");
+    EXPECT_EQ(thread_wait_frame("erts_async"), "[async thread waiting]");
+    EXPECT_EQ(thread_wait_frame("beam.smp"), "[main thread waiting]");
+    // Anything else keeps its letters only: a thread name is the target's say.
+    EXPECT_EQ(thread_wait_frame("my_nif_thr"), "[thread my_nif_thr]");
+    EXPECT_EQ(thread_wait_frame("x\x1b[2J;y"), "[thread xJy]");
+    EXPECT_EQ(thread_wait_frame("123"), "[thread ?]");
+}
+
+}  // namespace
+}  // namespace bb
