@@ -130,7 +130,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	__u64 now = bpf_ktime_get_ns();
 
-	if ((prev_state & BB_TASK_BLOCKED) && vm_task(prev))
+	/* Preempted while it was going to sleep, a thread is still runnable: waiting for a CPU. */
+	if (!preempt && (prev_state & BB_TASK_BLOCKED) && vm_task(prev))
 		offcpu_block(prev, now);
 	/* Woken while the waker's wakeup was not seen (its thread blocked before the attach). */
 	offcpu_unblock(BPF_CORE_READ(next, pid), now);

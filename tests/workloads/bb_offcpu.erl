@@ -3,8 +3,8 @@
 %% loads the blocking NIF (tests/fixtures/sleep_nif.c), prints `ready`, then reads commands:
 %%   - `sleeper MS N`: one process calls the NIF N times, MS ms a call, from sleeper/2: the
 %%     scheduler running it blocks in nanosleep (as a badly written NIF makes it), then it ends;
-%%   - `churn`: 50 pairs of processes ping-pong a message 1,000 times, then wait 2 ms, forever:
-%%     schedulers that block and wake hundreds of times a second;
+%%   - `churn N M`: N pairs of processes ping-pong a message M times, then wait 2 ms, forever:
+%%     schedulers that block and wake hundreds to thousands of times a second;
 %%   - `ets N`: N processes insert into one named public table, bb_hot, without
 %%     write_concurrency, as fast as they can: its lock is contended; a second table, bb_cold,
 %%     gets one insert a millisecond;
@@ -25,8 +25,9 @@ loop() ->
             spawn(?MODULE, sleeper, [Ms, N]),
             io:format("sleeper~n"),
             loop();
-        "churn" ++ _ ->
-            [spawn(fun() -> pair() end) || _ <- lists:seq(1, 50)],
+        "churn " ++ Args ->
+            [N, M] = [list_to_integer(A) || A <- string:lexemes(Args, " \n")],
+            [spawn(fun() -> pair(M) end) || _ <- lists:seq(1, N)],
             io:format("churn~n"),
             loop();
         "ets " ++ N ->
@@ -62,14 +63,14 @@ trickle(K) ->
     timer:sleep(1),
     trickle(K + 1).
 
-pair() ->
+pair(M) ->
     Peer = spawn(?MODULE, pinger, [self()]),
-    pair(Peer).
+    pair(Peer, M).
 
-pair(Peer) ->
-    [begin Peer ! {ping, self()}, receive pong -> ok end end || _ <- lists:seq(1, 1000)],
+pair(Peer, M) ->
+    [begin Peer ! {ping, self()}, receive pong -> ok end end || _ <- lists:seq(1, M)],
     timer:sleep(2),
-    pair(Peer).
+    pair(Peer, M).
 
 pinger(From) ->
     receive {ping, From} -> From ! pong, pinger(From) end.

@@ -154,6 +154,10 @@ int run_offcpu(Session& s, const CommonOptions& o) {
         {}, [&](uint64_t now) { rep.tick(now); });
     // The blocks still open: idle threads that never woke in the run are most of a quiet VM's.
     const uint64_t now = monotonic_ns();
+    // The window the blocks were counted over: from the sampler's start (threads blocked then
+    // were noted blocked from then) to now.
+    st.offcpu_from_ns = s.start_ns;
+    st.offcpu_to_ns = now;
     for (const auto& [tid, ns] : s.sampler->take_unrecorded_blocks(now)) {
         bb_record r{};
         r.tid = tid;

@@ -113,6 +113,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         }
         j["offcpu_ns"] = all;
         j["offcpu_ns_by_tid"] = by_tid;
+        j["offcpu_window_ns"] = {s.offcpu_from_ns, s.offcpu_to_ns};
     }
     if (c.alloc_watch) {
         // The 10 heaps with the most samples.

@@ -33,6 +33,7 @@ struct RunStats {
     std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
     // -e offcpu: ns blocked by VM thread (tid), records and the blocks still open at the end.
     std::unordered_map<uint32_t, uint64_t> offcpu_ns_by_tid;
+    uint64_t offcpu_from_ns = 0, offcpu_to_ns = 0;  // ... over this window (CLOCK_MONOTONIC)
     double seconds = 0;
     double vm_cpu_s = -1;  // CPU time the VM's threads used during the run (-1: unknown)
     bool vm_exited = false;
