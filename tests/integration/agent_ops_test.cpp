@@ -158,11 +158,7 @@ TEST_F(AgentOpsTest, SecretsStayInTheirFilesAndProfilesArePrivate) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
         << agent.err;
-    ToolResult metrics = run_command({"python3", "-c",
-                                      "import sys, urllib.request; "
-                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                                      m[1].str()},
-                                     20s);
+    ToolResult metrics = get_metrics(m[1].str());
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     no_secret("/metrics", metrics.out);
     ToolResult stopped = finish_tool(agent, true);

@@ -195,11 +195,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         ASSERT_TRUE(std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
             << agent.err;
         std::this_thread::sleep_for(3s);
-        ToolResult got = run_command({"python3", "-c",
-                                      "import sys, urllib.request; "
-                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                                      m[1].str()},
-                                     20s);
+        ToolResult got = get_metrics(m[1].str());
         ASSERT_EQ(got.exit_code, 0) << describe(got);
         EXPECT_NE(got.out.find("\nbeam_bpf_agent_vms_followed 2\n"), std::string::npos) << got.out;
         EXPECT_NE(got.out.find("# TYPE beam_bpf_agent_push_failures_total counter\n"), std::string::npos) << got.out;

@@ -151,11 +151,7 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
         }
         EXPECT_EQ(compared, 2) << vm.dump();
     }
-    ToolResult metrics = run_command({"python3", "-c",
-                                      "import sys, urllib.request; "
-                                      "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                                      url[1].str()},
-                                     20s);
+    ToolResult metrics = get_metrics(url[1].str());
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     EXPECT_TRUE(std::regex_search(
         metrics.out, std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" + std::to_string(erl.os_pid()) +

@@ -299,10 +299,6 @@ void Sampler::Impl::follow_threads() {
     open_cpu_events(why);
 }
 
-// The VM calls __jit_debug_register_code() (an empty function, exported for debuggers) each
-// time it loads or purges JIT code: an entry probe there gives the symbolizer the exact instant,
-// and the moment to read the new module's symbols. Without it (kernels since 2025 want
-// CAP_SYS_ADMIN for uprobes) the module list is still re-read, every second and on misses.
 // -e offcpu: the scheduler's switches and wakeups and the system calls' returns, for every thread
 // of the machine (each program asks first whether the thread is a followed VM's). A VM thread
 // blocked now is noted as blocked from now: its time before the attach is not known.
@@ -349,6 +345,10 @@ std::vector<std::pair<uint32_t, uint64_t>> Sampler::take_unrecorded_blocks(uint6
     return out;
 }
 
+// The VM calls __jit_debug_register_code() (an empty function, exported for debuggers) each
+// time it loads or purges JIT code: an entry probe there gives the symbolizer the exact instant,
+// and the moment to read the new module's symbols. Without it (kernels since 2025 want
+// CAP_SYS_ADMIN for uprobes) the module list is still re-read, every second and on misses.
 void Sampler::Impl::follow_code_events() {
     auto sym = vm.elf().find("__jit_debug_register_code");
     if (!sym) {
