@@ -4,15 +4,14 @@
 
 #include <array>
 #include <cctype>
-#include <utility>
-
 #include <cstdlib>
+#include <utility>
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
-#include "target/discovery.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
+#include "target/discovery.hpp"
 
 namespace bb {
 
