@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/clock.hpp"
+#include "base/realtime.hpp"
 
 namespace bb::agent {
 

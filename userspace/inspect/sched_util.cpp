@@ -1,7 +1,5 @@
 #include "inspect/sched_util.hpp"
 
-#include <pthread.h>
-#include <sched.h>
 #include <time.h>
 
 #include <fmt/format.h>
@@ -13,6 +11,7 @@
 #include <thread>
 
 #include "base/clock.hpp"
+#include "base/realtime.hpp"
 #include "beam_bpf.h"
 
 namespace bb {
@@ -112,11 +111,6 @@ uint64_t SchedUtil::next_gap_ns(std::mt19937_64& rng, int hz) {
     return std::uniform_int_distribution<uint64_t>(500'000'000ull / hz, 1'500'000'000ull / hz)(rng);
 }
 
-void run_at_realtime_priority() {
-    sched_param sp{};
-    sp.sched_priority = 1;
-    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-}
 
 std::vector<SchedBusy> SchedUtil::watch(double seconds, const std::function<bool()>& stop) {
     take();  // the interval starts now

@@ -50,12 +50,6 @@ struct SchedBusy {
 // the agent's --stats.
 nlohmann::json sched_json(const std::vector<SchedBusy>& s);
 
-// A sampler's thread at real-time priority (SCHED_FIFO 1), where it is allowed: a sample must
-// read the state at its instant. At normal priority, on a host whose CPUs the busy schedulers
-// fill, the sampler's wakeup waits until a scheduler goes idle and reads it idle: 2 to 5 points
-// low at 10% load on 2 CPUs. Without the privilege the thread stays as it was.
-void run_at_realtime_priority();
-
 // One VM's schedulers, watched. sample() and take() may run on different threads (the agent's
 // sampler thread samples while its main thread takes): they hold a lock, and the memory reads are
 // system calls with no state.
@@ -68,7 +62,10 @@ public:
     // Each scheduler's busy share since the last take() (or the construction), normal ones first,
     // by number; then starts the next interval. A scheduler whose memory stops reading is left out.
     std::vector<SchedBusy> take();
-    // Samples for `seconds` (or until `stop` says so) on a thread of its own, 1,000 times a second
+    // Samples for `seconds` (or until `stop` says so) on a thread of its own at real-time priority
+    // (base/realtime.hpp: at normal priority, on a host whose CPUs the busy schedulers fill, the
+    // sampler's wakeups waited for a scheduler to go idle and read it idle, 2 to 5 points low at
+    // 10% load on 2 CPUs), 1,000 times a second
     // (1,000 samples a second: 1.6 points at 3 sd in 1 s at 50% busy, under 1 in 4 s), then
     // takes. `stop` is called on that thread.
     std::vector<SchedBusy> watch(double seconds, const std::function<bool()>& stop = {});

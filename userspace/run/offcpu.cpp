@@ -68,21 +68,28 @@ std::string OffcpuStacks::lock_frame(const bb_record& r, std::span<const uint32_
     for (uint32_t f : frames) light_bif |= s_.sym.frames().function(f).name == "global::call_light_bif_shared";
     if (!light_bif || !r.bif_export) return "[lock]";
     if (!atoms_) atoms_.emplace(s_.vm);
-    auto module = s_.vm.mem().read<uint64_t>(r.bif_export + s_.vm.offsets().export_mfa);
-    if (!module || atoms_->text(*module) != "ets") return "[lock]";
+    // Export entries stay where they are: each BIF's module is read once (a bounded cache).
+    auto known = ets_export_.find(r.bif_export);
+    bool ets = known != ets_export_.end() && known->second;
+    if (known == ets_export_.end()) {
+        auto module = s_.vm.mem().read<uint64_t>(r.bif_export + s_.vm.offsets().export_mfa);
+        ets = module && atoms_->text(*module) == "ets";
+        if (ets_export_.size() < 4096) ets_export_.emplace(r.bif_export, ets);
+    }
+    if (!ets) return "[lock]";
     if (auto name = atoms_->text(r.x0)) return fmt::format("[lock: ets table {}]", printable(*name));
     return "[lock: ets table, unnamed]";
 }
 
-bool OffcpuStacks::idle(uint32_t root) const {
-    for (const auto& [name, frame] : frames_)
-        if (frame == root) return name == "[scheduler idle]" || name.ends_with(" waiting]");
-    return false;
-}
+bool OffcpuStacks::idle(uint32_t root) const { return idle_frames_.count(root) > 0; }
 
 uint32_t OffcpuStacks::pseudo(const std::string& name) {
     auto [it, added] = frames_.try_emplace(name, 0);
-    if (added) it->second = s_.sym.pseudo_frame(name);
+    if (added) {
+        it->second = s_.sym.pseudo_frame(name);
+        // The roots of waiting for work: a scheduler's idle, a service thread's wait.
+        if (name == "[scheduler idle]" || name.ends_with(" waiting]")) idle_frames_.insert(it->second);
+    }
     return it->second;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "inspect/processes.hpp"
@@ -45,6 +46,8 @@ private:
     std::unordered_map<std::string, uint32_t> frames_;
     std::unordered_map<uint32_t, SchedThread> scheds_;  // tid -> scheduler, for unwalked()
     std::optional<AtomTable> atoms_;                    // ETS tables' names
+    std::unordered_set<uint32_t> idle_frames_;          // the roots idle() is true of
+    std::unordered_map<uint64_t, bool> ets_export_;     // a BIF's Export entry -> of module ets
 };
 
 // Records until -d, a signal or the VM's exit; writes the reports. Returns the exit code.

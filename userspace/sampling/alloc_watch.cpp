@@ -18,6 +18,7 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/realtime.hpp"
 
 namespace bb {
 namespace {
@@ -154,9 +155,7 @@ void AllocWatch::run(Armer& a) {
     CPU_ZERO(&set);
     for (int c : a.cpus) CPU_SET(c, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    sched_param sp{};
-    sp.sched_priority = 1;
-    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    run_at_realtime_priority();
     while (!stopping_) {
         ring_buffer__poll(a.ring.get(), 20);
         expire_if_old();
