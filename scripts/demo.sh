@@ -47,13 +47,13 @@ echo
 echo "== beam-bpf-blame -d 3 erts_garbage_collect $vm: who triggers garbage collection"
 build/beam-bpf-blame -d 3 -t 10 erts_garbage_collect "$vm"
 echo
-echo "== beam-bpf-agent --every 2 for 5 s: every VM on this host, a pprof profile per VM per interval,"
+echo "== beam-bpf-agent -e cpu,offcpu --every 2 for 5 s: every VM on this host, a CPU and an off-CPU pprof profile per VM per interval,"
 echo "   to files and pushed to a local stand-in for Pyroscope's ingest API (tests/agent/pyroscope_receiver.py)"
 python3 tests/agent/pyroscope_receiver.py --out "$work/pushed" --port-file "$work/port" > /dev/null &
 receiver=$!
 trap 'kill $vm $receiver 2>/dev/null || true; rm -f "/tmp/perf-$vm.map"' EXIT
 while [ ! -s "$work/port" ]; do sleep 0.1; done
-timeout -s TERM 5 build/beam-bpf-agent --every 2 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
+timeout -s TERM 5 build/beam-bpf-agent -e cpu,offcpu --every 2 --output "$work/agent" --push "http://127.0.0.1:$(cat "$work/port")" \
   --match demo_workload --stats "$work/agent-stats.json" || true
 ls "$work"/agent/*/
 echo "pushed: $(ls "$work"/pushed/*.json | wc -l) profiles; the labels of the first:"

@@ -844,5 +844,62 @@ TEST_F(AgentTest, WallProfilesBesideTheCpuOnes) {
     for (const auto& [s, ns] : states) EXPECT_TRUE(s.starts_with("[") && s.ends_with("]")) << s;
 }
 
+// -e cpu,offcpu on OTP 29: an off-CPU profile per interval beside the CPU one, in nanoseconds
+// blocked (tests/workloads/bb_offcpu.erl): a NIF that sleeps 10 ms a call, 200 calls, all inside
+// the agent's run. The function that calls it carries what the NIF's own clock says it slept.
+TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles";
+    std::string lib = BB_SLEEP_NIF;
+    lib.resize(lib.size() - 3);  // load_nif/2 adds ".so"
+    ErlVm vm(vm_named("otp29"), "bb_offcpu:main(\"" + lib + "\")", {"-sname", "bbagent_offcpu", "+S", "2"});
+    vm.wait_line("ready", 60s);
+    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,offcpu", "--every", "2", "--output", out.string(),
+                                                      "--retention", "0", "--match", "bbagent_offcpu"});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
+    std::this_thread::sleep_for(1s);  // the off-CPU walker starts after the CPU one's line
+    auto slept = [&] {
+        vm.send_line("slept");
+        return std::stod(vm.wait_line("slept ").substr(6));
+    };
+    const double before = slept();
+    vm.send_line("sleeper 10 200");
+    vm.wait_line("sleeper");
+    std::this_thread::sleep_for(3500ms);
+    const double nif = slept() - before;
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_EQ(r.err.find("no off-CPU profile"), std::string::npos) << r.err;
+
+    size_t offcpu_files = 0, cpu_files = 0;
+    double all = 0, sleeper = 0, idle = 0;
+    for (const auto& d : fs::directory_iterator(out))
+        for (const auto& f : fs::directory_iterator(d.path())) {
+            const std::string name = f.path().filename().string();
+            if (name.starts_with("cpu-")) cpu_files++;
+            if (!name.starts_with("offcpu-")) continue;
+            offcpu_files++;
+            for (const Trace& t : decode(f.path(), "offcpu")) {
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_offcpu") << f.path();
+                all += static_cast<double>(t.count);
+                if (t.frames.back() == "[scheduler idle]") idle += static_cast<double>(t.count);
+                if (std::find(t.frames.begin(), t.frames.end(), "bb_offcpu:sleeper/2") != t.frames.end())
+                    sleeper += static_cast<double>(t.count);
+            }
+        }
+    std::cerr << "agent test: -e cpu,offcpu: " << offcpu_files << " off-CPU and " << cpu_files << " CPU profiles; "
+              << all / 1e9 << " s blocked, " << idle / 1e9 << " s of it schedulers idle; sleeper/2 " << sleeper / 1e9
+              << " s, the NIF slept " << nif / 1e9 << " s\n";
+    EXPECT_GE(offcpu_files, 2u);
+    EXPECT_EQ(offcpu_files, cpu_files);
+    EXPECT_GT(idle, 0.0);
+    // Every call is a block of 10 ms, over the 1 ms threshold: all walked. The NIF's clock also
+    // counts each wakeup's wait for a CPU, which is not time blocked: within 3%.
+    EXPECT_GT(nif, 1.9e9);
+    EXPECT_NEAR(sleeper, nif, 0.03 * nif);
+}
+
 }  // namespace
 }  // namespace bbt

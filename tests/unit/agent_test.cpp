@@ -581,7 +581,7 @@ TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
     EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"every", "metrics"}));
 }
 
-// -e: cpu always, alloc and wall beside it in any order, each once; a reload keeps both.
+// -e: cpu always, alloc, wall and offcpu beside it in any order, each once; a reload keeps them.
 TEST(AgentConfig, Events) {
     const Setting* events = find_setting("events");
     ASSERT_NE(events, nullptr);
@@ -592,8 +592,16 @@ TEST(AgentConfig, Events) {
         events->set(c, "events", v);
         EXPECT_EQ(c.alloc, alloc) << v;
         EXPECT_EQ(c.wall, wall) << v;
+        EXPECT_FALSE(c.offcpu) << v;
     }
-    for (const std::string v : {"wall", "alloc", "", "cpu,", "cpu,cpu", "cpu,wall,wall", "cpu,offcpu", "CPU"}) {
+    for (const std::string v : {"cpu,offcpu", "offcpu,cpu,wall,alloc"}) {
+        AgentConfig c;
+        events->set(c, "events", v);
+        EXPECT_TRUE(c.offcpu) << v;
+        EXPECT_EQ(c.wall, c.alloc) << v;
+    }
+    for (const std::string v : {"wall", "alloc", "offcpu", "", "cpu,", "cpu,cpu", "cpu,wall,wall", "cpu,offcpu,offcpu",
+                                "cpu,off-cpu", "CPU"}) {
         AgentConfig c;
         EXPECT_THROW(events->set(c, "events", v), UserError) << v;
     }
@@ -601,6 +609,10 @@ TEST(AgentConfig, Events) {
     next.wall = true;
     EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
     EXPECT_FALSE(next.wall);
+    AgentConfig with_offcpu;
+    with_offcpu.offcpu = true;
+    EXPECT_EQ(keep_running(running, with_offcpu), (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
+    EXPECT_FALSE(with_offcpu.offcpu);
 }
 
 }  // namespace

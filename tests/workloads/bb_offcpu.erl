@@ -8,6 +8,12 @@
 %%   - `ets N`: N processes insert into one named public table, bb_hot, without
 %%     write_concurrency, as fast as they can: its lock is contended; a second table, bb_cold,
 %%     gets one insert a millisecond;
+%%   - `ets_convoy N LEN`: N processes insert LEN-element lists into bb_hot (a copy of about
+%%     LEN x 5 ns under the write lock), a convoy when it forms: each release hands the lock to a
+%%     blocked waiter and the releasing scheduler blocks in turn (docs/offcpu-profiling.md);
+%%   - `lcnt MS` (the lock-counting emulator only): clears the VM's lock counters, waits MS ms,
+%%     and prints `lcnt DURATION_NS TOP_NAME TOP_ID TOP_NS HOT_NS`: lcnt's window, the lock
+%%     with the most wait time and its time, and bb_hot's table lock's time;
 %%   - `slept`: prints `slept NS`, the nanoseconds the NIF has slept so far (its own clock);
 %%   - `quit` or end of input halts.
 -module(bb_offcpu).
@@ -37,6 +43,16 @@ loop() ->
             spawn(fun() -> trickle(0) end),
             io:format("ets~n"),
             loop();
+        "ets_convoy " ++ Args ->
+            [N, Len] = [list_to_integer(A) || A <- string:lexemes(Args, " \n")],
+            ets:new(bb_hot, [named_table, public, set]),
+            Big = lists:seq(1, Len),
+            [spawn(fun() -> hammer_big(I, 0, Big) end) || I <- lists:seq(1, N)],
+            io:format("ets_convoy~n"),
+            loop();
+        "lcnt " ++ Ms ->
+            lcnt(list_to_integer(string:trim(Ms))),
+            loop();
         "slept" ++ _ ->
             io:format("slept ~p~n", [slept_ns()]),
             loop();
@@ -57,6 +73,27 @@ slept_ns() -> erlang:nif_error(not_loaded).
 hammer(T, I, K) ->
     ets:insert(T, {K band 1023, I, K}),
     hammer(T, I, K + 1).
+
+hammer_big(I, K, Big) ->
+    ets:insert(bb_hot, {K band 15, I, Big}),
+    hammer_big(I, K + 1, Big).
+
+%% At the highest priority: its window's end is not late behind the workload's processes.
+lcnt(Ms) ->
+    process_flag(priority, max),
+    erts_debug:lcnt_clear(),
+    timer:sleep(Ms),
+    Data = erts_debug:lcnt_collect(),
+    {duration, {S, Ns}} = lists:keyfind(duration, 1, Data),
+    {locks, Locks} = lists:keyfind(locks, 1, Data),
+    %% Each lock's wait time, summed over where it was taken: {{File, Line}, {Tries, Collisions,
+    %% {S, Ns, N}}, Histogram}.
+    Waits = [{lists:sum([Ws * 1000000000 + Wns || {_, {_, _, {Ws, Wns, _}}, _} <- Stats]), Name, Id}
+             || {Name, Id, _Type, Stats} <- Locks],
+    {TopNs, TopName, TopId} = lists:max(Waits),
+    Hot = lists:sum([W || {W, db_tab, bb_hot} <- Waits]),
+    process_flag(priority, normal),
+    io:format("lcnt ~p ~p ~p ~p ~p~n", [S * 1000000000 + Ns, TopName, TopId, TopNs, Hot]).
 
 trickle(K) ->
     ets:insert(bb_cold, {K band 1023, K}),

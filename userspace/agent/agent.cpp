@@ -23,6 +23,7 @@
 #include "report/otlp.hpp"
 #include "report/pprof.hpp"
 #include "report/report.hpp"
+#include "run/offcpu.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/reporter.hpp"
@@ -159,6 +160,16 @@ struct Agent::Followed {
         std::vector<uint32_t> frames;
     };
     std::unique_ptr<AllocPart> alloc;
+    // -e cpu,offcpu: a third session on the VM, with beam-bpf-sample -e offcpu's walker on its
+    // threads' switches and system calls (a walker of its own: it follows one VM's threads).
+    struct OffcpuPart {
+        CommonOptions o;
+        std::unique_ptr<Session> s;
+        std::unique_ptr<OffcpuStacks> stacks;
+        Aggregator agg;
+        std::vector<uint32_t> frames, stack;
+    };
+    std::unique_ptr<OffcpuPart> offcpu;
     // -e cpu,wall: the VM's wall profile, read from user space by the CPU session's reader and
     // symbolizer, ticked by the agent's loop, aggregated apart.
     struct WallPart {
@@ -204,15 +215,31 @@ struct Agent::Followed {
         add_alloc(r, a.frames, who, a.strata, a.agg);
         a.samples++;
     }
+    // A block, weighed by its nanoseconds, in the interval it ended in (a thread blocked across
+    // intervals is counted whole in the one it wakes in, as -e offcpu --every does).
+    void handle_offcpu(const bb_record& r) {
+        OffcpuPart& p = *offcpu;
+        if (r.where == BB_WHERE_CODE_EVENT) return p.s->sym.code_event(r);
+        if (!(r.flags & BB_F_OFFCPU)) return;
+        p.s->sym.frames(r, p.frames);
+        p.stacks->stack(r, p.frames, p.stack);
+        Who who = who_of(r);
+        if (who.erl_pid) names->name(r);
+        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
+        p.agg.add(p.stack, r.BB_OFFCPU_NS, who);
+    }
     // The code loaded or purged since the last drain: it must be known before the samples
     // taken after it are symbolized (records still in a ring were all taken before now).
     void refresh_symbols(uint64_t now_ns) {
         s->sym.refresh(now_ns);
         if (alloc) alloc->s->sym.refresh(now_ns);
+        if (offcpu) offcpu->s->sym.refresh(now_ns);
     }
-    // The allocation walker's ring (the CPU records come through the shared walker's).
-    void drain_alloc() {
+    // The allocation and off-CPU walkers' rings (the CPU records come through the shared walker's).
+    void drain_own_walkers() {
         if (alloc) alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
+        if (offcpu)
+            offcpu->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_offcpu(r); });
     }
 };
 
@@ -312,6 +339,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     }
     first_failure_ns_.erase(k);
     if (cfg_.alloc) attach_alloc(*f);
+    if (cfg_.offcpu) attach_offcpu(*f);
     if (cfg_.wall) {
         try {
             f->wall = std::make_unique<Followed::WallPart>();
@@ -358,13 +386,30 @@ void Agent::attach_alloc(Followed& f) {
     f.alloc = std::move(a);
 }
 
+// The same for the off-CPU profile (a kernel without BTF tracepoints, a layout that does not read).
+void Agent::attach_offcpu(Followed& f) {
+    auto p = std::make_unique<Followed::OffcpuPart>();
+    p->o = f.o;
+    p->o.event = Event::offcpu;
+    p->o.threshold_us = kOffcpuThresholdUs;
+    try {
+        p->s = std::make_unique<Session>(p->o);
+        p->s->start(sampler_config(p->o), describe_event(p->o));
+        p->stacks = std::make_unique<OffcpuStacks>(*p->s);
+    } catch (const std::exception& e) {
+        log(fmt::format("pid {}: no off-CPU profile: {}", f.proc.pid, clean(e.what(), 1024)));
+        return;
+    }
+    f.offcpu = std::move(p);
+}
+
 void Agent::step(Followed& f, uint64_t now_ns) {
     if (now_ns - f.last_check_ns >= kSecond) {
         f.last_check_ns = now_ns;
         // A VM attached as it started may not have registered init yet: names from when it has.
         // (Names unavailable for a lasting reason, a layout that does not read, are not retried.)
         if (f.names->starting()) f.names.emplace(f.s->vm, false);
-        for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr}) {
+        for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr, f.offcpu ? f.offcpu->s.get() : nullptr}) {
             if (!s) continue;
             s->sampler->refresh_vm_state();
             const auto& keys = f.names->dictionary_keys();  // met only where names are read (--process-labels)
@@ -387,7 +432,7 @@ void Agent::drain() {
                 else it->second->handle(r);
             },
             false);
-    for (auto& [pid, f] : vms_) f->drain_alloc();
+    for (auto& [pid, f] : vms_) f->drain_own_walkers();
 }
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
@@ -399,6 +444,10 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     if (f.alloc) {
         f.alloc->strata.drain_into(f.alloc->agg, f.alloc->s->sym.unsampled_alloc());
         ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
+    }
+    if (f.offcpu) {
+        ship(f, "offcpu", *f.offcpu->s, f.offcpu->agg, now_ns);
+        f.offcpu->agg.clear();
     }
     f.agg.clear();
     if (f.alloc) f.alloc->agg.clear();
@@ -417,12 +466,13 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {}){}{}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
                           l.node.empty() ? "" : " node " + l.node,
-                          kind == "alloc"  ? ", words allocated"
-                          : kind == "wall" ? ", wall clock of every process"
-                                           : "");
+                          kind == "alloc"    ? ", words allocated"
+                          : kind == "wall"   ? ", wall clock of every process"
+                          : kind == "offcpu" ? ", time its threads blocked"
+                                             : "");
     // As beam-bpf-sample's reports: a CPU sample stands for 1/F s; an allocation one weighs
-    // words; a wall one nanoseconds of process time.
-    m.unit = kind == "alloc" ? "words" : kind == "wall" ? "wall" : "samples";
+    // words; a wall one nanoseconds of process time; an off-CPU one nanoseconds a thread blocked.
+    m.unit = kind == "alloc" ? "words" : kind == "cpu" ? "samples" : kind;  // "wall", "offcpu"
     m.period_ns = kind == "cpu" ? f.o.ns_per_sample : 0;
     m.start_unix_ns = f.interval_start_unix_ns;
     m.duration_ns = now_ns - f.interval_start_ns;

@@ -95,6 +95,7 @@ private:
     // allocation walker's.
     void drain();
     void attach_alloc(Followed& f);
+    void attach_offcpu(Followed& f);
     // Ends the VM's interval: its CPU profile, and its allocation profile with -e cpu,alloc.
     void finish_interval(Followed& f, uint64_t now_ns);
     // One profile of the interval, named and labelled, to the directory and the stores.

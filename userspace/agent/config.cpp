@@ -86,11 +86,12 @@ const std::vector<Setting>& settings() {
          .help = "samples per second of each VM thread while it runs (default 99)",
          .set = set_number<&AgentConfig::frequency>, .reload = fixed<&AgentConfig::frequency>(Restart::frequency)},
         {.key = "events", .names = "-e,--events",
-         .help = "cpu (default), and alloc or wall or both, comma-separated: cpu,alloc adds an allocation profile "
-                 "per VM, the stacks that allocate words on process heaps (as beam-bpf-sample -e alloc; each such VM "
-                 "takes a debug register of every CPU, 4 at most); cpu,wall a wall-clock profile of every Erlang "
-                 "process, where processes wait (as beam-bpf-sample -e wall, 20 ticks a second, 64 processes a "
-                 "tick), in process-seconds",
+         .help = "cpu (default), and any of alloc, wall and offcpu, comma-separated: cpu,alloc adds an allocation "
+                 "profile per VM, the stacks that allocate words on process heaps (as beam-bpf-sample -e alloc; each "
+                 "such VM takes a debug register of every CPU, 4 at most); cpu,wall a wall-clock profile of every "
+                 "Erlang process, where processes wait (as beam-bpf-sample -e wall, 20 ticks a second, 64 processes "
+                 "a tick), in process-seconds; cpu,offcpu where the VM's threads block, on locks, in system calls or "
+                 "idle (as beam-bpf-sample -e offcpu, its default 1 ms threshold), in thread-nanoseconds",
          .set =
              [](AgentConfig& c, Text, Text v) {
                  std::set<std::string> events;
@@ -98,21 +99,27 @@ const std::vector<Setting>& settings() {
                  for (size_t at = 0;;) {
                      const size_t comma = v.find(',', at);
                      const std::string e = v.substr(at, comma == std::string::npos ? comma : comma - at);
-                     known = known && (e == "cpu" || e == "alloc" || e == "wall") && events.insert(e).second;
+                     known = known && (e == "cpu" || e == "alloc" || e == "wall" || e == "offcpu") && events.insert(e).second;
                      if (comma == std::string::npos) break;
                      at = comma + 1;
                  }
                  if (!known || !events.count("cpu"))
                      throw UserError(fmt::format(
-                         "events={}: cpu, cpu,alloc, cpu,wall or cpu,alloc,wall (CPU profiles are always made)", v));
+                         "events={}: cpu, and any of alloc, wall and offcpu, each once: cpu,alloc,wall,offcpu (CPU "
+                         "profiles are always made)",
+                         v));
                  c.alloc = events.count("alloc");
                  c.wall = events.count("wall");
+                 c.offcpu = events.count("offcpu");
              },
          .reload = {Restart::events,
-                    [](const AgentConfig& a, const AgentConfig& b) { return a.alloc != b.alloc || a.wall != b.wall; },
+                    [](const AgentConfig& a, const AgentConfig& b) {
+                        return a.alloc != b.alloc || a.wall != b.wall || a.offcpu != b.offcpu;
+                    },
                     [](const AgentConfig& a, AgentConfig& b) {
                         b.alloc = a.alloc;
                         b.wall = a.wall;
+                        b.offcpu = a.offcpu;
                     }}},
         {.key = "watchpoints-in-vm", .names = "--watchpoints-in-vm",
          .help = "true: -e cpu,alloc in a virtual machine, where it is refused by default because a hypervisor can "
@@ -410,7 +417,7 @@ std::string describe(const AgentConfig& c) {
     auto or_none = [](const std::string& s) { return s.empty() ? std::string("(none)") : s; };
     line("every", c.every);
     line("frequency", c.frequency);
-    line("events", std::string("cpu") + (c.alloc ? ",alloc" : "") + (c.wall ? ",wall" : ""));
+    line("events", std::string("cpu") + (c.alloc ? ",alloc" : "") + (c.wall ? ",wall" : "") + (c.offcpu ? ",offcpu" : ""));
     if (c.alloc) line("watchpoints-in-vm", c.watchpoints_in_vm ? "true" : "false");
     if (c.alloc) line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
     line("native-depth", c.native_depth);

@@ -29,6 +29,9 @@ struct AgentConfig {
     // -e cpu,wall: a wall-clock profile of every Erlang process per VM and interval too
     // (beam-bpf-sample -e wall's, at its default rate and reads).
     bool wall = false;
+    // -e cpu,offcpu: an off-CPU profile per VM and interval too (beam-bpf-sample -e offcpu's,
+    // at its default threshold): a second walker per VM, on its threads' switches and calls.
+    bool offcpu = false;
     uint64_t alloc_period = 0;  // words per allocation sample on average (0: -e alloc's default)
     // Unwind rows the agent's shared store holds, all VMs together (native/unwind_store.hpp):
     // 2M rows (16 MiB, and 4 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25

@@ -63,6 +63,9 @@ constexpr const char* kAllocSampleTypeConfig =
 // -e cpu,wall: nanoseconds of process time, summed as the CPU's are.
 constexpr const char* kWallSampleTypeConfig =
     R"({"wall":{"units":"samples","aggregation":"sum","display-name":"wall","sampled":true}})";
+// -e cpu,offcpu: nanoseconds a thread blocked, the same.
+constexpr const char* kOffcpuSampleTypeConfig =
+    R"({"offcpu":{"units":"samples","aggregation":"sum","display-name":"offcpu","sampled":true}})";
 
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -104,9 +107,10 @@ public:
         curl_mime_name(part, "sample_type_config");
         curl_mime_filename(part, "sample_type_config.json");
         curl_mime_data(part,
-                       it.kind == "alloc"  ? kAllocSampleTypeConfig
-                       : it.kind == "wall" ? kWallSampleTypeConfig
-                                           : kCpuSampleTypeConfig,
+                       it.kind == "alloc"    ? kAllocSampleTypeConfig
+                       : it.kind == "wall"   ? kWallSampleTypeConfig
+                       : it.kind == "offcpu" ? kOffcpuSampleTypeConfig
+                                             : kCpuSampleTypeConfig,
                        CURL_ZERO_TERMINATED);
         curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
         return mime;
