@@ -194,13 +194,19 @@ struct Agent::Followed {
         });
     }
 
-    void handle(const bb_record& r) {
+    // Whose the record is; its process named now, while it is likely alive, and counted for
+    // --process-labels registered.
+    Who note_process(const bb_record& r) {
+        const Who who = who_of(r);
+        if (who.erl_pid) names->name(r);
+        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
+        return who;
+    }
+        void handle(const bb_record& r) {
         if (r.where == BB_WHERE_CODE_EVENT) return s->sym.code_event(r);
         st.count(r);
         s->sym.frames(r, frames);
-        Who who = who_of(r);
-        if (who.erl_pid) names->name(r);  // read now, while the process is likely alive
-        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
+        const Who who = note_process(r);
         agg.add(frames, 1, who);
     }
     void handle_alloc(const bb_record& r) {
@@ -210,8 +216,7 @@ struct Agent::Followed {
         if (r.flags & BB_F_ALLOC_TOTAL) return add_alloc(r, {}, who, a.strata, a.agg);
         if (!r.alloc_words) return;
         a.s->sym.frames(r, a.frames);
-        if (who.erl_pid) names->name(r);
-        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
+        note_process(r);
         add_alloc(r, a.frames, who, a.strata, a.agg);
         a.samples++;
     }
@@ -223,10 +228,7 @@ struct Agent::Followed {
         if (!(r.flags & BB_F_OFFCPU)) return;
         p.s->sym.frames(r, p.frames);
         p.stacks->stack(r, p.frames, p.stack);
-        Who who = who_of(r);
-        if (who.erl_pid) names->name(r);
-        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
-        p.agg.add(p.stack, r.BB_OFFCPU_NS, who);
+        p.agg.add(p.stack, r.BB_OFFCPU_NS, note_process(r));
     }
     // The code loaded or purged since the last drain: it must be known before the samples
     // taken after it are symbolized (records still in a ring were all taken before now).
