@@ -15,6 +15,9 @@
  * scheduler's busy state: thr_progress_data.active (set and cleared with every change of
  * scheduler_wall_time's busy state, before any spinning) and its sched_wall_time counters
  * (always kept for dirty schedulers, for normal ones only while the flag is on).
+ * A process's off-heap binaries (what process_info(P, binary) lists) are on singly linked lists
+ * of erl_off_heap_header, `next` the same word in each kind of node: its off_heap, each heap
+ * fragment's, and wrt_bins (binaries being appended to).
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -50,6 +53,12 @@
 	X(proc_abandoned_heap, "struct process", "abandoned_heap")               \
 	X(proc_psd, "struct process", "psd")                                     \
 	X(proc_monitors, "struct process", "common.u.alive.monitors")            \
+	X(proc_off_heap, "struct process", "off_heap.first")                     \
+	X(proc_wrt_bins, "struct process", "wrt_bins")                           \
+	X(hfrag_off_heap, "ErlHeapFragment", "off_heap.first")                   \
+	X(ohh_next, "struct erl_off_heap_header", "next")                        \
+	X(bin_refc, "Binary", "intern.refc")                                     \
+	X(bin_orig_size, "Binary", "orig_size")                                  \
 	X(psd_size, "ErtsPSD", "")                                               \
 	X(msg_size, "ErtsMessage", "")                                           \
 	X(pdict_array_size, "ProcDict", "arraySize")                             \

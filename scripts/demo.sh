@@ -30,6 +30,9 @@ echo
 echo "== beam-bpf-procs --inspect demo_cache -t 6 $vm: what one process's heap holds, biggest first"
 build/beam-bpf-procs --inspect demo_cache -t 6 "$vm"
 echo
+echo "== beam-bpf-procs --binaries -t 5 $vm: the node's off-heap (refc) binaries, biggest first, and who holds each"
+build/beam-bpf-procs --binaries -t 5 "$vm"
+echo
 echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second, and how busy each scheduler was (the VM's own busy: spinning is idle)"
 build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
 echo

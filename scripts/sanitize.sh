@@ -25,7 +25,7 @@ build-san/unit_tests
 build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*'
 
 mkdir -p build-san/fuzz-artifacts
-for target in jit_symfile offsets_table vm_build elf terms unwind discovery; do
+for target in jit_symfile offsets_table vm_build elf terms unwind discovery process_lists; do
   corpus=$(mktemp -d)  # the committed seeds stay as they are; what the run finds is thrown away
   echo "sanitize.sh: fuzz_$target for ${seconds}s"
   build-san/fuzz_"$target" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \

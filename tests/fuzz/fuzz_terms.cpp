@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return std::string(bb::term::atom_index(atom) % 40, 'a');
     };
     src.pid_text = [](uint64_t) { return std::string("<0.1.0>"); };
-    src.layout = (data[0] & 0x80) ? bb::kTerms27 : bb::kTerms25;
+    src.layout = (data[0] & 0x80) ? ((data[0] & 0x40) ? bb::kTerms29 : bb::kTerms27) : bb::kTerms25;
     uint64_t term;
     std::memcpy(&term, data, 8);
     src.read_off_heap = src.read;

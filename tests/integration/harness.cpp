@@ -67,6 +67,40 @@ void close_fd(int& fd) {
     fd = -1;
 }
 
+// What the kernel says a process is doing: its state and, per thread, where it sleeps (wchan and
+// kernel stack). For a process that SIGKILL did not end.
+std::string kernel_view(pid_t pid) {
+    auto slurp = [](const std::string& path) {
+        std::ifstream in(path);
+        std::ostringstream s;
+        s << in.rdbuf();
+        return s.str();
+    };
+    std::string out = "pid " + std::to_string(pid) + ": " + slurp("/proc/" + std::to_string(pid) + "/stat") + "\n";
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec))
+        out += " thread " + t.path().filename().string() + " wchan " + slurp(t.path() / "wchan") + "\n" +
+               slurp(t.path() / "stack");
+    return out;
+}
+
+// SIGKILLs `pid` and reaps it, waiting at most 30 s: a process the kernel keeps (stuck in an
+// uninterruptible sleep) fails the test with where it is stuck, instead of hanging the suite
+// until ctest's timeout says nothing. Returns its wait status, or nullopt if it did not end.
+std::optional<int> kill_and_reap(pid_t pid) {
+    kill(pid, SIGKILL);
+    const auto deadline = Clock::now() + 30s;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD)) return status;
+        if (Clock::now() >= deadline) break;
+        usleep(10000);
+    }
+    ADD_FAILURE() << "SIGKILL did not end process " << pid << " within 30 s; the kernel's view:\n" << kernel_view(pid);
+    return std::nullopt;
+}
+
 struct Creds {
     uid_t uid;
     gid_t gid;
@@ -217,9 +251,8 @@ ToolResult collect(RunningTool& t, Clock::time_point deadline) {
         if (exited && t.out_fd < 0 && t.err_fd < 0) break;
         if (Clock::now() >= deadline) {
             if (exited) break;  // something else holds the pipes open; we have the status
-            kill(t.pid, SIGKILL);
             killed = true;
-            waitpid(t.pid, &status, 0);
+            status = kill_and_reap(t.pid).value_or(0);
             exited = true;
             deadline = Clock::now() + 2s;  // to read what is still in the pipes
         }
@@ -427,8 +460,7 @@ ErlVm::~ErlVm() {
 
 void ErlVm::kill_now() {
     if (pid_ > 0 && !reaped_) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
+        kill_and_reap(pid_);
         reaped_ = true;
     }
 }
@@ -471,8 +503,7 @@ RunningTool::RunningTool(RunningTool&& o) noexcept { *this = std::move(o); }
 // Kills and reaps a tool nobody collected.
 static void discard(RunningTool& t) {
     if (t.pid > 0) {
-        kill(t.pid, SIGKILL);
-        waitpid(t.pid, nullptr, 0);
+        kill_and_reap(t.pid);
         t.pid = -1;
     }
     close_fd(t.out_fd);
@@ -592,10 +623,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
     pid_ = spawn({argv, -1, -1, STDERR_FILENO, std::nullopt, {}});
 }
 
-ChildProcess::~ChildProcess() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-}
+ChildProcess::~ChildProcess() { kill_and_reap(pid_); }
 
 pid_t dead_pid() {
     pid_t pid = fork();

@@ -112,6 +112,10 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
         erl.send_line("self_block 48");
         const uint64_t block = std::stoull(erl.wait_line("self_block").substr(11));
         poke(proc(looped_queue) + o.proc_sig_first, block);
+        // The same block as its off-heap list: a node whose next is itself (not a binary: its
+        // header word is its address), which the binaries' walk must end (it waits, so the VM
+        // itself never walks that list before the test kills it).
+        poke(proc(looped_queue) + o.proc_off_heap, block);
     }
     erl.send_line("exec_ranges 10000");
     EXPECT_EQ(erl.wait_line("exec_ranges"), "exec_ranges 10000");
@@ -149,6 +153,9 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     }
     EXPECT_EQ(listed_partial, 2);
     ok(run_tool("beam-bpf-procs", {"--all", pid}, 30s), "procs");
+    ToolResult binaries = run_tool("beam-bpf-procs", {"--binaries", "--all", "--json", pid}, 30s);
+    ok(binaries, "procs --binaries");
+    EXPECT_GE(nlohmann::json::parse(binaries.out)["partial"], 2) << binaries.out;
     // --stacks: the stack at no mapping is counted as unreadable, not shown; the process whose
     // resume address and current function point at no mapping resumes in "[unknown function]",
     // over the frames its stack does hold.
@@ -171,9 +178,8 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     // -e wall reads the same processes (every one of them each tick: --per-tick 100000): the stack
     // at no mapping is left out and counted, the one resuming at no mapping shown as unknown code,
     // the looped queue and the dictionary at no mapping are not read at all.
-    ToolResult wall = run_tool("beam-bpf-sample", {"-e", "wall", "-d", "1", "--per-tick", "100000", "--by-pid",
-                                                   "--folded", pid},
-                               30s);
+    ToolResult wall = run_tool("beam-bpf-sample",
+                               {"-e", "wall", "-d", "1", "--per-tick", "100000", "--by-pid", "--folded", pid}, 30s);
     ok(wall, "sample -e wall");
     EXPECT_GE(stat(wall, "stack_unreadable").value_or(0), 1) << describe(wall);
     for (const auto& [stack, ns] : parse_folded(wall.out)) {

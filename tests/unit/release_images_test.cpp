@@ -282,4 +282,64 @@ TEST_P(ReleaseImages, MemoryOutsideTheHeaps) {
     EXPECT_LE(e->queued_messages, 1000u);
 }
 
+// process_info(P, binary) from outside: the binaries on a process's off-heap list, its heap
+// fragments' lists and (from OTP 27) its wrt_bins, each with its Binary's size and reference
+// count; a fun on the list is passed over. A list that loops, or leaves memory, ends the walk
+// with a failure, bounded.
+TEST_P(ReleaseImages, OffHeapBinaries) {
+    Image img;
+    const TermLayout& t = rel.terms;
+    uint64_t p = make_process(img, o, 0x1230 | 0x3);
+    auto binary = [&](uint64_t bytes, uint64_t refc) {
+        uint64_t b = img.alloc(std::max(o.bin_refc, o.bin_orig_size) + 8 + bytes);
+        Image::put(b + o.bin_orig_size, bytes);
+        Image::put(b + o.bin_refc, refc);
+        return b;
+    };
+    auto node = [&](uint64_t subtag, uint64_t val, uint64_t next) {  // a ProcBin/BinRef or a fun
+        uint64_t n = img.alloc(48);
+        Image::put(n, uint64_t{2} << 6 | subtag);
+        Image::put(n + o.ohh_next, next);
+        if (val) Image::put(n + t.refc_val, val);
+        return n;
+    };
+    const uint64_t big = binary(32 << 20, 3), small = binary(100, 1), writable = binary(256, 1);
+    const uint64_t kFun = 0x14;
+    uint64_t second = node(t.refc_bin, small, 0), fun = node(kFun, 0, second), first = node(t.refc_bin, big, fun);
+    Image::put(p + o.proc_off_heap, first);
+    uint64_t frag = img.alloc(std::max({o.hfrag_next, o.hfrag_off_heap, o.hfrag_used_size}) + 8);
+    Image::put(frag + o.hfrag_off_heap, node(t.refc_bin, big, 0));  // a second handle to `big`
+    Image::put(p + o.proc_mbuf, frag);
+    Image::put(p + o.proc_wrt_bins, node(t.refc_bin, writable, 0));
+
+    std::vector<std::byte> copy(o.proc_size);
+    std::memcpy(copy.data(), reinterpret_cast<void*>(p), o.proc_size);
+    auto e = parse_process(copy, p, o);
+    ASSERT_TRUE(e);
+    std::vector<BinaryHold> holds;
+    uint64_t budget = 1000;
+    ASSERT_TRUE(read_binaries(img.mem(), o, t, *e, budget, [&](const BinaryHold& h) { holds.push_back(h); }));
+    const bool wrt = t.bits_unified();  // 25 and 26 leave wrt_bins out
+    EXPECT_EQ(e->binary_count, wrt ? 4u : 3u);
+    EXPECT_EQ(e->binary_bytes, 2 * (32u << 20) + 100 + (wrt ? 256 : 0));
+    ASSERT_EQ(holds.size(), e->binary_count);
+    EXPECT_EQ(holds[0].binary, big);
+    EXPECT_EQ(holds[0].refc, 3u);
+    EXPECT_EQ(holds[1].binary, small);
+
+    // A list whose last node points back at its first: bounded by the budget, then failed.
+    Image::put(second + o.ohh_next, first);
+    budget = 1000;
+    EXPECT_FALSE(read_binaries(img.mem(), o, t, *e, budget));
+    EXPECT_GT(budget, 0u) << "the cycle was found before the budget ran out";
+    // A node pointing outside the target's memory (and a Binary that is not one).
+    Image::put(second + o.ohh_next, uint64_t{0x10});
+    budget = 1000;
+    EXPECT_FALSE(read_binaries(img.mem(), o, t, *e, budget));
+    Image::put(second + o.ohh_next, uint64_t{0});
+    Image::put(small + o.bin_refc, uint64_t{0});
+    budget = 1000;
+    EXPECT_FALSE(read_binaries(img.mem(), o, t, *e, budget));
+}
+
 }  // namespace

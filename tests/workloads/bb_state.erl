@@ -5,7 +5,8 @@
 %%   erl -noshell -pa DIR -eval 'bb_state:main()'
 %% prints one `expect <what> <flat size in words> <term as ~p prints it>` line per value the tool
 %% must find (the state, the dictionary value, each message, then a hash map and a fun held in
-%% the dictionary, whose sizes only are compared; from the VM's own
+%% the dictionary, whose sizes only are compared, and an OTP 29 native record held in the
+%% dictionary (the atom none before 29); from the VM's own
 %% erts_debug:flat_size/1 and io_lib:format/2), then `waits_in M:F/A` (the server's current function,
 %% from process_info), then `ready <state pid> <mailbox pid>`, then serves
 %% bb_work's commands (`quit`, or end of input, halts).
@@ -26,11 +27,21 @@ init([]) ->
     put(bb_big_map, big_map()),  % a hash map (over 32 keys)
     S = state(),
     put(bb_fun, closure(S)),
+    put(bb_record, native_record()),
     {ok, S}.
 
 big_map() -> maps:from_list([{I, {I}} || I <- lists:seq(1, 40)]).
 
 closure(S) -> fun(X) -> {X, element(3, S)} end.
+
+%% An OTP 29 native record (EEP 79), made with records:create/4 rather than record syntax so
+%% that this module compiles on 25 and 27 too, where it is the atom none.
+native_record() ->
+    case code:ensure_loaded(records) of
+        {module, records} ->
+            records:create(bb_state, point, [{y, 2}, {x, [1, 2]}, {label, <<"p">>}], #{is_exported => true});
+        _ -> none
+    end.
 
 handle_call(state, _From, S) -> {reply, S, S};
 handle_call({dict, Key}, _From, S) -> {reply, get(Key), S}.
@@ -61,7 +72,7 @@ main() ->
     [expect(What, T) || {What, T} <- [{state, gen_server:call(bb_state, state)},
                                       {dict, gen_server:call(bb_state, {dict, bb_key})} |
                                       [{message, M} || M <- Msgs]] ++
-                                     [{K, gen_server:call(bb_state, {dict, K})} || K <- [bb_big_map, bb_fun]]],
+                                     [{K, gen_server:call(bb_state, {dict, K})} || K <- [bb_big_map, bb_fun, bb_record]]],
     % Where the server waits, as the VM says (gen_server's loop has another arity in 29).
     timer:sleep(50),
     {current_function, {M, F, A}} = erlang:process_info(Pid, current_function),

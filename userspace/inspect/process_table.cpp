@@ -92,6 +92,8 @@ std::optional<ProcessEntry> parse_process(std::span<const std::byte> proc, uint6
     e.abandoned_heap = field<uint64_t>(proc, o.proc_abandoned_heap);
     e.psd = field<uint64_t>(proc, o.proc_psd);
     e.monitors = field<uint64_t>(proc, o.proc_monitors);
+    e.off_heap = field<uint64_t>(proc, o.proc_off_heap);
+    e.wrt_bins = field<uint64_t>(proc, o.proc_wrt_bins);
     return e;
 }
 
@@ -172,6 +174,55 @@ bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntr
     return ok;
 }
 
+namespace {
+
+// Larger than any Binary (2^47 bytes, the address space): a size past this is not one.
+constexpr uint64_t kMaxBinaryBytes = 1ull << 47;
+
+// Adds the binaries of the off-heap list starting at `first` (erl_bif_info.c's bld_bin_list());
+// false on a failed read, a loop, a node that is not one or no end within the budget.
+bool add_binaries(const RemoteMemory& mem, const VmOffsets& o, const TermLayout& t, uint64_t first, uint64_t& budget,
+                  ProcessEntry& e, const std::function<void(const BinaryHold&)>& each) {
+    // thing_word, then next and (for a binary) val, in the node's first words
+    std::vector<std::byte> node(std::max<uint32_t>(o.ohh_next, t.refc_val) + 8);
+    std::vector<std::byte> bin(std::max(o.bin_refc, o.bin_orig_size) + 8);
+    ChainGuard guard;
+    for (uint64_t n = first; n; budget--) {
+        if (budget == 0 || (n & 7) || guard.loops(n) || !mem.read(n, node)) return false;
+        if ((field<uint64_t>(node, 0) & 0x3f) == t.refc_bin) {  // a header word (primary tag 0) of that subtag
+            uint64_t val = field<uint64_t>(node, t.refc_val);
+            if (!val || (val & 7) || !mem.read(val, bin)) return false;
+            BinaryHold h{val, field<uint64_t>(bin, o.bin_orig_size), field<uint64_t>(bin, o.bin_refc)};
+            if (h.bytes >= kMaxBinaryBytes || h.refc == 0 || h.refc >= kMaxBinaryBytes) return false;
+            e.binary_count++;
+            e.binary_bytes += h.bytes;
+            if (each) each(h);
+        }
+        n = field<uint64_t>(node, o.ohh_next);
+    }
+    return true;
+}
+
+}  // namespace
+
+bool read_binaries(const RemoteMemory& mem, const VmOffsets& o, const TermLayout& t, ProcessEntry& e, uint64_t& budget,
+                   const std::function<void(const BinaryHold&)>& each) {
+    e.binary_count = e.binary_bytes = 0;
+    // process_info(P, binary): its own list, each heap fragment's (data built outside the heap
+    // that the next collection merges) and, from OTP 27 (the bitstring rework, whose BinRef
+    // layout t has), wrt_bins; 25's process_info leaves wrt_bins out.
+    bool ok = add_binaries(mem, o, t, e.off_heap, budget, e, each);
+    ChainGuard guard;
+    for (uint64_t frag = e.mbuf; frag && ok; budget--) {
+        if (budget == 0 || (frag & 7) || guard.loops(frag)) return false;
+        auto next = mem.read<uint64_t>(frag + o.hfrag_next), first = mem.read<uint64_t>(frag + o.hfrag_off_heap);
+        if (!next || !first) return false;
+        ok = add_binaries(mem, o, t, *first, budget, e, each);
+        frag = *next;
+    }
+    return ok && (!t.bits_unified() || add_binaries(mem, o, t, e.wrt_bins, budget, e, each));
+}
+
 std::string ProcessTable::sizes_mismatch() const {
     size_t fit = std::count_if(processes.begin(), processes.end(),
                                [](const ProcessEntry& e) { return e.heap_sz == e.heap_span; });
@@ -184,11 +235,11 @@ void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e)
     e.reg_name = name && (*name & 0x3f) == 0x0b ? *name : 0;  // an atom's tag
 }
 
-ProcessTable read_process_table(const Vm& vm) {
-    return read_process_table(vm.mem(), vm.offsets(), vm.symbol_address("erts_proc"));
+ProcessTable read_process_table(const Vm& vm, const TableReads& reads) {
+    return read_process_table(vm.mem(), vm.offsets(), vm.symbol_address("erts_proc"), reads);
 }
 
-ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t ptab) {
+ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t ptab, const TableReads& reads) {
     auto tab = mem.read<uint64_t>(ptab + o.ptab_tab);
     auto max = mem.read<uint32_t>(ptab + o.ptab_max);
     if (!tab || !max || *max == 0 || *max > (1u << 27)) throw UserError("cannot read the VM's process table");
@@ -206,6 +257,7 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
     const auto reread_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     std::vector<uint64_t> slots;
     std::vector<std::byte> proc(o.proc_size);
+    uint64_t binary_budget = 10'000'000;  // nodes of off-heap lists, all processes'
     for (uint32_t first = 0; first < *max; first += kChunk) {
         slots.resize(std::min(kChunk, *max - first));
         if (!mem.read(*tab + 8ull * first, std::as_writable_bytes(std::span(slots))))
@@ -222,7 +274,15 @@ ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uin
                 std::this_thread::sleep_for(std::chrono::microseconds(100 << n));
             }
             if (e) read_reg_name(mem, o, *e);
-            if (e && !add_outside_memory(mem, o, *e)) t.partial++;
+            // One budget for every process's binaries: a table of hostile lists ends in bounded time.
+            bool whole = e && add_outside_memory(mem, o, *e);
+            if (e && reads.binaries) {
+                auto each = [&](const BinaryHold& h) { reads.each_binary(*e, h); };
+                whole = read_binaries(mem, o, *reads.binaries, *e, binary_budget,
+                                      reads.each_binary ? std::function<void(const BinaryHold&)>(each) : nullptr) &&
+                        whole;
+            }
+            if (e && !whole) t.partial++;
             if (e) {
                 t.processes.push_back(*e);
             } else {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -43,11 +44,18 @@ struct ProcessEntry {
     uint64_t abandoned_heap = 0;  // the heap a GC left for a new one (then both are counted)
     uint64_t psd = 0;             // its ErtsPSD *, 0 if none
     uint64_t monitors = 0;        // the root of its monitor tree (ErtsMonLnkNode *), 0 if none
+    // The heads of its off-heap lists (erl_off_heap_header *): off_heap.first, and wrt_bins
+    // (binaries being appended to).
+    uint64_t off_heap = 0, wrt_bins = 0;
     // Bytes outside the Process and its heaps that process_info(P, memory) counts: its queued
     // messages (inner, middle and outer queues: an ErtsMessage each, plus the heap fragments
     // holding data not yet on the heap), its dictionary's array and its ErtsPSD.
     // read_process_table() reads them (add_outside_memory()).
     uint64_t queue_bytes = 0, queued_messages = 0, dict_bytes = 0, psd_bytes = 0;
+    // The off-heap binaries it references, as process_info(P, binary) lists them: their count and
+    // the sum of their sizes (a binary referenced twice counts twice). Read only when asked
+    // (TableReads::binaries, read_binaries()).
+    uint64_t binary_count = 0, binary_bytes = 0;
 
     uint64_t total_heap_sz() const { return heap_sz + old_heap_sz + mbuf_sz; }
     // process_info(P, memory), as erts_process_memory() counts it, without links and monitors
@@ -106,12 +114,38 @@ private:
 bool add_outside_memory(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e,
                         uint64_t max_messages = 10'000'000);
 
+// One reference to an off-heap binary, as process_info(P, binary) lists it.
+struct BinaryHold {
+    uint64_t binary = 0;  // its Binary * (process_info's first element: the same for every holder)
+    uint64_t bytes = 0;   // orig_size
+    uint64_t refc = 0;    // references to it from the whole node: processes, ETS, ports, the VM
+};
+
+// Reads the off-heap binaries `e` references into e.binary_count and e.binary_bytes, calling
+// `each` (if set) with every one: the ProcBins (OTP 25, 26) or BinRefs (27 on) on its off-heap
+// list, its heap fragments' and (from OTP 27) its wrt_bins, as process_info(P, binary) walks
+// them; the other nodes of those lists (funs, external pids) are passed over. At most `budget`
+// nodes are read in all. false when a read failed, a list looped or did not end within the
+// budget (the figures then count what was read).
+bool read_binaries(const RemoteMemory& mem, const VmOffsets& o, const TermLayout& t, ProcessEntry& e, uint64_t& budget,
+                   const std::function<void(const BinaryHold&)>& each = {});
+
+// What read_process_table() reads besides each Process and what process_info(P, memory) counts.
+struct TableReads {
+    // Each process's off-heap binaries, read as this term layout has them (the release's); null:
+    // not read (they cost a read per binary).
+    const TermLayout* binaries = nullptr;
+    // With `binaries`: every reference read, with the process holding it (--binaries).
+    std::function<void(const ProcessEntry&, const BinaryHold&)> each_binary;
+};
+
 // Sets e.reg_name: the atom its RegProc (e.reg) holds, 0 if none or not an atom.
 void read_reg_name(const RemoteMemory& mem, const VmOffsets& o, ProcessEntry& e);
 
 // Every process of the VM. UserError if the process table itself cannot be read.
-ProcessTable read_process_table(const Vm& vm);
+ProcessTable read_process_table(const Vm& vm, const TableReads& reads = {});
 // The same from the process table at `erts_proc` (&erts_proc, an ErtsPTab).
-ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc);
+ProcessTable read_process_table(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc,
+                                const TableReads& reads = {});
 
 }  // namespace bb

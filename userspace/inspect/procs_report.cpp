@@ -25,8 +25,8 @@
 
 namespace bb {
 
-ProcessTable read_checked_table(const Vm& vm) {
-    ProcessTable table = read_process_table(vm);
+ProcessTable read_checked_table(const Vm& vm, const TableReads& reads) {
+    ProcessTable table = read_process_table(vm, reads);
     if (auto why = table.sizes_mismatch(); !why.empty())
         throw UserError(fmt::format("the Process sizes do not read right on this build ({}): offsets from {}", why,
                                     vm.offsets().origin));
@@ -52,7 +52,7 @@ std::string signed_bytes(int64_t b) { return (b < 0 ? "-" : "+") + human_bytes(s
 struct Row {
     const ProcessEntry* p;
     std::string pid, name, initial, current;
-    int64_t d_memory = 0, d_queue = 0;
+    int64_t d_memory = 0, d_queue = 0, d_binary = 0;
     uint64_t d_reds = 0;
     bool fresh = false;  // not in the previous reading (--watch)
 };
@@ -86,6 +86,8 @@ nlohmann::json row_json(const Row& r, uint32_t proc_size) {
             {"current_function", r.current},
             {"status", e.status()},
             {"memory", e.memory(proc_size)},
+            {"binary_bytes", e.binary_bytes},
+            {"binary_count", e.binary_count},
             {"heap_size", e.heap_sz},
             {"old_heap_size", e.old_heap_sz},
             {"heap_fragments_size", e.mbuf_sz},
@@ -100,6 +102,7 @@ nlohmann::json row_json(const Row& r, uint32_t proc_size) {
 
 // The order of --sort, on the figures (a snapshot) or on their growth (--watch).
 uint64_t figure(const std::string& sort, const ProcessEntry& e, uint32_t proc_size) {
+    if (sort == "binary") return e.binary_bytes;
     if (sort == "heap") return e.total_heap_sz();
     if (sort == "stack") return e.stack_sz;
     if (sort == "queue") return static_cast<uint64_t>(std::max<int64_t>(e.msgq_len, 0));
@@ -112,7 +115,7 @@ uint64_t figure(const std::string& sort, const ProcessEntry& e, uint32_t proc_si
 int procs_table(ProcsContext& c, const ProcsOptions& o) {
     const uint32_t proc_size = c.vm.offsets().proc_size;
     uint64_t t0 = monotonic_ns();
-    ProcessTable table = read_checked_table(c.vm);
+    ProcessTable table = read_checked_table(c.vm, {.binaries = &c.vm.release().terms, .each_binary = {}});
     uint64_t read_ns = monotonic_ns() - t0;
 
     std::vector<const ProcessEntry*> order;
@@ -141,12 +144,13 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
     const size_t nw = name_width(rows);
-    fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "HEAP", "STACK", "MSGQ",
-               "REDS", "STATUS", "NAME", nw, "CURRENT");
+    fmt::print("{:<14} {:>9} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "BINARY", "HEAP",
+               "STACK", "MSGQ", "REDS", "STATUS", "NAME", nw, "CURRENT");
     for (const Row& r : rows) {
         const ProcessEntry& e = *r.p;
-        fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid, human_bytes(e.memory(proc_size)),
-                   e.total_heap_sz(), e.stack_sz, e.msgq_len, e.reds, e.status(), fit(r.name, nw), nw, r.current);
+        fmt::print("{:<14} {:>9} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid,
+                   human_bytes(e.memory(proc_size)), human_bytes(e.binary_bytes), e.total_heap_sz(), e.stack_sz,
+                   e.msgq_len, e.reds, e.status(), fit(r.name, nw), nw, r.current);
     }
     return 0;
 }
@@ -156,7 +160,8 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
     const uint32_t proc_size = c.vm.offsets().proc_size;
     const bool tty = isatty(STDOUT_FILENO);
     std::unordered_map<uint64_t, ProcessEntry> prev;
-    for (const auto& e : read_checked_table(c.vm).processes) prev[e.pid] = e;
+    const TableReads reads{.binaries = &c.vm.release().terms, .each_binary = {}};
+    for (const auto& e : read_checked_table(c.vm, reads).processes) prev[e.pid] = e;
     // The interval is spent watching the schedulers' busy state (inspect/sched_util.hpp).
     SchedUtil util(c.vm);
     for (size_t n = 0; o.count == 0 || n < o.count; n++) {
@@ -164,7 +169,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
         // The VM ending is the end of the watch, not a failure to read it (it may end mid-read).
         std::optional<ProcessTable> read;
         try {
-            if (c.vm.alive()) read = read_checked_table(c.vm);
+            if (c.vm.alive()) read = read_checked_table(c.vm, reads);
         } catch (const UserError&) {
             if (c.vm.alive()) throw;
         }
@@ -181,11 +186,13 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                 r.fresh = true;
                 r.d_memory = static_cast<int64_t>(e.memory(proc_size));
                 r.d_queue = e.msgq_len;
+                r.d_binary = static_cast<int64_t>(e.binary_bytes);
                 r.d_reds = e.reds;
             } else {
                 r.d_memory = static_cast<int64_t>(e.memory(proc_size)) -
                              static_cast<int64_t>(it->second.memory(proc_size));
                 r.d_queue = e.msgq_len - it->second.msgq_len;
+                r.d_binary = static_cast<int64_t>(e.binary_bytes) - static_cast<int64_t>(it->second.binary_bytes);
                 r.d_reds = e.reds >= it->second.reds ? e.reds - it->second.reds : 0;
             }
             rows.push_back(r);
@@ -193,6 +200,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
         auto growth = [&](const Row& r) -> int64_t {
             if (o.sort == "reductions") return static_cast<int64_t>(r.d_reds);
             if (o.sort == "queue") return r.d_queue;
+            if (o.sort == "binary") return r.d_binary;
             return r.d_memory;  // memory, heap and stack: what the process holds
         };
         // Ties (most processes grow by nothing) go to the one that ran the most.
@@ -200,8 +208,9 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             return std::pair(growth(a), a.d_reds) > std::pair(growth(b), b.d_reds);
         });
         // A process that neither grew nor ran in the interval is not news: no rows of +0.
-        std::erase_if(rows,
-                      [](const Row& r) { return !r.fresh && r.d_memory <= 0 && r.d_queue <= 0 && r.d_reds == 0; });
+        std::erase_if(rows, [](const Row& r) {
+            return !r.fresh && r.d_memory <= 0 && r.d_binary <= 0 && r.d_queue <= 0 && r.d_reds == 0;
+        });
         if (!o.all && rows.size() > o.top) rows.resize(o.top);
         for (Row& r : rows) {
             Row named = make_row(c, *r.p);
@@ -216,6 +225,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             for (const Row& r : rows) {
                 auto p = row_json(r, proc_size);
                 p["memory_growth"] = r.d_memory;
+                p["binary_growth"] = r.d_binary;
                 p["message_queue_growth"] = r.d_queue;
                 p["reductions_in_interval"] = r.d_reds;
                 p["new"] = r.fresh;
@@ -231,12 +241,13 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             if (!busy.empty())
                 fmt::print("schedulers busy (the VM's own busy, spinning not counted): {}\n", SchedUtil::line(busy));
             const size_t nw = name_width(rows);
-            fmt::print("{:<14} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "+MEMORY", "MSGQ",
-                       "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
+            fmt::print("{:<14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY",
+                       "+MEMORY", "BINARY", "+BINARY", "MSGQ", "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
             for (const Row& r : rows) {
                 const ProcessEntry& e = *r.p;
-                fmt::print("{:<14} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<{}} {}\n", r.pid + (r.fresh ? "*" : ""),
-                           human_bytes(e.memory(proc_size)), signed_bytes(r.d_memory), e.msgq_len, r.d_queue, r.d_reds,
+                fmt::print("{:<14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<{}} {}\n",
+                           r.pid + (r.fresh ? "*" : ""), human_bytes(e.memory(proc_size)), signed_bytes(r.d_memory),
+                           human_bytes(e.binary_bytes), signed_bytes(r.d_binary), e.msgq_len, r.d_queue, r.d_reds,
                            e.status(), fit(r.name, nw), nw, r.current);
             }
             if (rows.empty()) fmt::print("(no process grew or ran in the interval)\n");

@@ -14,7 +14,7 @@
 namespace bb {
 
 struct ProcsOptions {
-    std::string sort = "memory";  // memory, heap, stack, queue, reductions (the tool checks it)
+    std::string sort = "memory";  // memory, binary, heap, stack, queue, reductions (the tool checks it)
     size_t top = 20;
     bool all = false, json = false;
     double watch = 0;  // seconds per interval; 0: one snapshot
@@ -23,7 +23,8 @@ struct ProcsOptions {
     int depth = 20;
     size_t width = 120;
     uint64_t max_heap_mib = 1024;
-    bool stacks = false;  // --stacks
+    bool stacks = false;    // --stacks
+    bool binaries = false;  // --binaries
 };
 
 // What the tool has to name processes and the code they are in.
@@ -50,7 +51,11 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o);
 // biggest group first (inspect/procs_stacks.cpp).
 int procs_stacks(ProcsContext& c, const ProcsOptions& o);
 
+// --binaries: the node's off-heap binaries, biggest first, each with the processes holding it;
+// then the processes by the bytes of binaries they reference (inspect/procs_binaries.cpp).
+int procs_binaries(ProcsContext& c, const ProcsOptions& o);
+
 // The process table, checked for sizes that read right on this build (UserError if not).
-ProcessTable read_checked_table(const Vm& vm);
+ProcessTable read_checked_table(const Vm& vm, const TableReads& reads = {});
 
 }  // namespace bb

@@ -99,7 +99,9 @@ private:
         if (!hdr || (*hdr & 3) != 0) return false;
         const TermLayout& st = subtags(src_);
         uint64_t sub = *hdr & 0x3c, arity = *hdr >> 6;
-        if (sub == kTuple) {
+        // A native record (OTP 29) is counted as the VM's size_object() counts it: as a tuple
+        // whose first element is its definition (a tuple-like literal, counted too).
+        if (sub == kTuple || sub == st.record) {
             if (arity > kMaxThing) return false;
             size_.words += arity ? arity + 1 : 0;  // the empty tuple is a shared literal
             for (uint64_t i = 1; i <= arity; i++) {

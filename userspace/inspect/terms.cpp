@@ -218,6 +218,52 @@ private:
         out_ += '}';
     }
 
+    // An OTP 29 native record (EEP 79) as ~p writes it, #Module:Name{Field = Value,...}, fields
+    // in their definition's order (erl_record.h). Its second word points to its definition, a
+    // tuple-like ErtsRecordDefinition (an arity header; field_order, hash, module, name,
+    // is_exported, then the keys sorted by atom index), whose field_order tuple gives each
+    // field's place among those keys, and among the record's values (after the definition).
+    void record(uint64_t p, uint64_t arity, int d, int nest) {
+        auto def = word(p + 8);
+        if (!def) return;
+        const uint64_t n = arity ? arity - 1 : 0, dp = *def - 2;
+        auto dhdr = word(dp), order = word(dp + 8), mod = word(dp + 24), name = word(dp + 32);
+        if (!dhdr || !order || !mod || !name) return;
+        if (!arity || !is_boxed(*def) || *dhdr != tuple_header(5 + n) || !is_atom(*mod) || !is_atom(*name) ||
+            (n && (!is_boxed(*order) || word(*order - 2) != tuple_header(n)))) {
+            bad_ = true;
+            return;
+        }
+        out_ += '#';
+        term(*mod, -1, nest + 1);
+        out_ += ':';
+        term(*name, -1, nest + 1);
+        out_ += '{';
+        for (uint64_t i = 0; i < n && !bad_ && !full(); i++) {
+            if (i) out_ += sep_;
+            if (d > 0 && d - static_cast<int>(i) <= 1) {
+                out_ += "...";
+                break;
+            }
+            auto at = word(*order - 2 + 8 * (i + 1));
+            if (!at) return;
+            if (!is_small(*at) || small_value(*at) < 0 || static_cast<uint64_t>(small_value(*at)) >= n) {
+                bad_ = true;
+                return;
+            }
+            auto key = word(dp + 48 + 8 * small_value(*at)), value = word(p + 16 + 8 * small_value(*at));
+            if (!key || !value) return;
+            if (!is_atom(*key)) {
+                bad_ = true;
+                return;
+            }
+            term(*key, -1, nest + 1);
+            out_ += " = ";
+            term(*value, d < 0 ? -1 : d - 1 - static_cast<int>(i), nest + 1);
+        }
+        out_ += '}';
+    }
+
     // A map's pairs in the order it keeps them (a flat map's keys are sorted, as ~p shows
     // them; a hash map's are in hash order).
     void map(uint64_t p, uint64_t hdr, int d, int nest) {
@@ -374,6 +420,8 @@ private:
         uint64_t sub = *hdr & 0x3c, arity = *hdr >> 6;
         if (sub == kTuple) {
             tuple(p, arity, d, nest);
+        } else if (sub == st.record) {
+            record(p, arity, d, nest);
         } else if (sub == st.map) {
             map(p, *hdr, d, nest);
         } else if (sub == st.heap_bin || sub == st.sub_bin || (!src_.layout.bits_unified() && sub == st.refc_bin)) {

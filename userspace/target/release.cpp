@@ -110,7 +110,7 @@ constexpr std::array<OtpRelease, 5> kReleases{{
      .gc_entry_points = kGcEntries},
     {.major = 29, .support = Support::Tested,
      .normal = kNewNormal, .dirty_cpu = kNewDirtyCpu, .dirty_io = kNewDirtyIo, .pids = kPids60,
-     .atom_text = AtomText::binary, .terms = kTerms27, .jit_unregisters = true, .layout_from = 29,
+     .atom_text = AtomText::binary, .terms = kTerms29, .jit_unregisters = true, .layout_from = 29,
      .gc_entry_points = kGcEntries},
 }};
 // clang-format on

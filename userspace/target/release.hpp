@@ -86,12 +86,35 @@ struct TermLayout {
         ProcBin,  // 25, 26: heap binaries sized in bytes, ProcBin on the heap, ErlSubBin
         BinRef,   // 27 on: one bitstring type: ErlHeapBits sized in bits, ErlSubBits, BinRef
     } bits;
+    // Where an off-heap binary's node (ProcBin: thing, size, next, val, ...; BinRef: thing, val,
+    // next) keeps its Binary *, in bytes.
+    uint32_t refc_val;
+    // The header subtag of a native record (EEP 79, OTP 29: erl_record.h), kNoRecords before.
+    static constexpr uint64_t kNoRecords = ~0ull;
+    uint64_t record;
     bool bits_unified() const { return bits == Bits::BinRef; }
 };
-inline constexpr TermLayout kTerms25{
-    .heap_bin = 0x24, .refc_bin = 0x20, .sub_bin = 0x28, .map = 0x3c, .bits = TermLayout::Bits::ProcBin};
-inline constexpr TermLayout kTerms27{
-    .heap_bin = 0x20, .refc_bin = 0x28, .sub_bin = 0x24, .map = 0x2c, .bits = TermLayout::Bits::BinRef};
+inline constexpr TermLayout kTerms25{.heap_bin = 0x24,
+                                     .refc_bin = 0x20,
+                                     .sub_bin = 0x28,
+                                     .map = 0x3c,
+                                     .bits = TermLayout::Bits::ProcBin,
+                                     .refc_val = 24,
+                                     .record = TermLayout::kNoRecords};
+inline constexpr TermLayout kTerms27{.heap_bin = 0x20,
+                                     .refc_bin = 0x28,
+                                     .sub_bin = 0x24,
+                                     .map = 0x2c,
+                                     .bits = TermLayout::Bits::BinRef,
+                                     .refc_val = 8,
+                                     .record = TermLayout::kNoRecords};
+inline constexpr TermLayout kTerms29{.heap_bin = 0x20,
+                                     .refc_bin = 0x28,
+                                     .sub_bin = 0x24,
+                                     .map = 0x2c,
+                                     .bits = TermLayout::Bits::BinRef,
+                                     .refc_val = 8,
+                                     .record = 0x1c};
 
 // Everything release-specific beam-bpf relies on. The JIT's debugger interface
 // (__jit_debug_descriptor and its symfiles, jit_code.hpp and jit_symfile.hpp) has one layout
