@@ -860,7 +860,10 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
                                                       "--retention", "0", "--match", "bbagent_offcpu"});
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
-    std::this_thread::sleep_for(1s);  // the off-CPU walker starts after the CPU one's line
+    // The off-CPU walker is a second BPF object, loaded after the CPU one's line: its own line
+    // says it is attached. (A fixed second's wait once gave sleeper/2 0.30 s short of the NIF's
+    // 2.04 s in CI, the likeliest cause sleeps before that walker was attached.)
+    ASSERT_TRUE(wait_stderr(agent, "offcpu: the VM's threads'", 30s, &err)) << err;
     auto slept = [&] {
         vm.send_line("slept");
         return std::stod(vm.wait_line("slept ").substr(6));
