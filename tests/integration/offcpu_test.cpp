@@ -174,12 +174,20 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     ASSERT_TRUE(wait_stderr(t, "attached to", 60s, &err)) << err;
     erl.send_line("slept");
     const double before = std::stod(erl.wait_line("slept").substr(6));
+    const auto rq_before = schedstat(erl.os_pid());
     erl.send_line("sleeper 10 200");
     erl.wait_line("sleeper");
     ToolResult r = finish_tool(t, false, 60s);
+    const auto rq_after = schedstat(erl.os_pid());
     erl.send_line("slept");
     const double after = std::stod(erl.wait_line("slept").substr(6));
     ASSERT_EQ(r.exit_code, 0) << describe(r);
+    // What the VM's threads waited on a run queue meanwhile (schedstat): the NIF's clock counts
+    // each wakeup's wait for a CPU, which is not time blocked, and on a busy machine that is up to
+    // 0.5 ms a wakeup (CI once: 0.10 s of 200 wakeups).
+    double run_queue = 0;
+    for (const auto& [tid, b] : rq_before)
+        if (auto a = rq_after.find(tid); a != rq_after.end()) run_queue += a->second.second - b.second;
     double caller = 0, other_syscall = 0;
     for (const Stack& s : folded(r.out)) {
         bool in_caller = false;
@@ -191,11 +199,12 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     }
     const double slept = after - before;
     std::cout << "[          ] " << vm().name << ": sleeper/2 under the sleep " << caller / 1e9 << " s, the NIF slept "
-              << slept / 1e9 << " s (" << other_syscall / 1e9 << " s under other calls)\n";
-    // The NIF's clock also counts its return from the sleep (the wakeup's wait for a CPU, which
-    // is not time blocked): within 3%.
+              << slept / 1e9 << " s (" << other_syscall / 1e9 << " s under other calls); the VM's threads waited "
+              << run_queue / 1e9 << " s on a run queue\n";
+    // Within 3% of the NIF's clock, less the run-queue waits its clock counts and a block does not.
     EXPECT_GT(slept, 1.9e9);
-    EXPECT_NEAR(caller, slept, 0.03 * slept) << r.out;
+    EXPECT_LE(caller, slept + 0.03 * slept) << r.out;
+    EXPECT_GE(caller, slept - run_queue - 0.03 * slept) << r.out;
 }
 
 // 8 processes insert into bb_hot (no write_concurrency) on 4 schedulers over 2 CPUs: a
