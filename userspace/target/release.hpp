@@ -108,13 +108,12 @@ inline constexpr TermLayout kTerms27{.heap_bin = 0x20,
                                      .bits = TermLayout::Bits::BinRef,
                                      .refc_val = 8,
                                      .record = TermLayout::kNoRecords};
-inline constexpr TermLayout kTerms29{.heap_bin = 0x20,
-                                     .refc_bin = 0x28,
-                                     .sub_bin = 0x24,
-                                     .map = 0x2c,
-                                     .bits = TermLayout::Bits::BinRef,
-                                     .refc_val = 8,
-                                     .record = 0x1c};
+// 29: 27's layout, and native records.
+inline constexpr TermLayout kTerms29 = [] {
+    TermLayout t = kTerms27;
+    t.record = 0x1c;
+    return t;
+}();
 
 // Everything release-specific beam-bpf relies on. The JIT's debugger interface
 // (__jit_debug_descriptor and its symfiles, jit_code.hpp and jit_symfile.hpp) has one layout
