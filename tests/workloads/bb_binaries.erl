@@ -3,9 +3,9 @@
 %%
 %% main(shared): three processes (a, b, c) share one 32 MiB binary, and one (many) holds 1,000
 %% refc binaries of 100 bytes; each ends waiting in a receive, so its lists hold still. Prints
-%% `ready a=<pid> b=<pid> c=<pid> many=<pid>`; then each `info` line on stdin prints
-%% `bin <pid> <address> <bytes> <refc>` for every binary of every process (process_info(P,
-%% binary)), and `bin_end`.
+%% `ready a=<pid> b=<pid> c=<pid> many=<pid>`; then each `info` line on stdin prints, for every
+%% process, `proc <pid> <reductions>` and then `bin <pid> <address> <bytes> <refc>` for each binary
+%% process_info(P, binary) lists (both read in one call), and `bin_end`.
 %%
 %% main(leak): the classic binary leak. A process registered as bb_leak is sent a 1 MiB binary
 %% every 10 ms and keeps a 10-byte sub-binary of each; it never collects (its heap and binary
@@ -40,8 +40,11 @@ main(leak) ->
 loop() ->
     case io:get_line('') of
         "info" ++ _ ->
-            [[io:format("bin ~s ~p ~p ~p~n", [pid_to_list(P), Addr, Size, Refc]) || {Addr, Size, Refc} <- Bins]
-             || P <- processes(), {binary, Bins} <- [erlang:process_info(P, binary)]],
+            [begin
+                 io:format("proc ~s ~p~n", [pid_to_list(P), Reds]),
+                 [io:format("bin ~s ~p ~p ~p~n", [pid_to_list(P), Addr, Size, Refc]) || {Addr, Size, Refc} <- Bins]
+             end
+             || P <- processes(), [{reductions, Reds}, {binary, Bins}] <- [erlang:process_info(P, [reductions, binary])]],
             io:format("bin_end~n"),
             loop();
         _ -> erlang:halt(0)
