@@ -18,6 +18,11 @@
  * A process's off-heap binaries (what process_info(P, binary) lists) are on singly linked lists
  * of erl_off_heap_header, `next` the same word in each kind of node: its off_heap, each heap
  * fragment's, and wrt_bins (binaries being appended to).
+ * ETS tables: each normal scheduler keeps the tables created on it on a circular list through
+ * DbTableCommon's all (esdp->ets_tables, in a union from OTP 26). A table's item and byte counts
+ * are an ErtsFlxCtr: two words in the table, or for a table with decentralized counters a
+ * pointer to an array of one cache-line element per counter group (erl_flxctr.h, OTP 25 to 29).
+ * A table id is a magic reference: the numbers in its magic binary.
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -91,6 +96,18 @@
 	X(esd_swt_total, "ErtsSchedulerData", "sched_wall_time.working.total")  \
 	X(esd_swt_working, "ErtsSchedulerData", "sched_wall_time.working.start") \
 	X(aligned_esd_size, "ErtsAlignedSchedulerData", "")                      \
+	X(esd_ets_clist, "ErtsSchedulerData", "u.ets_tables.clist|ets_tables.clist") \
+	X(dbt_all_next, "DbTableCommon", "all.next")                             \
+	X(dbt_owner, "DbTableCommon", "owner")                                   \
+	X(dbt_name, "DbTableCommon", "the_name")                                 \
+	X(dbt_btid, "DbTableCommon", "btid")                                     \
+	X(dbt_status, "DbTableCommon", "status")                                 \
+	X(dbt_decentralized, "DbTableCommon", "counters.is_decentralized")       \
+	X(dbt_counters, "DbTableCommon", "counters.u")                           \
+	X(flxctr_array, "ErtsFlxCtrDecentralizedCtrArray", "array")              \
+	X(flxctr_snapshot, "ErtsFlxCtrDecentralizedCtrArray", "snapshot_status") \
+	X(flxctr_elem_size, "ErtsFlxCtrDecentralizedCtrArrayElem", "")           \
+	X(mbin_refn, "ErtsMagicBinary", "refn")                                  \
 	X(regs_runtime_stack, "ErtsSchedulerRegisters", "aux_regs.d.runtime_stack") \
 	X(regs_x_regs, "ErtsSchedulerRegisters", "x_reg_array.d")               \
 	X(regs_tmp_mem, "ErtsSchedulerRegisters", "aux_regs.d.TMP_MEM")         \

@@ -33,6 +33,9 @@ echo
 echo "== beam-bpf-procs --binaries -t 5 $vm: the node's off-heap (refc) binaries, biggest first, and who holds each"
 build/beam-bpf-procs --binaries -t 5 "$vm"
 echo
+echo "== beam-bpf-procs --ets -t 5 $vm: every ETS table, biggest first, read from the tables' own counters"
+build/beam-bpf-procs --ets -t 5 "$vm"
+echo
 echo "== beam-bpf-procs --watch 1 --count 2 -t 5 $vm: what grew in each second, and how busy each scheduler was (the VM's own busy: spinning is idle)"
 build/beam-bpf-procs --watch 1 --count 2 -t 5 "$vm"
 echo

@@ -559,4 +559,119 @@ TEST_P(ProcsVmTest, BinaryLeakTopsTheWatch) {
     }
 }
 
+// The --ets listing of `erl` (bb_ets:main(tables)) against its ets:info/2.
+void check_ets_tables(ErlVm& erl) {
+    erl.wait_line("ready");
+    // ref -> the words ets:info/2 gives: name named type protection owner size memory rc wc dc
+    using Tables = std::map<std::string, std::vector<std::string>>;
+    auto vm_tables = [&] {
+        erl.send_line("info");
+        Tables t;
+        for (;;) {
+            std::istringstream in(erl.wait_line("ets"));
+            std::string word, ref;
+            in >> word;
+            if (word == "ets_end") break;
+            in >> ref;
+            for (std::string w; in >> w;) t[ref].push_back(w);
+            EXPECT_EQ(t[ref].size(), 10u) << ref;
+        }
+        return t;
+    };
+    const Tables before = vm_tables();
+    ToolResult r = run_tool(kTool, {"--ets", "--json", "--all", std::to_string(erl.os_pid())}, 60s);
+    const Tables after = vm_tables();
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["lists_changed"], 0) << r.out;
+    std::map<std::string, nlohmann::json> ours;
+    for (const auto& t : j["tables"]) ours[t["ref"]] = t;
+    EXPECT_EQ(j["tables_total"], ours.size());
+
+    size_t compared = 0, ours_named = 0, exact = 0;
+    for (const auto& [ref, vm_words] : after) {
+        auto b = before.find(ref);
+        if (b == before.end() || b->second != vm_words) continue;  // it changed between the readings
+        SCOPED_TRACE(ref + " " + vm_words[0]);
+        auto o = ours.find(ref);
+        ASSERT_NE(o, ours.end()) << "not listed by --ets";
+        const nlohmann::json& t = o->second;
+        compared++;
+        ours_named += vm_words[0].starts_with("t_");
+        EXPECT_EQ(t["name"], vm_words[0]);
+        EXPECT_EQ(t["named_table"].get<bool>(), vm_words[1] == "true");
+        EXPECT_EQ(t["id"], vm_words[1] == "true" ? vm_words[0] : ref);
+        EXPECT_EQ(t["type"], vm_words[2]);
+        EXPECT_EQ(t["protection"], vm_words[3]);
+        EXPECT_EQ(t["owner"], vm_words[4]);
+        EXPECT_EQ(t["size"].get<long>(), std::stol(vm_words[5]));
+        // ets:info(T, memory) is the table's count of bytes in words, rounded up: within 1%.
+        const double words = std::stod(vm_words[6]);
+        EXPECT_NEAR(t["memory_words"].get<double>(), words, words / 100);
+        exact += t["memory_words"].get<double>() == words;
+        EXPECT_EQ(t["read_concurrency"].get<bool>(), vm_words[7] == "true");
+        EXPECT_EQ(t["write_concurrency"], vm_words[8]);
+        EXPECT_EQ(t["decentralized_counters"].get<bool>(), vm_words[9] == "true");
+    }
+    std::cout << compared << " of " << after.size() << " tables compared with ets:info/2 (" << ours_named
+              << " of the workload's 10), memory to the word in " << exact << "\n";
+    EXPECT_EQ(ours_named, 10u);
+    EXPECT_GE(compared, after.size() - 2);
+    // Every table the VM lists is listed, and no other: a table made or deleted between the
+    // readings is in one of them.
+    for (const auto& [ref, t] : ours) EXPECT_TRUE(before.count(ref) || after.count(ref)) << t.dump();
+
+    // The text: the biggest table first.
+    ToolResult text = run_tool(kTool, {"--ets", "-t", "3", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(text.exit_code, 0) << describe(text);
+    auto lines = lines_of(text.out);
+    ASSERT_EQ(lines.size(), 6u) << text.out;
+    std::string biggest;
+    long most = -1;
+    for (const auto& [ref, w] : after)
+        if (std::stol(w[6]) > most) most = std::stol(w[6]), biggest = w[1] == "true" ? w[0] : ref;
+    EXPECT_TRUE(lines[2].starts_with(biggest + " ")) << text.out;
+}
+
+// Every ETS table (--ets) against the VM's own ets:info/2, asked just before and just after the
+// tool reads them: ten tables of every type, named and not, public, protected and private, with
+// each kind of concurrency and decentralized counters, holding binaries and big tuples; and every
+// other table of the VM that held still across the tool's reading. Run with the default counter
+// groups and with one (+dcg1): a decentralized counter has a slot more than the groups.
+TEST_P(ProcsVmTest, EtsTablesAgreeWithEtsInfo) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{}, std::vector<std::string>{"+dcg1"}}) {
+        SCOPED_TRACE(args.empty() ? "default counter groups" : args[0]);
+        ErlVm erl(vm(), "bb_ets:main(tables)", args);
+        check_ets_tables(erl);
+    }
+}
+
+// --ets --watch: a table gaining an object (a 1 KiB binary and a 100-element tuple) every 10 ms is
+// the top row in each interval, its growth the change in its memory between two readings.
+TEST_P(ProcsVmTest, EtsWatchShowsTheGrowingTable) {
+    ErlVm erl(vm(), "bb_ets:main(growing)");
+    erl.wait_line("ready");
+    ToolResult r = run_tool(kTool, {"--ets", "--watch", "0.5", "--count", "2", "--json", std::to_string(erl.os_pid())},
+                            60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    auto lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 2u) << r.out;
+    long bytes[2];
+    for (int k = 0; k < 2; k++) {
+        auto j = nlohmann::json::parse(lines[k]);
+        ASSERT_FALSE(j["tables"].empty()) << lines[k];
+        const auto& top = j["tables"][0];
+        EXPECT_EQ(top["id"], "bb_growing") << lines[k];
+        long growth = top["memory_growth"], objects = top["size_growth"];
+        std::cout << "interval " << k + 1 << ": bb_growing +" << objects << " objects, +" << growth << " bytes\n";
+        EXPECT_GE(objects, 5) << lines[k];  // 50 in 0.5 s; a loaded machine makes fewer
+        EXPECT_GT(growth, objects * 100 * 8) << lines[k];  // each holds a tuple of 100 words at least
+        bytes[k] = top["memory_bytes"];
+        if (k == 1) {
+            EXPECT_EQ(growth, bytes[1] - bytes[0]);
+        }
+        for (const auto& t : j["tables"]) EXPECT_NE(t["id"], "bb_still") << lines[k];
+    }
+}
+
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "inspect/ets_tables.hpp"
 #include "inspect/process_table.hpp"
 #include "inspect/processes.hpp"
 #include "target/release.hpp"
@@ -340,6 +341,103 @@ TEST_P(ReleaseImages, OffHeapBinaries) {
     Image::put(small + o.bin_refc, uint64_t{0});
     budget = 1000;
     EXPECT_FALSE(read_binaries(img.mem(), o, t, *e, budget));
+}
+
+// The schedulers' lists of ETS tables (erl_db.c's save_sched_table(): circular through
+// common.all), one table with its counters in place and one with decentralized counters whose
+// slots each count a part (one negative: a group that deleted more than it inserted).
+TEST_P(ReleaseImages, EtsTables) {
+    Image img;
+    const uint32_t end = std::max({o.dbt_all_next, o.dbt_owner, o.dbt_name, o.dbt_btid, o.dbt_status,
+                                   o.dbt_decentralized, o.dbt_counters}) + 24;
+    auto table = [&](uint32_t status, uint64_t owner) {
+        uint64_t tb = img.alloc(end);
+        Image::put(tb + o.dbt_owner, owner);
+        Image::put(tb + o.dbt_name, atom_term(77));
+        Image::put(tb + o.dbt_status, status);
+        Image::put(tb + o.dbt_all_next, tb);  // alone on its list
+        return tb;
+    };
+    constexpr uint32_t kPublicSet = 4 | 0x10 | 0x800, kPrivateCatree = 1 | 0x100;
+    const uint64_t a = table(kPublicSet, 0x1230 | 0x3), b = table(kPrivateCatree, 0x4560 | 0x3);
+    Image::put<int64_t>(a + o.dbt_counters, 10);
+    Image::put<int64_t>(a + o.dbt_counters + 8, 4096);
+    uint64_t magic = img.alloc(o.mbin_refn + 12);
+    for (uint32_t k = 0; k < 3; k++) Image::put<uint32_t>(magic + o.mbin_refn + 4 * k, 100 + k);
+    Image::put(a + o.dbt_btid, magic);
+    Image::put<uint8_t>(b + o.dbt_decentralized, 1);
+    const uint32_t slots = 3;
+    uint64_t array = img.alloc(o.flxctr_array + slots * o.flxctr_elem_size);
+    const int64_t objects[slots] = {5, 9, -2}, bytes[slots] = {800, 1600, -160};
+    for (uint32_t k = 0; k < slots; k++) {
+        Image::put(array + o.flxctr_array + k * o.flxctr_elem_size, objects[k]);
+        Image::put(array + o.flxctr_array + k * o.flxctr_elem_size + 8, bytes[k]);
+    }
+    Image::put(b + o.dbt_counters, array);
+    Image::put(a + o.dbt_all_next, b);
+    Image::put(b + o.dbt_all_next, a);
+
+    const uint64_t lists[] = {a, 0};
+    EtsTables r = read_ets_tables(img.mem(), o, lists, slots);
+    ASSERT_EQ(r.tables.size(), 2u);
+    EXPECT_EQ(r.changed, 0u);
+    EXPECT_EQ(r.tables[0].objects, 10);
+    EXPECT_EQ(r.tables[0].bytes, 4096);
+    EXPECT_STREQ(r.tables[0].type(), "set");
+    EXPECT_STREQ(r.tables[0].protection(), "public");
+    EXPECT_TRUE(r.tables[0].named());
+    EXPECT_EQ(r.tables[0].refn, (std::array<uint32_t, 3>{100, 101, 102}));
+    EXPECT_TRUE(r.tables[1].decentralized);
+    EXPECT_EQ(r.tables[1].objects, 12);
+    EXPECT_EQ(r.tables[1].bytes, 2240);
+    EXPECT_STREQ(r.tables[1].type(), "ordered_set");
+    EXPECT_STREQ(r.tables[1].write_concurrency(), "true");
+    EXPECT_EQ(r.tables[1].owner, uint64_t{0x4560 | 0x3});
+
+    // A snapshot under way: counted, its figures kept.
+    Image::put<int64_t>(array + o.flxctr_snapshot, 1);
+    EXPECT_EQ(read_ets_tables(img.mem(), o, lists, slots).snapshotting, 1u);
+    Image::put<int64_t>(array + o.flxctr_snapshot, 0);
+    // A list that loops short of its head (b to itself), one that leaves memory, a table that is
+    // not one (two protections): each ends, counted, keeping what it read.
+    Image::put(b + o.dbt_all_next, b);
+    r = read_ets_tables(img.mem(), o, lists, slots);
+    EXPECT_EQ(r.tables.size(), 2u);
+    EXPECT_EQ(r.changed, 1u);
+    Image::put(b + o.dbt_all_next, uint64_t{0x10});
+    EXPECT_EQ(read_ets_tables(img.mem(), o, lists, slots).changed, 1u);
+    Image::put(b + o.dbt_all_next, a);
+    Image::put(b + o.dbt_status, kPrivateCatree | 4);
+    r = read_ets_tables(img.mem(), o, lists, slots);
+    EXPECT_EQ(r.tables.size(), 1u);
+    EXPECT_EQ(r.changed, 1u);
+    // The same table on two schedulers' lists is read once.
+    Image::put(b + o.dbt_status, kPrivateCatree);
+    const uint64_t twice[] = {a, b};
+    r = read_ets_tables(img.mem(), o, twice, slots);
+    EXPECT_EQ(r.tables.size(), 2u);
+    EXPECT_EQ(r.changed, 1u);
+    // The budget bounds a list of any length.
+    EXPECT_EQ(read_ets_tables(img.mem(), o, lists, slots, 1).tables.size(), 1u);
+}
+
+// Decentralized counter arrays' slots: the counter groups erts_early_init_cpu_topology() makes
+// (the configured CPUs, at most the schedulers and the -dcg limit; one when any is 1), plus one.
+TEST(EtsCounterSlots, AsTheVmSizesThem) {
+    const std::vector<std::string> none;
+    EXPECT_EQ(ets_counter_slots(2, 2, none), 3u);
+    EXPECT_EQ(ets_counter_slots(1, 2, none), 2u);
+    EXPECT_EQ(ets_counter_slots(8, 4, none), 5u);   // more schedulers than CPUs
+    EXPECT_EQ(ets_counter_slots(4, 64, none), 5u);  // +S 4 on 64 CPUs
+    EXPECT_EQ(ets_counter_slots(2, 0, none), 3u);   // CPUs unknown: the schedulers
+    EXPECT_EQ(ets_counter_slots(512, 512, none), 257u);  // the default limit, 256
+    // beam.smp's argv as erl leaves it: +dcgN becomes -dcgN; "-dcg N" is read too; the last wins;
+    // init's arguments after "--" are not the emulator's.
+    EXPECT_EQ(ets_counter_slots(8, 8, {"beam.smp", "-S", "8", "-dcg1", "--", "-root"}), 2u);
+    EXPECT_EQ(ets_counter_slots(8, 8, {"beam.smp", "-dcg", "3", "--"}), 4u);
+    EXPECT_EQ(ets_counter_slots(8, 8, {"beam.smp", "-dcg3", "-dcg5", "--"}), 6u);
+    EXPECT_EQ(ets_counter_slots(8, 8, {"beam.smp", "--", "-dcg1"}), 9u);
+    EXPECT_EQ(ets_counter_slots(8, 8, {"beam.smp", "-dcgx", "-dcg"}), 9u);  // not numbers: the default
 }
 
 }  // namespace

@@ -13,6 +13,8 @@ std::string human_bytes(uint64_t b) {
     return fmt::format("{} MiB", b / (1024 * 1024));
 }
 
+std::string signed_bytes(int64_t b) { return (b < 0 ? "-" : "+") + human_bytes(b < 0 ? 0 - uint64_t(b) : uint64_t(b)); }
+
 namespace {
 
 // The code point at the start of `s` and its length in bytes; length 0 when `s` does not start

@@ -21,6 +21,8 @@ namespace bb {
 
 // "512 B", "37 KiB", "12 MiB": whole units, up to 10 of the next.
 std::string human_bytes(uint64_t bytes);
+// A growth in those units: "+37 KiB", "-512 B".
+std::string signed_bytes(int64_t bytes);
 
 // The inside of a quoted atom or string: as above, and `quote` and backslash escaped as well
 // ('\'' for an atom, '"' for a string). printed form: quote + escaped(s, quote) + quote.

@@ -47,7 +47,6 @@ std::string ProcsContext::function(uint64_t mfa, uint64_t addr) {
 
 namespace {
 
-std::string signed_bytes(int64_t b) { return (b < 0 ? "-" : "+") + human_bytes(static_cast<uint64_t>(b < 0 ? -b : b)); }
 
 struct Row {
     const ProcessEntry* p;

@@ -25,6 +25,7 @@ struct ProcsOptions {
     uint64_t max_heap_mib = 1024;
     bool stacks = false;    // --stacks
     bool binaries = false;  // --binaries
+    bool ets = false;       // --ets
 };
 
 // What the tool has to name processes and the code they are in.
@@ -54,6 +55,10 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o);
 // --binaries: the node's off-heap binaries, biggest first, each with the processes holding it;
 // then the processes by the bytes of binaries they reference (inspect/procs_binaries.cpp).
 int procs_binaries(ProcsContext& c, const ProcsOptions& o);
+
+// --ets: every ETS table, biggest first; with --watch, what each gained per interval
+// (inspect/procs_ets.cpp).
+int procs_ets(ProcsContext& c, const ProcsOptions& o);
 
 // The process table, checked for sizes that read right on this build (UserError if not).
 ProcessTable read_checked_table(const Vm& vm, const TableReads& reads = {});

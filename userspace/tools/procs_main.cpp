@@ -55,7 +55,11 @@ int run(int argc, char** argv) {
         "process's list accounts for (ETS tables, ports, the VM itself); then the processes by the bytes\n"
         "of binaries they reference: BINARY and COUNT as process_info(P, binary) counts (a binary\n"
         "the process holds 31 handles to counts 31 times), DISTINCT each binary once. A binary leak's\n"
-        "holder is the top HOLDER, or the top row of --watch --sort binary."};
+        "holder is the top HOLDER, or the top row of --watch --sort binary.\n\n"
+        "--ets lists every ETS table, biggest first (-t tables): its id (its name if named_table), name,\n"
+        "type, protection, OBJECTS (ets:info(T, size)), MEMORY (ets:info(T, memory), in bytes: the table's\n"
+        "own count of what it allocated, off-heap binaries in it not included), read and write\n"
+        "concurrency, and its owner. With --watch, the tables that grew or changed in each interval."};
     Options o;
     add_target_options(app, o.targets, o.node);
     app.add_option("--sort", o.sort, "order: memory, binary, heap, stack, queue, reductions (largest first)")
@@ -80,6 +84,10 @@ int run(int argc, char** argv) {
         ->excludes(watch)
         ->excludes(inspect)
         ->excludes("--stacks");
+    app.add_flag("--ets", o.ets, "every ETS table, biggest first (with --watch: their growth)")
+        ->excludes(inspect)
+        ->excludes("--stacks")
+        ->excludes("--binaries");
     app.add_option("--depth", o.depth, "with --inspect: ~P depth of each term printed (0: whole)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber)
@@ -119,6 +127,7 @@ int run(int argc, char** argv) {
     if (!o.inspect.empty()) return procs_inspect(c, o);
     if (o.stacks) return procs_stacks(c, o);
     if (o.binaries) return procs_binaries(c, o);
+    if (o.ets) return procs_ets(c, o);
     if (o.watch > 0) return procs_watch(c, o);
     return procs_table(c, o);
 }
