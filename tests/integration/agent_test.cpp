@@ -36,8 +36,9 @@ struct Trace {
 
 // A wall profile's values are nanoseconds: shown as such (-unit=ns), not rounded to "1.2s".
 std::vector<Trace> decode(const fs::path& file, const std::string& sample_index = "samples") {
-    ToolResult r = run_command(
-        {"go", "tool", "pprof", "-traces", "-sample_index=" + sample_index, "-unit=ns", file.string()}, 60s);
+    ToolResult r = run_command({"go", "tool", "pprof", "-traces", "-sample_index=" + sample_index, "-unit=ns",
+                                file.string()},
+                               60s);
     if (r.exit_code != 0) throw std::runtime_error("go tool pprof -traces " + file.string() + ": " + describe(r));
     std::vector<Trace> out;
     std::optional<Trace> t;
@@ -833,8 +834,8 @@ TEST_F(AgentTest, WallProfilesBesideTheCpuOnes) {
     std::string by_state;
     for (const auto& [s, ns] : states) by_state += " " + s + " " + std::to_string(ns / all);
     std::cerr << "agent test: -e cpu,wall: " << wall_files << " wall and " << cpu_files << " CPU profiles; "
-              << all / 1e9 << " process-seconds over " << seconds << " s of " << processes << " processes;"
-              << by_state << "; waiting for the server " << 100 * calls / all << "%\n";
+              << all / 1e9 << " process-seconds over " << seconds << " s of " << processes << " processes;" << by_state
+              << "; waiting for the server " << 100 * calls / all << "%\n";
     EXPECT_GE(wall_files, 2u);
     EXPECT_EQ(wall_files, cpu_files);
     // Every process's time, from the first tick to the last: within 10% of the processes' count
@@ -869,8 +870,10 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
         return std::stod(vm.wait_line("slept ").substr(6));
     };
     const double before = slept();
+    const SchedStats rq_before = schedstat(vm.os_pid());
     vm.send_line("sleeper 10 200");
     vm.wait_line("sleeper");
+    const double run_queue = run_queue_waits(rq_before, schedstat(vm.os_pid()));
     std::this_thread::sleep_for(3500ms);
     const double nif = slept() - before;
     kill(agent.pid, SIGTERM);
@@ -896,14 +899,18 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
         }
     std::cerr << "agent test: -e cpu,offcpu: " << offcpu_files << " off-CPU and " << cpu_files << " CPU profiles; "
               << all / 1e9 << " s blocked, " << idle / 1e9 << " s of it schedulers idle; sleeper/2 " << sleeper / 1e9
-              << " s, the NIF slept " << nif / 1e9 << " s\n";
+              << " s, the NIF slept " << nif / 1e9 << " s; the VM's threads waited " << run_queue / 1e9
+              << " s on a run queue\n";
     EXPECT_GE(offcpu_files, 2u);
     EXPECT_EQ(offcpu_files, cpu_files);
     EXPECT_GT(idle, 0.0);
     // Every call is a block of 10 ms, over the 1 ms threshold: all walked. The NIF's clock also
-    // counts each wakeup's wait for a CPU, which is not time blocked: within 3%.
+    // counts each wakeup's wait for a CPU, which is not time blocked: within 3%, less those
+    // waits (as OffcpuVmTest.ABlockingNifIsChargedToItsCaller; a local CI run beside other
+    // work once gave 2.014 s against 2.084).
     EXPECT_GT(nif, 1.9e9);
-    EXPECT_NEAR(sleeper, nif, 0.03 * nif);
+    EXPECT_LE(sleeper, nif + 0.03 * nif);
+    EXPECT_GE(sleeper, nif - run_queue - 0.03 * nif);
 }
 
 }  // namespace

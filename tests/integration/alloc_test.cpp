@@ -67,8 +67,9 @@ TEST_P(AllocVmTest, SharesAndTotalsAgreeWithTheVm) {
     // --period 256: a sample in every epoch of its small heaps (one sample per epoch at most):
     // about 3,500 samples from the 1,920,000 words of 120 rounds.
     auto [r, trace] = burst(erl,
-                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--format", "folded,pprof,top",
-                             "-t", "1000", "-o", prefix, "--stats", stats, std::to_string(erl.os_pid())},
+                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--format",
+                             "folded,pprof,top", "-t", "1000", "-o", prefix, "--stats", stats,
+                             std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::istringstream tl(trace);
@@ -153,8 +154,8 @@ MixRun mix_run(ErlVm& erl, const std::string& spawn, int ms, int period = 256, b
     // --period 256: every epoch of these heaps (987 words and up) is a candidate, for samples
     // enough in seconds; each sample then stands for its epoch's free words.
     if (pair) setenv("BB_NO_UPROBE_SESSION", "1", 1);
-    RunningTool t = start_tool(kTool, {"-e", "alloc", "--watchpoints-in-vm", "--period", std::to_string(period), "--process", name, "--folded",
-                                       "--stats", stats, std::to_string(erl.os_pid())});
+    RunningTool t = start_tool(kTool, {"-e", "alloc", "--watchpoints-in-vm", "--period", std::to_string(period),
+                                       "--process", name, "--folded", "--stats", stats, std::to_string(erl.os_pid())});
     unsetenv("BB_NO_UPROBE_SESSION");
     std::string err;
     EXPECT_TRUE(wait_stderr(t, "beam-bpf-sample: attached", 30s, &err)) << err;
@@ -271,7 +272,9 @@ TEST_P(AllocMixTest, ProcessesOfUnequalEpochsWithoutProcess) {
     ErlVm erl(vm(), "bb_alloc_mix:main()");
     erl.wait_line("ready");
     const std::string stats = ::testing::TempDir() + "/alloc-pair-stats.json";
-    auto [r, line] = burst(erl, {"-e", "alloc", "--watchpoints-in-vm", "--folded", "--stats", stats, std::to_string(erl.os_pid())},
+    auto [r, line] = burst(erl,
+                           {"-e", "alloc", "--watchpoints-in-vm", "--folded", "--stats", stats,
+                            std::to_string(erl.os_pid())},
                            "pair 10000", "pair_words");
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::istringstream words(line);
@@ -309,6 +312,68 @@ TEST_P(AllocMixTest, ProcessesOfUnequalEpochsWithoutProcess) {
     }
 }
 
+// Servers allocate mostly in processes that live a few milliseconds or less. Thousands of
+// processes a second, each building a list of 1,000 cells in short_lived/2 and ending, beside one
+// long process building 300 cells in steady/2 and computing (bb_alloc_mix `spawners`), none
+// registered: each function's share of the profile within 3 points of the words it built, as the
+// workload counts them, and at most 10% of the words unattributed (--period 8192: samples enough
+// for 3 points to be 3 standard deviations on the slowest build). Before
+// small heaps were pooled by kind (profile/alloc_strata.hpp): 81.8% "[allocation not sampled]",
+// short_lived/2 2.1% where it built 84.8%. On OTP 25, 27 and 29.
+std::vector<TestVm> short_lived_vms() {
+    auto vms = test_vms();
+    std::erase_if(vms,
+                  [](const TestVm& v) { return v.name != "otp25" && v.name != "otp27" && v.name != "otp29_dwarf_fp"; });
+    return vms;
+}
+class AllocShortLivedTest : public VmTest {};
+INSTANTIATE_TEST_SUITE_P(Vms, AllocShortLivedTest, ::testing::ValuesIn(short_lived_vms()), test_vm_name);
+
+TEST_P(AllocShortLivedTest, ShortLivedProcessesAreAttributed) {
+    ErlVm erl(vm(), "bb_alloc_mix:main()");
+    erl.wait_line("ready");
+    const std::string stats = ::testing::TempDir() + "/alloc-spawners-stats.json";
+    auto [r, line] = burst(erl,
+                           {"-e", "alloc", "--watchpoints-in-vm", "--period", "8192", "--folded", "--stats", stats,
+                            std::to_string(erl.os_pid())},
+                           "spawners 8000", "spawners_words");
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::istringstream words(line);
+    std::string tag;
+    double built[2] = {}, spawned = 0;
+    words >> tag >> built[0] >> built[1] >> spawned;
+    ASSERT_GT(built[0] + built[1], 0) << line;
+    const std::string funs[2] = {"bb_alloc_mix:short_lived/2", "bb_alloc_mix:steady/2"};
+    std::map<std::string, double> self;
+    double all = 0;
+    for (const auto& [stack, n] : parse_folded(r.out)) {
+        all += n;
+        self[stack.substr(stack.rfind(';') + 1)] += n;
+    }
+    ASSERT_GT(all, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(stats), nullptr, false);
+    ASSERT_FALSE(j.is_discarded());
+    const double exact = j["alloc_words"].get<double>(), samples = j["alloc_samples"].get<double>();
+    const double unattributed = 100 * self["[allocation not sampled]"] / all;
+    std::cout << "[          ] " << vm().name << ": " << spawned << " processes spawned, " << samples << " samples, "
+              << all << " words in the profile, " << exact << " exact; " << unattributed << "% unattributed\n";
+    EXPECT_LE(unattributed, 10.0) << r.out;
+    EXPECT_NEAR(all / exact, 1.0, 0.02) << j.dump();
+    EXPECT_GE(spawned, 5000) << line;  // thousands a second, even on a loaded machine
+    // Shares of the two functions' words: each sample stands for a period's words, and the
+    // split rests on the samples (the long process's words are exact, the pool's too). Enough
+    // samples that 3 points is 3 standard deviations of the larger share.
+    const double p = built[0] / (built[0] + built[1]);
+    EXPECT_GE(samples, p * (1 - p) / (0.01 * 0.01)) << j.dump();
+    for (int i = 0; i < 2; i++) {
+        const double got = 100 * self[funs[i]] / (self[funs[0]] + self[funs[1]]),
+                     truth = 100 * built[i] / (built[0] + built[1]);
+        std::cout << "[          ] " << funs[i] << ": " << got << "% (truth " << truth << "%), "
+                  << 100 * self[funs[i]] / all << "% of the profile\n";
+        EXPECT_NEAR(got, truth, 3.0) << r.out;
+    }
+}
+
 // OTP 27's tprof (call_memory tracing: exact words per function, no stacks) on the same work,
 // on the test VMs that have it.
 std::vector<TestVm> vms_with_tprof() {
@@ -326,8 +391,8 @@ TEST_P(TprofVmTest, SharesAgreeWithTprof) {
     ready >> word >> worker;
     const std::string stats = ::testing::TempDir() + "/alloc-tprof-stats.json";
     auto [r, trace] = burst(erl,
-                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--folded", "--stats", stats,
-                             std::to_string(erl.os_pid())},
+                            {"-e", "alloc", "--watchpoints-in-vm", "--period", "256", "--process", worker, "--folded",
+                             "--stats", stats, std::to_string(erl.os_pid())},
                             "go 120", "gc_words");
     EXPECT_GE(nlohmann::json::parse(std::ifstream(stats))["alloc_samples"].get<long>(), samples_for(75, 3));
     ASSERT_EQ(r.exit_code, 0) << describe(r);

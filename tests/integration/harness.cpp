@@ -583,6 +583,24 @@ ToolResult finish_tool(RunningTool& t, bool send_sigint, std::chrono::millisecon
 
 // --- output parsing ----------------------------------------------------------------------
 
+SchedStats schedstat(pid_t pid) {
+    SchedStats out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        std::ifstream f(e.path() / "schedstat");
+        double cpu = 0, rq = 0;
+        if (f >> cpu >> rq) out[std::stol(e.path().filename())] = {cpu, rq};
+    }
+    return out;
+}
+
+double run_queue_waits(const SchedStats& before, const SchedStats& after) {
+    double ns = 0;
+    for (const auto& [tid, b] : before)
+        if (auto a = after.find(tid); a != after.end()) ns += a->second.second - b.second;
+    return ns;
+}
+
 std::map<std::string, long> parse_folded(const std::string& text) {
     std::map<std::string, long> stacks;
     std::istringstream in(text);

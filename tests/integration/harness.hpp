@@ -172,6 +172,13 @@ std::vector<std::string> lines_of(const std::string& text);
 // Folded output ("a;b;c 12" lines) as stack -> count. Malformed lines fail the test.
 std::map<std::string, long> parse_folded(const std::string& text);
 
+// tid -> (ns on a CPU, ns waiting on a run queue), of every thread of `pid` (schedstat).
+using SchedStats = std::map<long, std::pair<double, double>>;
+SchedStats schedstat(pid_t pid);
+// The ns the threads of both readings waited on a run queue between them: time a clock inside
+// the VM counts (a NIF's sleep and its wakeup's wait for a CPU) that is not time blocked.
+double run_queue_waits(const SchedStats& before, const SchedStats& after);
+
 // Frames of a folded stack, root first.
 std::vector<std::string> split_frames(const std::string& stack);
 

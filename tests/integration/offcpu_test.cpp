@@ -69,26 +69,18 @@ double now_ns() {
     return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
-// tid -> (ns on a CPU, ns waiting on a run queue), of every thread of `pid`.
-std::map<long, std::pair<double, double>> schedstat(pid_t pid) {
-    std::map<long, std::pair<double, double>> out;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-        std::ifstream f(e.path() / "schedstat");
-        double cpu = 0, rq = 0;
-        if (f >> cpu >> rq) out[std::stol(e.path().filename())] = {cpu, rq};
-    }
-    return out;
-}
-
 TEST_P(OffcpuVmTest, AnIdleVmIsIdle) {
     ErlVm erl(vm(), start_expr(), {"+S", "2"});
     erl.wait_line("ready", 60s);
     std::this_thread::sleep_for(1s);
     ToolResult r = run_tool(kTool, {"-e", "offcpu", "-d", "3", "--folded", std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    const std::set<std::string> idle{"[scheduler idle]",         "[poll thread waiting]",
-                                     "[aux thread waiting]",     "[signal dispatcher waiting]",
-                                     "[system message dispatcher waiting]", "[async thread waiting]",
+    const std::set<std::string> idle{"[scheduler idle]",
+                                     "[poll thread waiting]",
+                                     "[aux thread waiting]",
+                                     "[signal dispatcher waiting]",
+                                     "[system message dispatcher waiting]",
+                                     "[async thread waiting]",
                                      "[main thread waiting]"};
     double all = 0;
     std::map<std::string, double> roots;
@@ -155,13 +147,12 @@ TEST_P(OffcpuVmTest, PerThreadTotalsAgreeWithTheKernel) {
         // schedulers read 0.3 to 2.5% of the run lower than schedstat's remainder on this 2-CPU
         // machine (docs/offcpu-profiling.md, known limits), the cause not found yet.
         EXPECT_NEAR(tool, kernel, 0.03 * wall + gaps) << "thread " << tid << ": tool " << tool / 1e9 << " s, kernel "
-                                                << kernel / 1e9 << " s of " << wall / 1e9 << " s";
+                                                      << kernel / 1e9 << " s of " << wall / 1e9 << " s";
         compared++;
     }
     std::cout << "[          ] " << vm().name << ": " << compared << " threads (" << switching
-              << " that ran), worst difference " << 100 * worst << "% of the run (windows "
-              << gaps / 1e6 << " ms apart), "
-              << r.stats["records"].get<long>() << " blocks walked\n";
+              << " that ran), worst difference " << 100 * worst << "% of the run (windows " << gaps / 1e6
+              << " ms apart), " << r.stats["records"].get<long>() << " blocks walked\n";
     EXPECT_GE(switching, 2) << "the schedulers should run and block";
 }
 
@@ -185,9 +176,7 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     // What the VM's threads waited on a run queue meanwhile (schedstat): the NIF's clock counts
     // each wakeup's wait for a CPU, which is not time blocked, and on a busy machine that is up to
     // 0.5 ms a wakeup (CI once: 0.10 s of 200 wakeups).
-    double run_queue = 0;
-    for (const auto& [tid, b] : rq_before)
-        if (auto a = rq_after.find(tid); a != rq_after.end()) run_queue += a->second.second - b.second;
+    const double run_queue = run_queue_waits(rq_before, rq_after);
     double caller = 0, other_syscall = 0;
     for (const Stack& s : folded(r.out)) {
         bool in_caller = false;
@@ -216,8 +205,9 @@ TEST_P(OffcpuVmTest, AContendedEtsTableIsTheLockRankedFirst) {
     erl.send_line("ets 8");
     erl.wait_line("ets");
     std::this_thread::sleep_for(1s);
-    ToolResult r = run_tool(
-        kTool, {"-e", "offcpu", "--threshold", "100", "-d", "4", "--folded", std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool,
+                            {"-e", "offcpu", "--threshold", "100", "-d", "4", "--folded", std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::map<std::string, double> locks;
     for (const Stack& s : folded(r.out))
@@ -269,9 +259,10 @@ TEST_F(OffcpuLcntTest, TheLockLcntBlamesIsTheLockRankedFirst) {
             if (f.starts_with("[lock")) locks[f] += static_cast<double>(s.ns);
     ASSERT_FALSE(locks.empty()) << r.out;
     auto top = std::max_element(locks.begin(), locks.end(), [](auto& a, auto& b) { return a.second < b.second; });
-    std::cout << "[          ] lcnt: top lock " << top_name << " " << top_id << ", bb_hot waited " << hot_ns / lcnt_window
-              << " s/s over " << lcnt_window / 1e9 << " s; -e offcpu: top " << top->first << ", bb_hot blocked "
-              << locks["[lock: ets table bb_hot]"] / window << " s/s over " << window / 1e9 << " s\n";
+    std::cout << "[          ] lcnt: top lock " << top_name << " " << top_id << ", bb_hot waited "
+              << hot_ns / lcnt_window << " s/s over " << lcnt_window / 1e9 << " s; -e offcpu: top " << top->first
+              << ", bb_hot blocked " << locks["[lock: ets table bb_hot]"] / window << " s/s over " << window / 1e9
+              << " s\n";
     EXPECT_EQ(top_name + " " + top_id, "db_tab bb_hot");
     EXPECT_EQ(top->first, "[lock: ets table bb_hot]");
 }

@@ -476,8 +476,7 @@ TEST_P(ProcsVmTest, BinariesAgreeWithProcessInfo) {
     std::map<std::string, nlohmann::json> rows;
     for (const auto& p : table_json["processes"]) rows[p["pid"]] = p;
 
-    const long idle_growth =
-        std::stol(after.reductions.at(pid_of["a"])) - std::stol(before.reductions.at(pid_of["a"]));
+    const long idle_growth = std::stol(after.reductions.at(pid_of["a"])) - std::stol(before.reductions.at(pid_of["a"]));
     size_t compared = 0, moved = 0;
     for (const auto& [pid, row] : rows) {
         // A process that ran between the VM's two readings (the I/O servers printing them, say)
@@ -664,7 +663,7 @@ TEST_P(ProcsVmTest, EtsWatchShowsTheGrowingTable) {
         EXPECT_EQ(top["id"], "bb_growing") << lines[k];
         long growth = top["memory_growth"], objects = top["size_growth"];
         std::cout << "interval " << k + 1 << ": bb_growing +" << objects << " objects, +" << growth << " bytes\n";
-        EXPECT_GE(objects, 5) << lines[k];  // 50 in 0.5 s; a loaded machine makes fewer
+        EXPECT_GE(objects, 5) << lines[k];                 // 50 in 0.5 s; a loaded machine makes fewer
         EXPECT_GT(growth, objects * 100 * 8) << lines[k];  // each holds a tuple of 100 words at least
         bytes[k] = top["memory_bytes"];
         if (k == 1) {

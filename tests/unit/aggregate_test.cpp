@@ -226,6 +226,70 @@ TEST(AllocStrata, EachHeapScaledToItsExactWords) {
     EXPECT_EQ(got.size(), 5u);
 }
 
+// Heaps under the period that collected are pooled by kind: their samples scaled to the pool's
+// exact words, whatever heap of the kind they came from. A heap at or over the period, one of no
+// known kind, and one whose words came only from its exit (its first epoch, never sampled) keep
+// their own strata; a pool with no sample leaves each heap's words under it.
+TEST(AllocStrata, SmallHeapsPooledByKind) {
+    Fixture f;
+    const uint32_t unsampled = f.frames.other(FrameKind::vm, "[allocation not sampled]", "beam.smp");
+    const uint64_t kWorker = 0x1234, kLonely = 0x5678, exit_ip = 0x4000;
+    bb::AllocStrata s(1000, {exit_ip});
+    const std::vector<uint32_t> leaf{f.root, f.leaf}, mid{f.root, f.mid};
+    // Ten short workers of 300 words each; two were sampled (3:1 between them), eight not.
+    for (uint64_t k = 0; k < 10; k++) s.exact(0x1003 + (k << 4), 300, kWorker);
+    s.sample(0x1003, leaf, 1000, {0x1003, 1});
+    s.sample(0x1013, mid, 1000, {0x1013, 1});
+    s.sample(0x1013, leaf, 1000, {0x1013, 1});
+    s.sample(0x1013, leaf, 1000, {0x1013, 1});
+    // A long process of the same kind, over the period: its own stratum, exact.
+    s.exact(0x2003, 5000, kWorker);
+    s.sample(0x2003, mid, 1000, {0x2003, 2});
+    // A worker that ended without collecting: its words are its exit's only.
+    s.exact(0x3003, 200, kWorker, exit_ip);
+    // Unknown kind, and a kind with no sample: their own words, unsampled.
+    s.exact(0x4003, 100, 0);
+    s.exact(0x5003, 400, kLonely);
+    s.exact(0x5013, 100, kLonely);
+    Aggregator agg;
+    s.drain_into(agg, unsampled);
+    EXPECT_EQ(agg.total(), 3000u + 5000 + 200 + 100 + 500);
+    std::map<std::string, uint64_t> by_leaf;
+    std::map<std::pair<std::string, std::string>, uint64_t> got;
+    bb::ProfileMeta m;
+    m.pid_text = [](uint64_t pid) { return std::to_string(pid); };
+    bb::Profile p = agg.profile(f.frames, m);
+    for (const auto& sm : p.samples) {
+        const std::string leaf_name = p.functions[p.locations[sm.stack.back()].function].name;
+        got[{leaf_name, sm.pid}] += sm.count;
+        by_leaf[leaf_name] += sm.count;
+    }
+    // The pool: 3,000 words split 3:1 by its four samples, charged to the two sampled workers.
+    EXPECT_EQ(by_leaf["m:leaf/2"], 2250u);
+    EXPECT_EQ(by_leaf["m:mid/1"], 750u + 5000);
+    EXPECT_EQ((got[{"m:mid/1", std::to_string(0x2003)}]), 5000u);
+    EXPECT_EQ((got[{"[allocation not sampled]", std::to_string(0x3003)}]), 200u);
+    EXPECT_EQ((got[{"[allocation not sampled]", std::to_string(0x4003)}]), 100u);
+    EXPECT_EQ((got[{"[allocation not sampled]", std::to_string(0x5003)}]), 400u);
+    EXPECT_EQ((got[{"[allocation not sampled]", std::to_string(0x5013)}]), 100u);
+    EXPECT_EQ(by_leaf["[allocation not sampled]"], 800u);
+
+    // With no period (-e alloc-gc, or an older caller) nothing is pooled: as before.
+    bb::AllocStrata plain;
+    plain.exact(0x1003, 300, kWorker);
+    plain.exact(0x1013, 300, kWorker);
+    plain.sample(0x1003, leaf, 1000, {0x1003, 1});
+    Aggregator agg2;
+    plain.drain_into(agg2, unsampled);
+    EXPECT_EQ(agg2.total(), 600u);
+    bb::Profile p2 = agg2.profile(f.frames, m);
+    uint64_t unsampled_words = 0;
+    for (const auto& sm : p2.samples)
+        if (p2.functions[p2.locations[sm.stack.back()].function].name == "[allocation not sampled]")
+            unsampled_words += sm.count;
+    EXPECT_EQ(unsampled_words, 300u);
+}
+
 TEST(Names, CxxSymbolsDemangledWithoutParameters) {
     EXPECT_EQ(bb::short_demangled("_Z17beam_jit_call_bifP7processPmPKvPFmS0_S1_S3_Em"), "beam_jit_call_bif");
     EXPECT_EQ(bb::short_demangled("_ZNK3foo3barEv"), "foo::bar");

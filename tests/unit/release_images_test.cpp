@@ -349,7 +349,8 @@ TEST_P(ReleaseImages, OffHeapBinaries) {
 TEST_P(ReleaseImages, EtsTables) {
     Image img;
     const uint32_t end = std::max({o.dbt_all_next, o.dbt_owner, o.dbt_name, o.dbt_btid, o.dbt_status,
-                                   o.dbt_decentralized, o.dbt_counters}) + 24;
+                                   o.dbt_decentralized, o.dbt_counters}) +
+                         24;
     auto table = [&](uint32_t status, uint64_t owner) {
         uint64_t tb = img.alloc(end);
         Image::put(tb + o.dbt_owner, owner);
@@ -427,9 +428,9 @@ TEST(EtsCounterSlots, AsTheVmSizesThem) {
     const std::vector<std::string> none;
     EXPECT_EQ(ets_counter_slots(2, 2, none), 3u);
     EXPECT_EQ(ets_counter_slots(1, 2, none), 2u);
-    EXPECT_EQ(ets_counter_slots(8, 4, none), 5u);   // more schedulers than CPUs
-    EXPECT_EQ(ets_counter_slots(4, 64, none), 5u);  // +S 4 on 64 CPUs
-    EXPECT_EQ(ets_counter_slots(2, 0, none), 3u);   // CPUs unknown: the schedulers
+    EXPECT_EQ(ets_counter_slots(8, 4, none), 5u);        // more schedulers than CPUs
+    EXPECT_EQ(ets_counter_slots(4, 64, none), 5u);       // +S 4 on 64 CPUs
+    EXPECT_EQ(ets_counter_slots(2, 0, none), 3u);        // CPUs unknown: the schedulers
     EXPECT_EQ(ets_counter_slots(512, 512, none), 257u);  // the default limit, 256
     // beam.smp's argv as erl leaves it: +dcgN becomes -dcgN; "-dcg N" is read too; the last wins;
     // init's arguments after "--" are not the emulator's.

@@ -21,6 +21,11 @@
 %%                   arithmetic. Prints `pair_words SHORT LONG_TAKE LONG_GIVE SHORT_PID LONG_PID`,
 %%                   the words each function allocated, counted as they are built. Its collections run on a
 %%                   dirty scheduler (heaps of 128 Ki words and up).
+%%   spawners MS     for MS milliseconds, a spawner starting one process after another (each
+%%                   builds a list of 1,000 cells in short_lived/2 and ends: thousands a second,
+%%                   each living tens of microseconds), beside one long process repeating
+%%                   steady/2 (300 cells) and arithmetic. Prints `spawners_words SHORT STEADY
+%%                   SPAWNED`: the words each function built, and the processes spawned.
 %%   quit
 -module(bb_alloc_mix).
 -export([main/0]).
@@ -43,6 +48,9 @@ loop(Worker) ->
             loop(spawn_worker("rand_" ++ Seed, fun(Until) -> rand_rounds(list_to_tuple(Ns), Until, 0) end));
         ["pair", Ms] ->
             pair(int(Ms)),
+            loop(Worker);
+        ["spawners", Ms] ->
+            spawners(int(Ms)),
             loop(Worker);
         ["go", Ms] when is_pid(Worker) ->
             Worker ! {go, int(Ms), self()},
@@ -146,3 +154,36 @@ long_take(N, Acc) -> long_take(N - 1, [N | Acc]).
 
 long_give(0, Acc) -> Acc;
 long_give(N, Acc) -> long_give(N - 1, [N | Acc]).
+
+%% Short-lived processes beside a long one (see main's comment). Neither is registered: both
+%% have erlang:apply/2 as their initial call.
+spawners(Ms) ->
+    Self = self(),
+    Until = erlang:monotonic_time(millisecond) + Ms,
+    Steady = spawn(fun() -> Self ! {self(), steady_rounds(Until, 0)} end),
+    Spawner = spawn(fun() -> Self ! {self(), spawn_rounds(Until, 0)} end),
+    SR = receive {Steady, S} -> S end,
+    N = receive {Spawner, P} -> P end,
+    io:format("spawners_words ~p ~p ~p~n", [N * 2000, SR * 600, N]).
+
+spawn_rounds(Until, N) ->
+    {_, Ref} = spawn_monitor(fun() -> _ = short_lived(1000, []), ok end),
+    receive {'DOWN', Ref, _, _, _} -> ok end,
+    case N band 63 =:= 63 andalso erlang:monotonic_time(millisecond) >= Until of
+        true -> N + 1;
+        false -> spawn_rounds(Until, N + 1)
+    end.
+
+steady_rounds(Until, N) ->
+    _ = steady(300, []),
+    _ = idle(?SPIN * 40, 0),
+    case N band 63 =:= 63 andalso erlang:monotonic_time(millisecond) >= Until of
+        true -> N + 1;
+        false -> steady_rounds(Until, N + 1)
+    end.
+
+short_lived(0, Acc) -> Acc;
+short_lived(N, Acc) -> short_lived(N - 1, [N | Acc]).
+
+steady(0, Acc) -> Acc;
+steady(N, Acc) -> steady(N - 1, [N | Acc]).

@@ -374,10 +374,11 @@ void Agent::attach_alloc(Followed& f) {
     try {
         a->s = std::make_unique<Session>(a->o);
         SamplerConfig sc = sampler_config(a->o);
-        const std::string missing = add_alloc_probes(a->s->vm, sc);
+        const std::string missing = add_alloc_probes(*a->s, sc);
+        a->strata = AllocStrata(alloc_interval(a->o), a->s->alloc_exits);
         a->s->start(sc, fmt::format("allocation profile: {} GC entry probes, {}{}", sc.entry_probes.size(),
                                     describe_event(a->o),
-                                    missing.empty() ? "" : "; collections entered at " + missing + " are not counted"));
+                                    missing.empty() ? "" : "; the words allocated through " + missing + " are not counted"));
     } catch (const std::exception& e) {
         size_t with = 0;  // a debug register of every CPU each
         for (const auto& [pid, g] : vms_) with += g->alloc != nullptr;

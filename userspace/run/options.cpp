@@ -187,7 +187,7 @@ void resolve(CommonOptions& o) {
         if (!o.threshold_us) o.threshold_us = kOffcpuThresholdUs;
         if (o.period || o.frequency_given || o.per_cpu || o.kernel)
             throw UserError(fmt::format("{}: -e offcpu records each block as it ends, on no sampling event",
-                                        o.period           ? "--period"
+                                        o.period            ? "--period"
                                         : o.frequency_given ? "-F"
                                         : o.per_cpu         ? "--per-cpu"
                                                             : "--kernel"));
@@ -231,18 +231,24 @@ std::string describe_event(const CommonOptions& o) {
     if (o.event == Event::alloc)
         return fmt::format(
             "alloc: words allocated, a sample every ~{} words where they are allocated (hardware "
-            "watchpoints), totals at every GC entry",
-            o.period ? o.period : kAllocIntervalWords);
+            "watchpoints), totals at every GC entry and exit",
+            alloc_interval(o));
     if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
-    if (o.event == Event::wall) return fmt::format("wall: every process's state and stack, {} ticks a second", o.frequency);
+    if (o.event == Event::wall)
+        return fmt::format("wall: every process's state and stack, {} ticks a second", o.frequency);
     if (o.event == Event::offcpu)
-        return fmt::format("offcpu: the VM's threads' blocked system calls, every one of {} us or more, shorter ones "
-                           "sampled",
-                           o.threshold_us);
+        return fmt::format(
+            "offcpu: the VM's threads' blocked system calls, every one of {} us or more, shorter ones "
+            "sampled",
+            o.threshold_us);
     std::string rate = o.period
                            ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
                            : fmt::format("{} Hz", o.frequency);
     return fmt::format("{} {} {}", event_name(o.event), rate, o.per_cpu ? "per CPU" : "per VM thread");
+}
+
+uint64_t alloc_interval(const CommonOptions& o) {
+    return o.event != Event::alloc ? 0 : o.period ? o.period : kAllocIntervalWords;
 }
 
 SamplerConfig sampler_config(const CommonOptions& o) {
@@ -252,7 +258,7 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.per_cpu = o.per_cpu;
     c.cycles = o.event == Event::cycles;
     c.alloc = is_alloc(o.event);
-    if (o.event == Event::alloc) c.alloc_interval = o.period ? o.period : kAllocIntervalWords;
+    c.alloc_interval = alloc_interval(o);
     c.offcpu = o.event == Event::offcpu;
     c.offcpu_threshold_ns = 1000 * (o.threshold_us ? o.threshold_us : kOffcpuThresholdUs);
     c.watchpoints_in_vm = o.watchpoints_in_vm;

@@ -41,14 +41,14 @@ struct CommonOptions {
     std::vector<std::string> targets;  // the PID words as given (find/find_vm.hpp resolves them)
     std::string node;                  // --node NAME instead of a PID
     int pid = 0;                       // the beam.smp they name, set by the tool before Session
-    uint64_t frequency = 999;  // -e wall: ticks per second (resolve() sets its default)
+    uint64_t frequency = 999;          // -e wall: ticks per second (resolve() sets its default)
     bool frequency_given = false;
     uint64_t period = 0;   // --period: ns of CPU time (cpu-clock), cycles, or words (-e alloc); overrides -F
     bool per_cpu = false;  // one event per CPU instead of one per VM thread
     Event event = Event::cpu_clock;
     bool watchpoints_in_vm = false;  // -e alloc in a virtual machine (sampling/alloc_watch.hpp)
     uint64_t threshold_us = 0;       // -e offcpu: --threshold (0: kOffcpuThresholdUs)
-    double duration = 0;  // 0: until Ctrl-C
+    double duration = 0;             // 0: until Ctrl-C
     bool duration_given = false;
     size_t top = 20;
     std::string format = "top";  // report/report.hpp, comma-separated; --folded: --format folded
@@ -81,6 +81,8 @@ void add_common_options(CLI::App& app, CommonOptions& o);
 // throws UserError.
 void resolve(CommonOptions& o);
 SamplerConfig sampler_config(const CommonOptions& o);
+// -e alloc's watchpoint interval in words (--period, else the default); 0 for other events.
+uint64_t alloc_interval(const CommonOptions& o);
 // "cpu-clock 999 Hz per VM thread", for the attach line.
 std::string describe_event(const CommonOptions& o);
 // Root, or the three capabilities; UserError naming the missing ones otherwise.

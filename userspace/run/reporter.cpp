@@ -16,6 +16,7 @@ Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOpti
       unit_(unit),
       weigh_words_(std::string_view(unit) == "words"),
       top_(top),
+      strata_(alloc_interval(o), s.alloc_exits),
       interval_start_ns_(s.start_ns) {}
 
 void Reporter::tick(uint64_t now_ns) {

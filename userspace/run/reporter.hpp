@@ -18,6 +18,17 @@ inline Who who_of(const bb_record& r) {
             r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
 }
 
+// What kind of process a record's is, for pooling small heaps (profile/alloc_strata.hpp): its
+// registered name, else its initial call as proc_lib and Elixir's Task keep it, else the VM's;
+// 0 if the record does not say.
+inline uint64_t process_kind(const bb_record& r) {
+    if (!(r.flags & BB_F_PROC)) return 0;
+    if (r.reg_name) return r.reg_name;
+    const __u64* m = r.dict_initial[0] ? r.dict_initial : r.initial;
+    if (!m[0]) return 0;
+    return m[0] * 0x9e3779b97f4a7c15ull ^ (m[1] + 0x7f4a7c15) * 0xbf58476d1ce4e5b9ull ^ m[2];
+}
+
 // An allocation profile's record (the profile weighs words): a GC entry's exact words and a
 // watchpoint's sample go to `strata`, which scales each heap's samples to its exact words when
 // drained (a GC entry's record has no stack); the rest (the heap fragments BIFs ask for,
@@ -25,7 +36,7 @@ inline Who who_of(const bb_record& r) {
 // beam-bpf-sample's do.
 inline void add_alloc(const bb_record& r, std::span<const uint32_t> frames, Who who, AllocStrata& strata,
                       Aggregator& agg) {
-    if (r.flags & BB_F_ALLOC_TOTAL) strata.exact(r.erl_pid, r.alloc_words);
+    if (r.flags & BB_F_ALLOC_TOTAL) strata.exact(r.erl_pid, r.alloc_words, process_kind(r), r.ip);
     else if (r.flags & BB_F_WATCH) strata.sample(r.heap_owner, frames, r.alloc_words, who);
     else agg.add(frames, r.alloc_words, who);
 }

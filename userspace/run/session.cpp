@@ -81,7 +81,8 @@ SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m) {
     return {m.opened, m.opened->fd_path(), m.sym.file_offset};
 }
 
-std::string add_alloc_probes(const Vm& vm, SamplerConfig& cfg) {
+std::string add_alloc_probes(Session& s, SamplerConfig& cfg) {
+    const Vm& vm = s.vm;
     std::string missing;
     const auto entries = vm.release().gc_entry_points;
     for (std::string_view f : entries) {
@@ -96,6 +97,20 @@ std::string add_alloc_probes(const Vm& vm, SamplerConfig& cfg) {
         } catch (const UserError&) {
             if (f == entries.front()) throw;
             missing += (missing.empty() ? "" : ", ") + std::string(f);
+        }
+    }
+    // A process's last epoch, from its last collection to its end, counted where it ends
+    // (erts_do_exit_process: every exit, normal or not, with the process current and its heap
+    // top saved): the words of a process that lives a few milliseconds are mostly there, and
+    // its watch, if it has one, ends with it rather than 100 ms later.
+    if (cfg.alloc_interval) {
+        try {
+            for (const NativeMatch& m : resolve_functions(vm, "erts_do_exit_process", /*exact=*/true)) {
+                cfg.entry_probes.push_back(entry_probe(vm, m));
+                s.alloc_exits.push_back(m.start);
+            }
+        } catch (const UserError&) {
+            missing += std::string(missing.empty() ? "" : ", ") + "erts_do_exit_process";
         }
     }
     for (const NativeMatch& m : resolve_functions(vm, "erts_heap_alloc", /*exact=*/true)) {

@@ -49,14 +49,16 @@ public:
     std::optional<NativeUnwind> unwind;  // native unwind tables, when native frames are walked
     std::optional<Sampler> sampler;
     uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
+    std::vector<uint64_t> alloc_exits;         // -e alloc: where the exit probe is (add_alloc_probes())
 };
 
 // An entry probe on a native function, for SamplerConfig::entry_probes.
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);
 // -e alloc's probes: an entry probe on each of the release's GC entry points (and, with
-// watchpoints, a return probe for the coin flip), and one on erts_heap_alloc. UserError if the
-// build lacks the first entry point; returns the others it lacks ("" if none): a release that
-// renamed one loses the collections entered there, which the caller says.
-std::string add_alloc_probes(const Vm& vm, SamplerConfig& cfg);
+// watchpoints, a return probe for the coin flip, and an entry probe where a process exits, whose
+// addresses go to s.alloc_exits), and one on erts_heap_alloc. UserError if the build lacks the
+// first entry point; returns the others it lacks ("" if none): a release that renamed one loses
+// the words allocated through it, which the caller says.
+std::string add_alloc_probes(Session& s, SamplerConfig& cfg);
 
 }  // namespace bb

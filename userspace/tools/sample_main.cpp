@@ -73,8 +73,8 @@ int run(int argc, char** argv) {
     if (alloc) {
         // A build without one of the other entry points (a release that renamed it) loses the
         // collections that go through it: said, not silent.
-        if (std::string missing = add_alloc_probes(s.vm, cfg); !missing.empty())
-            fmt::print(stderr, "{}: warning: {} has no {}: collections entered there are not counted\n", tool_name(),
+        if (std::string missing = add_alloc_probes(s, cfg); !missing.empty())
+            fmt::print(stderr, "{}: warning: {} has no {}: the words allocated through them are not counted\n", tool_name(),
                        s.vm.exe(), missing);
     }
     s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
