@@ -28,13 +28,6 @@ constexpr int kObjects = 0, kBytes = 1;
 constexpr int64_t kMaxCount = int64_t{1} << 47;
 constexpr uint32_t kMaxSlots = 1024;  // +dcg's limit is 256 groups: an array of more is not one
 
-template <class T>
-T field(std::span<const std::byte> b, uint32_t off) {
-    T v{};
-    if (uint64_t{off} + sizeof(T) <= b.size()) std::memcpy(&v, b.data() + off, sizeof(T));
-    return v;
-}
-
 bool one_bit(uint32_t v) { return v && !(v & (v - 1)); }
 
 // The sum of counter `id` over the slots of the decentralized array at `array` (what

@@ -21,13 +21,6 @@ constexpr uint32_t kFree = 1u << 10, kExiting = 1u << 11, kActive = 1u << 13, kS
 // Larger than any real heap (2^37 words = 1 TiB): a field past this is not a size.
 constexpr uint64_t kMaxWords = 1ull << 37;
 
-template <class T>
-T field(std::span<const std::byte> proc, uint32_t off) {
-    T v{};
-    if (off + sizeof(T) <= proc.size()) std::memcpy(&v, proc.data() + off, sizeof(T));
-    return v;
-}
-
 }  // namespace
 
 const char* ProcessEntry::status() const {

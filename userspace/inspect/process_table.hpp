@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <span>
@@ -83,6 +84,14 @@ struct ProcessTable {
     // while a GC has abandoned a heap), which a wrong offset for it would not give.
     std::string sizes_mismatch() const;
 };
+
+// The T at byte `off` of a copy of the target's memory (a Process, a DbTable), 0 past its end.
+template <class T>
+T field(std::span<const std::byte> copy, uint32_t off) {
+    T v{};
+    if (uint64_t{off} + sizeof(T) <= copy.size()) std::memcpy(&v, copy.data() + off, sizeof(T));
+    return v;
+}
 
 // One copy of a Process (at least o.proc_size bytes), checked: a pid, heap <= htop <= stop <=
 // hend, sizes that fit the heap's; nullopt when it is not a live process's.
