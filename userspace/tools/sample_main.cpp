@@ -35,11 +35,12 @@ int run(int argc, char** argv) {
     bool pstack = false;
     uint32_t per_tick = kWallProcessesPerTick;
     add_common_options(app, o);
-    CLI::Option* per_tick_option = app.add_option("--per-tick", per_tick,
-                   "-e wall: processes read each tick, a uniform random subset of the live ones (each read "
-                   "stands for live/N of them); more gives finer shares at more reads of the VM")
-        ->capture_default_str()
-        ->check(CLI::Range(1u, 100000u));
+    CLI::Option* per_tick_option =
+        app.add_option("--per-tick", per_tick,
+                       "-e wall: processes read each tick, a uniform random subset of the live ones (each read "
+                       "stands for live/N of them); more gives finer shares at more reads of the VM")
+            ->capture_default_str()
+            ->check(CLI::Range(1u, 100000u));
     app.add_flag("--pstack", pstack,
                  "print one stack of each scheduler that is running a process (its Erlang pid, its "
                  "name if it has one, and every frame, leaf first), then quit: as soon as every busy "
@@ -74,8 +75,8 @@ int run(int argc, char** argv) {
         // A build without one of the other entry points (a release that renamed it) loses the
         // collections that go through it: said, not silent.
         if (std::string missing = add_alloc_probes(s, cfg); !missing.empty())
-            fmt::print(stderr, "{}: warning: {} has no {}: the words allocated through them are not counted\n", tool_name(),
-                       s.vm.exe(), missing);
+            fmt::print(stderr, "{}: warning: {} has no {}: the words allocated through them are not counted\n",
+                       tool_name(), s.vm.exe(), missing);
     }
     s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
                        : fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
@@ -92,13 +93,12 @@ int run(int argc, char** argv) {
                         "of words:",
                         st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
     else if (alloc && o.every == 0)
-        rep.set_heading(
-            fmt::format("{} words ({}) allocated on process heaps (exact, from the VM's GC entries); {} "
-                        "more arrived in received messages and other heap fragments (counted apart). "
-                        "Shares of words from {} samples where the words were allocated (hardware "
-                        "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
-                        st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples,
-                        cfg.alloc_interval));
+        rep.set_heading(fmt::format(
+            "{} words ({}) allocated on process heaps (exact, from the VM's GC entries and process exits); {} "
+            "more arrived in received messages and other heap fragments (counted apart). "
+            "Shares of words from {} samples where the words were allocated (hardware "
+            "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
+            st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples, cfg.alloc_interval));
     rep.finish(monotonic_ns());
     return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }
