@@ -871,9 +871,10 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
     };
     const double before = slept();
     const SchedStats rq_before = schedstat(vm.os_pid());
+    const double steal0 = steal_ns();
     vm.send_line("sleeper 10 200");
     vm.wait_line("sleeper");
-    const double run_queue = run_queue_waits(rq_before, schedstat(vm.os_pid()));
+    const double run_queue = run_queue_waits(rq_before, schedstat(vm.os_pid())), steal = steal_ns() - steal0;
     std::this_thread::sleep_for(3500ms);
     const double nif = slept() - before;
     kill(agent.pid, SIGTERM);
@@ -900,7 +901,7 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
     std::cerr << "agent test: -e cpu,offcpu: " << offcpu_files << " off-CPU and " << cpu_files << " CPU profiles; "
               << all / 1e9 << " s blocked, " << idle / 1e9 << " s of it schedulers idle; sleeper/2 " << sleeper / 1e9
               << " s, the NIF slept " << nif / 1e9 << " s; the VM's threads waited " << run_queue / 1e9
-              << " s on a run queue\n";
+              << " s on a run queue, the host " << steal / 1e9 << " s of the CPUs\n";
     EXPECT_GE(offcpu_files, 2u);
     EXPECT_EQ(offcpu_files, cpu_files);
     EXPECT_GT(idle, 0.0);
@@ -910,7 +911,7 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
     // work once gave 2.014 s against 2.084).
     EXPECT_GT(nif, 1.9e9);
     EXPECT_LE(sleeper, nif + 0.03 * nif);
-    EXPECT_GE(sleeper, nif - run_queue - 0.03 * nif);
+    EXPECT_GE(sleeper, nif - run_queue - steal - 0.03 * nif);  // and what the host took meanwhile
 }
 
 }  // namespace

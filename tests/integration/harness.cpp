@@ -594,6 +594,15 @@ SchedStats schedstat(pid_t pid) {
     return out;
 }
 
+double steal_ns() {
+    std::ifstream f("/proc/stat");
+    std::string cpu;
+    double v[8] = {};
+    f >> cpu;
+    for (double& x : v) f >> x;  // user nice system idle iowait irq softirq steal, in clock ticks
+    return v[7] * 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 double run_queue_waits(const SchedStats& before, const SchedStats& after) {
     double ns = 0;
     for (const auto& [tid, b] : before)

@@ -178,6 +178,10 @@ SchedStats schedstat(pid_t pid);
 // The ns the threads of both readings waited on a run queue between them: time a clock inside
 // the VM counts (a NIF's sleep and its wakeup's wait for a CPU) that is not time blocked.
 double run_queue_waits(const SchedStats& before, const SchedStats& after);
+// The ns the hypervisor has taken from this machine's CPUs, all of them (/proc/stat's steal): a
+// thread running when its CPU is taken counts it neither on a CPU nor on a run queue in schedstat,
+// and no block either, so wall - CPU - run queue counts it as blocked.
+double steal_ns();
 
 // Frames of a folded stack, root first.
 std::vector<std::string> split_frames(const std::string& stack);

@@ -117,11 +117,11 @@ TEST_P(OffcpuVmTest, PerThreadTotalsAgreeWithTheKernel) {
                                        std::to_string(erl.os_pid())});
     std::string err;
     ASSERT_TRUE(wait_stderr(t, "attached to", 60s, &err)) << err;
-    const double t0 = now_ns();
+    const double t0 = now_ns(), steal0 = steal_ns();
     const auto before = schedstat(erl.os_pid());
     ToolResult r = finish_tool(t, false, 60s);
     const auto after = schedstat(erl.os_pid());
-    const double t1 = now_ns(), wall = t1 - t0;
+    const double t1 = now_ns(), wall = t1 - t0, steal = steal_ns() - steal0;
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     // The kernel's window is the test's reads, the tool's its own: from its attach (before its
     // "attached" line) to its end (before its reports and exit). A thread blocked through the
@@ -145,14 +145,18 @@ TEST_P(OffcpuVmTest, PerThreadTotalsAgreeWithTheKernel) {
         switching += kernel < 0.9 * wall;  // a thread that ran, not only slept
         // 3% of the run, not the 2% asked: idle threads agree to the window gaps, but the two busy
         // schedulers read 0.3 to 2.5% of the run lower than schedstat's remainder on this 2-CPU
-        // machine (docs/offcpu-profiling.md, known limits), the cause not found yet.
-        EXPECT_NEAR(tool, kernel, 0.03 * wall + gaps) << "thread " << tid << ": tool " << tool / 1e9 << " s, kernel "
-                                                      << kernel / 1e9 << " s of " << wall / 1e9 << " s";
+        // machine (docs/offcpu-profiling.md, known limits). Time the hypervisor took while a
+        // thread ran is in that remainder and is no block: up to 8% of both CPUs here (a local
+        // CI run: 0.62 s of a busy scheduler's 5.2 s), so the host's steal is allowed for too.
+        EXPECT_NEAR(tool, kernel, 0.03 * wall + gaps + steal)
+            << "thread " << tid << ": tool " << tool / 1e9 << " s, kernel " << kernel / 1e9 << " s of " << wall / 1e9
+            << " s";
         compared++;
     }
     std::cout << "[          ] " << vm().name << ": " << compared << " threads (" << switching
               << " that ran), worst difference " << 100 * worst << "% of the run (windows " << gaps / 1e6
-              << " ms apart), " << r.stats["records"].get<long>() << " blocks walked\n";
+              << " ms apart), " << r.stats["records"].get<long>() << " blocks walked; the host took " << steal / 1e6
+              << " ms of the CPUs\n";
     EXPECT_GE(switching, 2) << "the schedulers should run and block";
 }
 
@@ -166,6 +170,7 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     erl.send_line("slept");
     const double before = std::stod(erl.wait_line("slept").substr(6));
     const auto rq_before = schedstat(erl.os_pid());
+    const double steal0 = steal_ns();
     erl.send_line("sleeper 10 200");
     erl.wait_line("sleeper");
     ToolResult r = finish_tool(t, false, 60s);
@@ -176,7 +181,7 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     // What the VM's threads waited on a run queue meanwhile (schedstat): the NIF's clock counts
     // each wakeup's wait for a CPU, which is not time blocked, and on a busy machine that is up to
     // 0.5 ms a wakeup (CI once: 0.10 s of 200 wakeups).
-    const double run_queue = run_queue_waits(rq_before, rq_after);
+    const double run_queue = run_queue_waits(rq_before, rq_after), steal = steal_ns() - steal0;
     double caller = 0, other_syscall = 0;
     for (const Stack& s : folded(r.out)) {
         bool in_caller = false;
@@ -189,11 +194,12 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     const double slept = after - before;
     std::cout << "[          ] " << vm().name << ": sleeper/2 under the sleep " << caller / 1e9 << " s, the NIF slept "
               << slept / 1e9 << " s (" << other_syscall / 1e9 << " s under other calls); the VM's threads waited "
-              << run_queue / 1e9 << " s on a run queue\n";
+              << run_queue / 1e9 << " s on a run queue; the host took " << steal / 1e9 << " s of the CPUs\n";
     // Within 3% of the NIF's clock, less the run-queue waits its clock counts and a block does not.
     EXPECT_GT(slept, 1.9e9);
     EXPECT_LE(caller, slept + 0.03 * slept) << r.out;
-    EXPECT_GE(caller, slept - run_queue - 0.03 * slept) << r.out;
+    // ... and less what the host took meanwhile (the NIF's clock runs on through it).
+    EXPECT_GE(caller, slept - run_queue - steal - 0.03 * slept) << r.out;
 }
 
 // 8 processes insert into bb_hot (no write_concurrency) on 4 schedulers over 2 CPUs: a
