@@ -235,7 +235,7 @@ TEST_F(AgentOpsTest, AStoreThatNeverAnswersHoldsUpNeitherReloadNorStop) {
     EXPECT_NE(r.err.find("left unsent"), std::string::npos) << r.err;
 }
 
-// VMs that come and go every few seconds for 40 s, profiled each second, files kept 10 s: the
+// VMs that come and go every few seconds for 30 s, profiled each second, files kept 10 s: the
 // directories of exited VMs go with their last file, and the directory ends with none of them.
 TEST_F(AgentOpsTest, DirectoriesOfExitedVmsAgeOut) {
     TempDir tmp;
@@ -253,7 +253,7 @@ TEST_F(AgentOpsTest, DirectoriesOfExitedVmsAgeOut) {
         return n;
     };
     size_t vms = 0, most = 0;
-    const auto until = std::chrono::steady_clock::now() + 40s;
+    const auto until = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < until) {
         ErlVm vm(debian_vm(), "bb_work:main(busy2)", {"-bbops_churn"});
         vm.wait_line("ready", 60s);
