@@ -12,8 +12,8 @@
 %%     LEN x 5 ns under the write lock), a convoy when it forms: each release hands the lock to a
 %%     blocked waiter and the releasing scheduler blocks in turn (docs/offcpu-profiling.md);
 %%   - `lcnt MS` (the lock-counting emulator only): clears the VM's lock counters, waits MS ms,
-%%     and prints `lcnt DURATION_NS TOP_NAME TOP_ID TOP_NS HOT_NS`: lcnt's window, the lock
-%%     with the most wait time and its time, and bb_hot's table lock's time;
+%%     and prints `lcnt DURATION_NS TOP_NAME TOP_ID TOP_NS HOT_NS RUNQ_NS`: lcnt's window, the
+%%     lock with the most wait time and its time, bb_hot's table lock's time and the run queues';
 %%   - `slept`: prints `slept NS`, the nanoseconds the NIF has slept so far (its own clock);
 %%   - `quit` or end of input halts.
 -module(bb_offcpu).
@@ -92,8 +92,9 @@ lcnt(Ms) ->
              || {Name, Id, _Type, Stats} <- Locks],
     {TopNs, TopName, TopId} = lists:max(Waits),
     Hot = lists:sum([W || {W, db_tab, bb_hot} <- Waits]),
+    RunQueues = lists:sum([W || {W, run_queue, _} <- Waits]),
     process_flag(priority, normal),
-    io:format("lcnt ~p ~p ~p ~p ~p~n", [S * 1000000000 + Ns, TopName, TopId, TopNs, Hot]).
+    io:format("lcnt ~p ~p ~p ~p ~p ~p~n", [S * 1000000000 + Ns, TopName, TopId, TopNs, Hot, RunQueues]).
 
 trickle(K) ->
     ets:insert(bb_cold, {K band 1023, K}),

@@ -21,7 +21,8 @@ constexpr uint64_t kFutex = 202;
 
 std::string syscall_name(uint64_t nr) {
     // The calls a VM's threads block in (x86-64 numbers, asm/unistd_64.h).
-    static constexpr std::array<std::pair<uint64_t, const char*>, 40> kNames{{
+    // clang-format off
+    static constexpr std::array<std::pair<uint64_t, const char*>, 45> kNames{{
         {0, "read"},         {1, "write"},          {3, "close"},         {7, "poll"},
         {17, "pread64"},     {18, "pwrite64"},      {19, "readv"},        {20, "writev"},
         {23, "select"},      {24, "sched_yield"},   {34, "pause"},        {35, "nanosleep"},
@@ -32,7 +33,10 @@ std::string syscall_name(uint64_t nr) {
         {257, "openat"},     {270, "pselect6"},     {271, "ppoll"},       {281, "epoll_pwait"},
         {288, "accept4"},    {2, "open"},           {9, "mmap"},          {11, "munmap"},
         {10, "mprotect"},    {426, "io_uring_enter"}, {441, "epoll_pwait2"}, {449, "futex_waitv"},
+        {82, "rename"},      {87, "unlink"},        {83, "mkdir"},        {263, "unlinkat"},
+        {264, "renameat"},
     }};
+    // clang-format on
     for (const auto& [n, name] : kNames)
         if (n == nr) return name;
     return fmt::format("syscall {}", static_cast<int64_t>(nr));
@@ -50,23 +54,21 @@ std::string thread_wait_frame(std::string_view comm) {
     if (role == "poller" || role == "erts_poll") return "[poll thread waiting]";
     if (role == "aux" || role == "erts_aux") return "[aux thread waiting]";
     if (role.starts_with("sys_sig_dispatc") || role == "erts_ssig_disp") return "[signal dispatcher waiting]";
-    if (role.starts_with("sys_msg_dispatc") || role == "erts_smsg_disp")
-        return "[system message dispatcher waiting]";
+    if (role.starts_with("sys_msg_dispatc") || role == "erts_smsg_disp") return "[system message dispatcher waiting]";
     if (role == "async" || role == "erts_async") return "[async thread waiting]";
     if (role == "beam.smp" || role == "beamsmp") return "[main thread waiting]";
     return fmt::format("[thread {}]", role.empty() ? "?" : role);
 }
 
-// A scheduler blocked on a futex while it runs a process waits for a lock (or a NIF's condition
-// variable). In a BIF of the ets module the lock is the table's, and the table is the BIF's first
+// In a BIF of the ets module a futex wait is on the table's lock, and the table is the BIF's first
 // argument, in X register 0: a named table by its name, another as "unnamed" (its reference
 // names no table from outside yet). Which BIF: the Export entry the JIT's call_light_bif_shared
 // keeps in the scheduler's TMP_MEM while the BIF runs (so on a stripped build too, whose C
 // functions have no names).
-std::string OffcpuStacks::lock_frame(const bb_record& r, std::span<const uint32_t> frames) {
+std::string OffcpuStacks::ets_lock(const bb_record& r, std::span<const uint32_t> frames) {
     bool light_bif = false;
     for (uint32_t f : frames) light_bif |= s_.sym.frames().function(f).name == "global::call_light_bif_shared";
-    if (!light_bif || !r.bif_export) return "[lock]";
+    if (!light_bif || !r.bif_export) return "";
     if (!atoms_) atoms_.emplace(s_.vm);
     // Export entries stay where they are: each BIF's module is read once (a bounded cache).
     auto known = ets_export_.find(r.bif_export);
@@ -76,9 +78,38 @@ std::string OffcpuStacks::lock_frame(const bb_record& r, std::span<const uint32_
         ets = module && atoms_->text(*module) == "ets";
         if (ets_export_.size() < 4096) ets_export_.emplace(r.bif_export, ets);
     }
-    if (!ets) return "[lock]";
-    if (auto name = atoms_->text(r.x0)) return fmt::format("[lock: ets table {}]", printable(*name));
-    return "[lock: ets table, unnamed]";
+    if (!ets) return "";
+    if (auto name = atoms_->text(r.x0)) return fmt::format("ets table {}", printable(*name));
+    return "ets table, unnamed";
+}
+
+// Each scheduler's run queue: a normal scheduler's own, the dirty schedulers' shared one of their
+// kind. A thread enqueuing a process, or a scheduler choosing its next one, blocks on the queue's
+// mutex itself (a pthread mutex: the futex is its first word).
+const std::string* OffcpuStacks::run_queue_lock(uint64_t futex) {
+    if (!run_queue_locks_) {
+        run_queue_locks_.emplace();
+        const VmOffsets& o = s_.vm.offsets();
+        for (const SchedThread& t : s_.vm.sched_threads()) {
+            auto rq = s_.vm.mem().read<uint64_t>(t.sched.esdp + o.esd_run_queue);
+            if (!rq || !*rq) continue;
+            std::string name = t.sched.type == BB_SCHED_NORMAL ? fmt::format("run queue of scheduler {}", t.sched.no)
+                               : t.sched.type == BB_SCHED_DIRTY_CPU ? "dirty cpu run queue"
+                                                                    : "dirty io run queue";
+            run_queue_locks_->try_emplace(*rq + o.runq_mtx, std::move(name));
+        }
+    }
+    auto it = run_queue_locks_->find(futex);
+    return it == run_queue_locks_->end() ? nullptr : &it->second;
+}
+
+std::string OffcpuStacks::lock_name(const bb_record& r, std::span<const uint32_t> frames) {
+    if (const std::string* rq = run_queue_lock(r.BB_OFFCPU_ARG0)) return *rq;
+    if (!(r.flags & BB_F_PROC)) return "";
+    if (std::string ets = ets_lock(r, frames); !ets.empty()) return ets;
+    for (uint32_t f : frames)
+        if (s_.sym.frames().function(f).name == "erts_proc_lock_failed") return "a process's lock";
+    return "";
 }
 
 bool OffcpuStacks::idle(uint32_t root) const { return idle_frames_.count(root) > 0; }
@@ -103,11 +134,14 @@ const std::string& OffcpuStacks::thread_name(uint32_t tid) {
 void OffcpuStacks::stack(const bb_record& r, std::span<const uint32_t> frames, std::vector<uint32_t>& out) {
     const bool process = r.flags & BB_F_PROC;
     const uint64_t call = r.BB_OFFCPU_SYSCALL;
+    const std::string lock = call == kFutex ? lock_name(r, frames) : "";
     out.clear();
-    if (r.sched_type != BB_SCHED_NONE && !process) out.push_back(pseudo("[scheduler idle]"));
-    else if (r.sched_type == BB_SCHED_NONE) out.push_back(pseudo(thread_wait_frame(thread_name(r.tid))));
+    if (r.sched_type == BB_SCHED_NONE) out.push_back(pseudo(thread_wait_frame(thread_name(r.tid))));
+    else if (!process && lock.empty()) out.push_back(pseudo("[scheduler idle]"));
+    else if (!process) out.push_back(pseudo(fmt::format("[{} scheduling]", sched_name(r.sched_type, r.sched_no))));
     out.insert(out.end(), frames.begin(), frames.end());
-    if (process && call == kFutex) out.push_back(pseudo(lock_frame(r, frames)));
+    if (!lock.empty()) out.push_back(pseudo(fmt::format("[lock: {}]", lock)));
+    else if (process && call == kFutex) out.push_back(pseudo("[lock]"));
     out.push_back(pseudo(fmt::format("[syscall {}]", syscall_name(call))));
 }
 
@@ -124,7 +158,7 @@ void OffcpuStacks::unwalked(uint32_t tid, std::vector<uint32_t>& out) {
         auto c_p = s_.vm.mem().read<uint64_t>(sched->second.sched.esdp + s_.vm.offsets().esd_current_process);
         out.push_back(pseudo(c_p && *c_p == 0 ? "[scheduler idle]"
                                               : fmt::format("[{} blocked]", sched_name(sched->second.sched.type,
-                                                                                      sched->second.sched.no))));
+                                                                                       sched->second.sched.no))));
     }
     out.push_back(pseudo("[blocked at the end: not walked]"));
     // "202 0x7f.. ..." (the call and its arguments), "running", or nothing (gone).

@@ -4,7 +4,12 @@
 //   - a scheduler with no process to run: [scheduler idle] (normal or dirty);
 //   - the VM's other threads, by their name: [poll thread waiting], [aux thread waiting], ...;
 //   - a scheduler blocked while it runs a process: the process's Erlang stack, the C code it
-//     called, then [lock] when it waits on a futex (a mutex, a lock's event), then the call.
+//     called, then [lock] when it waits on a futex (a mutex, a lock's event), then the call;
+//   - a scheduler without a process blocked on a lock, choosing what to run next: [scheduler N
+//     scheduling], then its C code and the lock.
+// A lock is named where the VM's memory or code says which: an ETS table's by the table, a run
+// queue's by its scheduler (the futex is the run queue's mutex), a process's lock by the VM's
+// function that waits for one (erts_proc_lock_failed, on builds that name their functions).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -39,7 +44,10 @@ public:
 
 private:
     uint32_t pseudo(const std::string& name);
-    std::string lock_frame(const bb_record& r, std::span<const uint32_t> frames);
+    // The named lock a futex wait is on, or "" for none known.
+    std::string lock_name(const bb_record& r, std::span<const uint32_t> frames);
+    std::string ets_lock(const bb_record& r, std::span<const uint32_t> frames);
+    const std::string* run_queue_lock(uint64_t futex);
     const std::string& thread_name(uint32_t tid);
     Session& s_;
     std::unordered_map<uint32_t, std::string> names_;  // tid -> thread name (/proc, as the VM named it)
@@ -48,6 +56,9 @@ private:
     std::optional<AtomTable> atoms_;                    // ETS tables' names
     std::unordered_set<uint32_t> idle_frames_;          // the roots idle() is true of
     std::unordered_map<uint64_t, bool> ets_export_;     // a BIF's Export entry -> of module ets
+    // A run queue's mutex -> "run queue of scheduler 2", ...: read once (the queues live as long
+    // as the VM).
+    std::optional<std::unordered_map<uint64_t, std::string>> run_queue_locks_;
 };
 
 // Records until -d, a signal or the VM's exit; writes the reports. Returns the exit code.
