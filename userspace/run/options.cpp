@@ -64,8 +64,8 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
         "or wall (beam-bpf-sample: where every Erlang process spends wall-clock time, running or not: "
         "waiting, runnable, ...; a random subset of the processes read each tick, weighed in "
         "process-seconds; see docs/wall-profiling.md), or offcpu (beam-bpf-sample: where the VM's threads "
-        "block, in system calls, on locks or idle, with the Erlang stack of the process a scheduler ran, "
-        "weighed by the time blocked; see docs/offcpu-profiling.md)");
+        "block, in system calls, on locks (ETS tables and run queues named) or idle, with the Erlang stack "
+        "of the process a scheduler ran, weighed by the time blocked; see docs/offcpu-profiling.md)");
     app.add_option("--threshold", o.threshold_us,
                    fmt::format("-e offcpu: blocks of this many microseconds or more are each walked; a shorter one "
                                "is walked with probability (its time / this) and weighed by this, which keeps "
