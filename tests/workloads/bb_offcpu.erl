@@ -11,9 +11,13 @@
 %%   - `ets_convoy N LEN`: N processes insert LEN-element lists into bb_hot (a copy of about
 %%     LEN x 5 ns under the write lock), a convoy when it forms: each release hands the lock to a
 %%     blocked waiter and the releasing scheduler blocks in turn (docs/offcpu-profiling.md);
+%%   - `convoy_job N LEN ROUNDS`: N processes insert ROUNDS LEN-element lists each into bb_hot,
+%%     then end; prints `convoy_done` when all have: a bounded episode of contention;
 %%   - `lcnt MS` (the lock-counting emulator only): clears the VM's lock counters, waits MS ms,
 %%     and prints `lcnt DURATION_NS TOP_NAME TOP_ID TOP_NS HOT_NS RUNQ_NS`: lcnt's window, the
 %%     lock with the most wait time and its time, bb_hot's table lock's time and the run queues';
+%%   - `lcnt_clear`, then `lcnt_collect`: the same over the window between the two commands
+%%     (`lcnt_cleared` is printed at the first; the second prints the `lcnt ...` line);
 %%   - `slept`: prints `slept NS`, the nanoseconds the NIF has slept so far (its own clock);
 %%   - `quit` or end of input halts.
 -module(bb_offcpu).
@@ -50,8 +54,19 @@ loop() ->
             [spawn(fun() -> hammer_big(I, 0, Big) end) || I <- lists:seq(1, N)],
             io:format("ets_convoy~n"),
             loop();
+        "convoy_job " ++ Args ->
+            [N, Len, Rounds] = [list_to_integer(A) || A <- string:lexemes(Args, " \n")],
+            convoy_job(N, Len, Rounds),
+            loop();
         "lcnt " ++ Ms ->
             lcnt(list_to_integer(string:trim(Ms))),
+            loop();
+        "lcnt_clear" ++ _ ->
+            erts_debug:lcnt_clear(),
+            io:format("lcnt_cleared~n"),
+            loop();
+        "lcnt_collect" ++ _ ->
+            lcnt_collect(),
             loop();
         "slept" ++ _ ->
             io:format("slept ~p~n", [slept_ns()]),
@@ -78,11 +93,30 @@ hammer_big(I, K, Big) ->
     ets:insert(bb_hot, {K band 15, I, Big}),
     hammer_big(I, K + 1, Big).
 
+%% N processes each insert ROUNDS LEN-element lists into bb_hot, then end; `convoy_done` is
+%% printed when all have. A bounded episode of contention, between idle times.
+convoy_job(N, Len, Rounds) ->
+    catch ets:new(bb_hot, [named_table, public, set]),
+    Big = lists:seq(1, Len),
+    Self = self(),
+    Pids = [spawn(fun() -> insert_big(I, Rounds, Big), Self ! {done, self()} end) || I <- lists:seq(1, N)],
+    [receive {done, P} -> ok end || P <- Pids],
+    io:format("convoy_done~n").
+
+insert_big(_I, 0, _Big) -> ok;
+insert_big(I, K, Big) ->
+    ets:insert(bb_hot, {K band 15, I, Big}),
+    insert_big(I, K - 1, Big).
+
 %% At the highest priority: its window's end is not late behind the workload's processes.
 lcnt(Ms) ->
     process_flag(priority, max),
     erts_debug:lcnt_clear(),
     timer:sleep(Ms),
+    lcnt_collect(),
+    process_flag(priority, normal).
+
+lcnt_collect() ->
     Data = erts_debug:lcnt_collect(),
     {duration, {S, Ns}} = lists:keyfind(duration, 1, Data),
     {locks, Locks} = lists:keyfind(locks, 1, Data),
@@ -93,7 +127,6 @@ lcnt(Ms) ->
     {TopNs, TopName, TopId} = lists:max(Waits),
     Hot = lists:sum([W || {W, db_tab, bb_hot} <- Waits]),
     RunQueues = lists:sum([W || {W, run_queue, _} <- Waits]),
-    process_flag(priority, normal),
     io:format("lcnt ~p ~p ~p ~p ~p ~p~n", [S * 1000000000 + Ns, TopName, TopId, TopNs, Hot, RunQueues]).
 
 trickle(K) ->
