@@ -47,6 +47,14 @@ std::string start_expr() {
     return "bb_offcpu:main(\"" + lib + "\")";
 }
 
+// Gives the started workload `command` ("ets 8", "churn 50 100"), and a second to get going.
+void run_workload(ErlVm& erl, const std::string& command) {
+    erl.wait_line("ready", 60s);
+    erl.send_line(command);
+    erl.wait_line(command.substr(0, command.find(' ')));
+    std::this_thread::sleep_for(1s);
+}
+
 struct Stack {
     std::vector<std::string> frames;  // root first
     uint64_t ns = 0;
@@ -121,14 +129,11 @@ TEST_P(OffcpuVmTest, AnIdleVmIsIdle) {
 
 TEST_P(OffcpuVmTest, PerThreadTotalsAgreeWithTheKernel) {
     ErlVm erl(vm(), start_expr(), {"+S", "2"});
-    erl.wait_line("ready", 60s);
     // 50 pairs, 10 messages between 2 ms sleeps: both schedulers block and wake all the time.
     // Not the bench's 1,000 messages (46,000 switches a second): the scheduler's own work between
     // a thread's dequeue and its switch (the idle balancing of a CPU going idle, 1 to 3 us) is in
     // schedstat's remainder but is not time blocked, and there it adds up to 1.5% of the run.
-    erl.send_line("churn 50 10");
-    erl.wait_line("churn");
-    std::this_thread::sleep_for(1s);
+    run_workload(erl, "churn 50 10");
     // --threshold 100: the blocks under it are sampled, and the sampling's standard deviation is
     // sqrt(their time x the threshold): 11 ms of 1.3 s of short blocks here (at the default 1 ms,
     // 36 ms: 3 sd beyond the 2% of a 5 s run).
@@ -226,10 +231,7 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
 // bb_cold, one insert a millisecond, is the control.
 TEST_P(OffcpuVmTest, AContendedEtsTableIsTheLockRankedFirst) {
     ErlVm erl(vm(), start_expr(), {"+S", "4"});
-    erl.wait_line("ready", 60s);
-    erl.send_line("ets 8");
-    erl.wait_line("ets");
-    std::this_thread::sleep_for(1s);
+    run_workload(erl, "ets 8");
     ToolResult r = run_tool(kTool,
                             {"-e", "offcpu", "--threshold", "100", "-d", "4", "--folded", std::to_string(erl.os_pid())},
                             60s);
@@ -250,10 +252,7 @@ TEST_P(OffcpuVmTest, AContendedEtsTableIsTheLockRankedFirst) {
 // names its functions, a scheduling function of the VM's; and no unnamed [lock] is in that code.
 TEST_P(OffcpuVmTest, RunQueueLocksAreNamedByTheirScheduler) {
     ErlVm erl(vm(), start_expr(), {"+S", "4"});
-    erl.wait_line("ready", 60s);
-    erl.send_line("churn 50 100");
-    erl.wait_line("churn");
-    std::this_thread::sleep_for(1s);
+    run_workload(erl, "churn 50 100");
     ToolResult r = run_tool(kTool, {"-e", "offcpu", "-d", "4", "--folded", std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     static const std::regex run_queue(R"(^\[lock: run queue of scheduler ([1-4])\]$)");
@@ -326,10 +325,7 @@ protected:
     };
     static Run run(const std::string& command, std::vector<std::string> tool_args) {
         ErlVm erl(vm_named("otp27_lcnt"), start_expr(), {"+S", "4"});
-        erl.wait_line("ready", 60s);
-        erl.send_line(command);
-        erl.wait_line(command.substr(0, command.find(' ')));
-        std::this_thread::sleep_for(1s);
+        run_workload(erl, command);
         tool_args.insert(tool_args.begin(), {"-e", "offcpu", "-d", "7", "--folded"});
         tool_args.push_back(std::to_string(erl.os_pid()));
         RunningTool t = start_tool(kTool, tool_args);
