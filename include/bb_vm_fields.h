@@ -16,8 +16,8 @@
  * scheduler_wall_time's busy state, before any spinning) and its sched_wall_time counters
  * (always kept for dirty schedulers, for normal ones only while the flag is on).
  * A scheduler's run queue (its own for a normal one, the shared dirty CPU or I/O one for a dirty
- * one) begins with its index and its lock, an erts_mtx_t around a pthread mutex whose futex word
- * is the mutex's first: the address a thread blocked on it waits at (erl_process.h, OTP 25 to 29).
+ * one) holds its lock, mtx, an erts_mtx_t around a pthread mutex whose futex word is the mutex's
+ * first: the address a thread blocked on it waits at (erl_process.h, OTP 25 to 29).
  * A process's off-heap binaries (what process_info(P, binary) lists) are on singly linked lists
  * of erl_off_heap_header, `next` the same word in each kind of node: its off_heap, each heap
  * fragment's, and wrt_bins (binaries being appended to).
