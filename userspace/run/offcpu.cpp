@@ -60,15 +60,13 @@ std::string thread_wait_frame(std::string_view comm) {
     return fmt::format("[thread {}]", role.empty() ? "?" : role);
 }
 
-// In a BIF of the ets module a futex wait is on the table's lock, and the table is the BIF's first
-// argument, in X register 0: a named table by its name, another as "unnamed" (its reference
-// names no table from outside yet). Which BIF: the Export entry the JIT's call_light_bif_shared
-// keeps in the scheduler's TMP_MEM while the BIF runs (so on a stripped build too, whose C
-// functions have no names).
-std::string OffcpuStacks::ets_lock(const bb_record& r, std::span<const uint32_t> frames) {
-    bool light_bif = false;
-    for (uint32_t f : frames) light_bif |= s_.sym.frames().function(f).name == "global::call_light_bif_shared";
-    if (!light_bif || !r.bif_export) return "";
+// In a BIF of the ets module (called through call_light_bif_shared) a futex wait is on the
+// table's lock, and the table is the BIF's first argument, in X register 0: a named table by its
+// name, another as "unnamed" (its reference names no table from outside yet). Which BIF: the
+// Export entry the JIT's call_light_bif_shared keeps in the scheduler's TMP_MEM while the BIF
+// runs (so on a stripped build too, whose C functions have no names).
+std::string OffcpuStacks::ets_lock(const bb_record& r) {
+    if (!r.bif_export) return "";
     if (!atoms_) atoms_.emplace(s_.vm);
     // Export entries stay where they are: each BIF's module is read once (a bounded cache).
     auto known = ets_export_.find(r.bif_export);
@@ -106,10 +104,15 @@ const std::string* OffcpuStacks::run_queue_lock(uint64_t futex) {
 std::string OffcpuStacks::lock_name(const bb_record& r, std::span<const uint32_t> frames) {
     if (const std::string* rq = run_queue_lock(r.BB_OFFCPU_ARG0)) return *rq;
     if (!(r.flags & BB_F_PROC)) return "";
-    if (std::string ets = ets_lock(r, frames); !ets.empty()) return ets;
-    for (uint32_t f : frames)
-        if (s_.sym.frames().function(f).name == "erts_proc_lock_failed") return "a process's lock";
-    return "";
+    bool light_bif = false, proc_lock = false;  // one pass over the frames for both
+    for (uint32_t f : frames) {
+        const std::string& name = s_.sym.frames().function(f).name;
+        light_bif |= name == "global::call_light_bif_shared";
+        proc_lock |= name == "erts_proc_lock_failed";
+    }
+    if (light_bif)
+        if (std::string ets = ets_lock(r); !ets.empty()) return ets;
+    return proc_lock ? "a process's lock" : "";
 }
 
 bool OffcpuStacks::idle(uint32_t root) const { return idle_frames_.count(root) > 0; }

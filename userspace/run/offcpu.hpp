@@ -46,7 +46,7 @@ private:
     uint32_t pseudo(const std::string& name);
     // The named lock a futex wait is on, or "" for none known.
     std::string lock_name(const bb_record& r, std::span<const uint32_t> frames);
-    std::string ets_lock(const bb_record& r, std::span<const uint32_t> frames);
+    std::string ets_lock(const bb_record& r);  // under call_light_bif_shared
     const std::string* run_queue_lock(uint64_t futex);
     const std::string& thread_name(uint32_t tid);
     Session& s_;
