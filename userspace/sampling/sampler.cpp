@@ -389,7 +389,8 @@ Sampler::~Sampler() = default;
 void Sampler::refresh_vm_state() {
     Impl& im = *impl_;
     bool changed = im.load_unwind_rows();
-    if (im.on_sample && im.events_on && !im.per_cpu && im.cfg.entry_probes.empty()) {
+    // (on_sample is set once the constructor's first refresh is done: its events come after.)
+    if (im.on_sample && im.events_on && !im.per_cpu && im.cfg.perf_events()) {
         im.follow_threads();
         im.last_follow_ns = monotonic_ns();
     }
@@ -431,7 +432,7 @@ void Sampler::set_dictionary_keys(uint64_t initial_call, uint64_t callers) {
 size_t Sampler::poll(std::chrono::milliseconds timeout, const Handler& on_record) {
     // New threads are sampled within half a second of their start (refresh_vm_state() runs
     // about once a second, and does more).
-    if (impl_->on_sample && impl_->events_on && !impl_->per_cpu && impl_->cfg.entry_probes.empty() &&
+    if (impl_->on_sample && impl_->events_on && !impl_->per_cpu && impl_->cfg.perf_events() &&
         monotonic_ns() - impl_->last_follow_ns >= 500'000'000ull) {
         impl_->follow_threads();
         impl_->last_follow_ns = monotonic_ns();

@@ -68,6 +68,11 @@ struct SamplerConfig {
     uint64_t offcpu_threshold_ns = 1'000'000;
     bool measure_walk = false;  // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
+
+    // Sampled through perf events (on_sample on each VM thread or CPU), rather than at probed
+    // functions or the scheduler's tracepoints: what the walker loads and the thread follower
+    // attaches both go by it.
+    bool perf_events() const { return !offcpu && entry_probes.empty(); }
 };
 
 struct SamplerCounters {

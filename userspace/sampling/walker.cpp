@@ -145,12 +145,22 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     if (!skel) throw UserError(fmt::format("cannot open the BPF program: {}", errno_text(errno)));
     auto* s = skel.get();
     bool watch = cfg.alloc && cfg.alloc_interval;
-    bpf_program__set_autoload(s->progs.on_sample, !fast);
-    bpf_program__set_autoload(s->progs.on_call, !fast);
-    bpf_program__set_autoload(s->progs.on_sample_fast, fast);
-    bpf_program__set_autoload(s->progs.on_call_fast, fast);
-    bpf_program__set_autoload(s->progs.on_heap_alloc, !fast);
-    bpf_program__set_autoload(s->progs.on_heap_alloc_fast, fast);
+    // Only the programs this mode attaches (sampling/sampler.cpp): the verifier takes about half a
+    // second for each walking program, most of a tool's time to attach. Perf events sample unless
+    // the mode probes functions or the scheduler; entry probes take on_call (blame, -e alloc's
+    // collections) and on_heap_alloc (erts_heap_alloc). The agent loads its walker with the first
+    // VM's configuration, and every VM's has the same probes.
+    const bool perf = cfg.perf_events();
+    const bool call = std::any_of(cfg.entry_probes.begin(), cfg.entry_probes.end(),
+                                  [](const SamplerConfig::Probe& p) { return !p.heap_alloc && !p.gc_return; });
+    const bool heap_alloc = std::any_of(cfg.entry_probes.begin(), cfg.entry_probes.end(),
+                                        [](const SamplerConfig::Probe& p) { return p.heap_alloc; });
+    bpf_program__set_autoload(s->progs.on_sample, perf && !fast);
+    bpf_program__set_autoload(s->progs.on_call, call && !fast);
+    bpf_program__set_autoload(s->progs.on_sample_fast, perf && fast);
+    bpf_program__set_autoload(s->progs.on_call_fast, call && fast);
+    bpf_program__set_autoload(s->progs.on_heap_alloc, heap_alloc && !fast);
+    bpf_program__set_autoload(s->progs.on_heap_alloc_fast, heap_alloc && fast);
     bpf_program__set_autoload(s->progs.on_gc_return, watch && !session);
     bpf_program__set_autoload(s->progs.on_gc_session, watch && session);
     if (watch && session)
