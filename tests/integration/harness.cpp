@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -388,42 +389,59 @@ void PrintTo(const TestVm& vm, std::ostream* os) { *os << vm.name; }
 
 std::string test_vm_name(const ::testing::TestParamInfo<TestVm>& info) { return info.param.name; }
 
+// The workloads' .beam files for one erlc, compiled once per suite rather than once per test
+// process (ctest runs every test in a process of its own: compiling 21 modules each time cost
+// about a second a test). The directory's name is a hash of what the files depend on (the
+// erlc, its install's mtime, every workload's text), so an edited workload or a rebuilt VM gets
+// a new one; it is made under a temporary name and renamed into place, so that tests running
+// at once never see it half-written.
 const std::string& workload_beam_dir(const TestVm& vm) {
-    // Compiled once per erlc and test binary; the directories go when the binary exits.
-    struct Dir {
-        std::string path;
-        explicit Dir(const std::string& bin_dir) {
-            const std::string erlc = bin_dir + "/erlc";
-            if (access(erlc.c_str(), X_OK) != 0)
-                throw std::runtime_error("no " + erlc +
-                                         ": build the test VMs with scripts/build-test-vms.sh 27 "
-                                         "and 29 (scripts/test.sh does)");
-            char tmpl[] = "/tmp/bb-workloads-XXXXXX";
-            if (!mkdtemp(tmpl)) fail("mkdtemp");
-            path = tmpl;
-            // Readable by a VM another user runs (the agent's tests start one as nobody).
-            chmod(path.c_str(), 0755);
-            std::vector<std::string> argv{erlc, "-o", path};
-            for (const auto& e : std::filesystem::directory_iterator(BB_WORKLOAD_DIR))
-                if (e.path().extension() == ".erl") argv.push_back(e.path());
-            Pipe out = make_pipe();
-            RunningTool t;  // not a tool, but collect() fits: pipes, deadline, exit status
-            t.started = Clock::now();
-            t.pid = spawn({argv, -1, out.w, out.w, std::nullopt, {}});
-            close(out.w);
-            t.err_fd = out.r;
-            ToolResult r = collect(t, Clock::now() + 120s);
-            if (r.exit_code != 0) throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
-        }
-        ~Dir() {
-            std::error_code ec;
-            std::filesystem::remove_all(path, ec);
-        }
-    };
-    static std::map<std::string, std::unique_ptr<Dir>> dirs;
-    auto& d = dirs[vm.bin_dir];
-    if (!d) d = std::make_unique<Dir>(vm.bin_dir);
-    return d->path;
+    static std::map<std::string, std::string> dirs;
+    auto& path = dirs[vm.bin_dir];
+    if (!path.empty()) return path;
+    const std::string erlc = vm.bin_dir + "/erlc";
+    if (access(erlc.c_str(), X_OK) != 0)
+        throw std::runtime_error("no " + erlc +
+                                 ": build the test VMs with scripts/build-test-vms.sh 27 "
+                                 "and 29 (scripts/test.sh does)");
+    std::error_code ec;
+    std::vector<std::filesystem::path> sources;
+    for (const auto& e : std::filesystem::directory_iterator(BB_WORKLOAD_DIR))
+        if (e.path().extension() == ".erl") sources.push_back(e.path());
+    std::sort(sources.begin(), sources.end());
+    std::string key = std::filesystem::canonical(erlc, ec).string() + "\n" +
+                      std::to_string(std::filesystem::last_write_time(erlc, ec).time_since_epoch().count());
+    for (const auto& src : sources) key += "\n" + src.filename().string() + "\n" + read_file(src);
+    char name[64];
+    snprintf(name, sizeof name, "/tmp/bb-workloads-%d-%016zx", int(getuid()), std::hash<std::string>{}(key));
+    // Ours, and writable by nobody else (/tmp is shared): else compiled afresh, as before.
+    struct stat st {};
+    if (lstat(name, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 022))
+        return path = name;
+    char tmpl[] = "/tmp/bb-workloads-new-XXXXXX";
+    if (!mkdtemp(tmpl)) fail("mkdtemp");
+    // Readable by a VM another user runs (the agent's tests start one as nobody).
+    chmod(tmpl, 0755);
+    std::vector<std::string> argv{erlc, "-o", tmpl};
+    for (const auto& src : sources) argv.push_back(src);
+    Pipe out = make_pipe();
+    RunningTool t;  // not a tool, but collect() fits: pipes, deadline, exit status
+    t.started = Clock::now();
+    t.pid = spawn({argv, -1, out.w, out.w, std::nullopt, {}});
+    close(out.w);
+    t.err_fd = out.r;
+    ToolResult r = collect(t, Clock::now() + 120s);
+    if (r.exit_code != 0) {
+        std::filesystem::remove_all(tmpl, ec);
+        throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
+    }
+    // Another test may have renamed its own copy into place first: then it serves, and ours goes.
+    if (rename(tmpl, name) != 0) {
+        std::filesystem::remove_all(tmpl, ec);
+        if (lstat(name, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022))
+            fail(std::string("rename to ") + name);
+    }
+    return path = name;
 }
 
 // --- ErlVm -------------------------------------------------------------------------------

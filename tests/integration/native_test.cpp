@@ -221,7 +221,7 @@ TEST_P(NativeNamedVmTest, BlameHasNoStaleSlotFalsePositives) {
 TEST_P(NativeVmTest, GarbageRowsAreFlaggedNotFatal) {
     ErlVm erl(vm(), "bb_native:main(zlib)");
     const std::string worker = ready_pid(erl);
-    const std::string stats = ::testing::TempDir() + "/native-garbage.json";
+    const std::string stats = ::testing::TempDir() + "/native-garbage-" + std::to_string(getpid()) + ".json";
     setenv("BB_INJECT_UNWIND_GARBAGE", "1", 1);
     ToolResult r = run_tool(
         kTool, {"-d", "3", "--folded", "--stats", stats, "--process", worker, std::to_string(erl.os_pid())}, 60s);
