@@ -9,12 +9,19 @@
 #     seed corpus (tests/fuzz/corpus/TARGET). A crash fails the run and leaves the input in
 #     build-san/fuzz-artifacts/: add it to the corpus and a unit test once fixed.
 # Run as root after scripts/setup.sh --tests (and the test VMs: scripts/test.sh builds them).
+#   scripts/sanitize.sh           both steps
+#   scripts/sanitize.sh --build   the build alone (scripts/test.sh runs it beside the main suite,
+#                                 at idle priority), then `scripts/sanitize.sh --run` the rest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-20}
+mode=${1:-}
 
-CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBB_SANITIZE=ON -DBB_FUZZ=ON -DBB_TESTS=ON >/dev/null
-cmake --build build-san -j"$(nproc)"
+if [ "$mode" != --run ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBB_SANITIZE=ON -DBB_FUZZ=ON -DBB_TESTS=ON >/dev/null
+  cmake --build build-san -j"$(nproc)"
+fi
+[ "$mode" != --build ] || exit 0
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 build-san/unit_tests
@@ -31,16 +38,29 @@ build-san/unit_tests
 build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*:*.BlameRanksAllocatorFirst/*:*.BlameHasNoStaleSlotFalsePositives/*:*.BlameWithOnlyThreeCapabilities/*:*.ProcessesOfUnequalEpochsWithoutProcess/*:*.SessionsAndReturnProbesAgreeAtALongerPeriod/*:*.Split532Shares/*:*.DeepRecursionTruncated/*:*.DeepRecursionFoldsAndKeepsItsCallers/*:*.ZlibLeafSharesAgreeWithPerf/*:*.PerThreadTotalsAgreeWithTheKernel/*:*.InspectOfAnAbandonedHeap/*'
 
 mkdir -p build-san/fuzz-artifacts
-for target in jit_symfile offsets_table vm_build elf terms unwind discovery process_lists; do
+# fuzz TARGET: runs one target for $seconds; its summary lines go to build-san/fuzz-TARGET.log.
+fuzz() {
+  local target=$1 corpus
   corpus=$(mktemp -d)  # the committed seeds stay as they are; what the run finds is thrown away
-  echo "sanitize.sh: fuzz_$target for ${seconds}s"
   build-san/fuzz_"$target" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
     -artifact_prefix=build-san/fuzz-artifacts/"$target"- "$corpus" tests/fuzz/corpus/"$target" 2>&1 \
-    | grep -E '^(stat::number_of_executed_units|stat::new_units_added|==[0-9]+==ERROR|SUMMARY)|Done [0-9]+ runs' || true
+    | grep -E '^(stat::number_of_executed_units|stat::new_units_added|==[0-9]+==ERROR|SUMMARY)|Done [0-9]+ runs' \
+    > build-san/fuzz-"$target".log || true
   rm -rf "$corpus"
-  if compgen -G "build-san/fuzz-artifacts/$target-*" >/dev/null; then
-    echo "sanitize.sh: fuzz_$target found a crash: $(ls build-san/fuzz-artifacts/"$target"-*)" >&2
-    exit 1
-  fi
+}
+# A target runs on one CPU: as many at once as there are CPUs, each for the whole $seconds.
+targets=(jit_symfile offsets_table vm_build elf terms unwind discovery process_lists)
+for ((i = 0; i < ${#targets[@]}; i += $(nproc))); do
+  batch=("${targets[@]:i:$(nproc)}")
+  echo "sanitize.sh: fuzzing ${batch[*]} at once, ${seconds}s each"
+  for target in "${batch[@]}"; do fuzz "$target" & done
+  wait
+  for target in "${batch[@]}"; do
+    sed "s/^/  $target: /" build-san/fuzz-"$target".log
+    if compgen -G "build-san/fuzz-artifacts/$target-*" >/dev/null; then
+      echo "sanitize.sh: fuzz_$target found a crash: $(ls build-san/fuzz-artifacts/"$target"-*)" >&2
+      exit 1
+    fi
+  done
 done
 echo "sanitize.sh: sanitized tests and fuzzing passed"

@@ -1,21 +1,73 @@
 #!/usr/bin/env bash
 # Sets up (packages + build) and runs every test: unit tests, and integration tests that load
 # the BPF program into this kernel and profile real Erlang VMs. Run as root.
+#
+#   scripts/test.sh            everything CI runs (.ci/run); docs/testing.md keeps its times
+#   scripts/test.sh --quick    for iterating: the unit tests and one short profile on each release
+#                              (a few minutes once the test VMs are built); not what CI runs
+#   scripts/test.sh -- ARGS    ARGS passed to ctest (e.g. -- -R Procs)
+# Each stage prints its duration, and the last lines sum them up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --tests
+quick=
+if [ "${1:-}" = --quick ]; then quick=1; shift; fi
+[ "${1:-}" = -- ] && shift
+
+timings=()
+# stage NAME COMMAND...: runs it and notes how long it took.
+stage() {
+  local name=$1 t0=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-34s %5d s' "$name" $((SECONDS - t0)))")
+  echo "test.sh: $name: $((SECONDS - t0)) s"
+}
+san_pid=
+finish() {
+  [ -z "$san_pid" ] || kill -- -"$san_pid" 2>/dev/null || true  # the build's whole process group
+  echo "test.sh: stage times (total $((SECONDS / 60)) min $((SECONDS % 60)) s):"
+  printf '  %s\n' "${timings[@]}"
+}
+trap finish EXIT
+
+stage "packages and build" scripts/setup.sh --tests
 # A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
 # first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
-echo "test.sh: debug VM for the offsets check: $(scripts/build-debug-vm.sh | tail -n 1)"
-# The OTP 27 and OTP 29 test VMs, built as kerl/asdf users build theirs (about 4 and 3.5 minutes
-# the first time on 2 cores, then cached in /var/tmp): the test matrix (tests/integration/
-# harness.hpp) runs on them too.
-echo "test.sh: OTP 27 test VMs: $(scripts/build-test-vms.sh 27 | tail -n 1)"
-echo "test.sh: OTP 29 test VMs: $(scripts/build-test-vms.sh 29 | tail -n 1)"
-(cd build && ctest --output-on-failure --timeout 600 "$@")
+stage "debug VM (OTP 25)" scripts/build-debug-vm.sh
+# The OTP 27 and OTP 29 test VMs, built as kerl/asdf users build theirs (cached in /var/tmp):
+# the test matrix (tests/integration/harness.hpp) runs on them too.
+stage "test VMs (OTP 27)" scripts/build-test-vms.sh 27
+stage "test VMs (OTP 29)" scripts/build-test-vms.sh 29
+
+run_ctest() { (cd build && ctest --output-on-failure --timeout 600 "$@"); }
+if [ -n "$quick" ]; then
+  stage "unit tests" run_ctest -j2 -L unit "$@"
+  stage "a profile on each release" run_ctest -j2 -R '^Vms/SampleReleaseTest\.NoSamplesFromOtherProcesses/' "$@"
+  exit 0
+fi
+
+# The sanitizer build (scripts/sanitize.sh) goes on beside the main suite at idle priority
+# (SCHED_IDLE): it runs only on a CPU that nothing else wants, so the tests that measure lose
+# nothing to it, and the time their runs leave idle builds it.
+if [ -z "${BB_SKIP_SANITIZE:-}" ]; then
+  setsid chrt --idle 0 scripts/sanitize.sh --build >build/sanitize-build.log 2>&1 &
+  san_pid=$!
+fi
+# Tests that check what is exact (the VM's own view, an error line, a file) run two at a time
+# on two CPUs; those that measure one at a time, alone (CMakeLists.txt: BB_SHARED_TESTS).
+stage "ctest: unit and shared, 2 at a time" run_ctest -j2 -L 'unit|shared' "$@"
+stage "ctest: exclusive, 1 at a time" run_ctest -L exclusive "$@"
 # The agent's systemd unit and Kubernetes DaemonSet example: linted, and every option and setting
 # they pass checked by the built agent (no cluster here).
-packaging/check.py build
+stage "packaging check" packaging/check.py build
+[ -n "$san_pid" ] || exit 0
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the fuzz targets
 # (BB_SKIP_SANITIZE=1 skips this pass when iterating locally).
-[ -n "${BB_SKIP_SANITIZE:-}" ] || scripts/sanitize.sh
+wait_san_build() {
+  local rc=0
+  wait "$san_pid" || rc=$?
+  san_pid=
+  [ "$rc" = 0 ] || { tail -n 40 build/sanitize-build.log >&2; echo "test.sh: the sanitizer build failed" >&2; return 1; }
+}
+stage "sanitizer build (what was left)" wait_san_build
+stage "sanitized tests and fuzzing" scripts/sanitize.sh --run
