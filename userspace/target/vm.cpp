@@ -205,6 +205,7 @@ void Vm::choose_offsets(const std::string& offsets_file) {
     find_globals(*off);
     std::string why;
     try {
+        wait_for_boot(*off);
         why = layout_mismatch(*off);
     } catch (const UserError& e) {
         throw UserError(fmt::format("process {} runs {}: {}", pid_, what, e.what()));

@@ -80,6 +80,10 @@ public:
     // "" when `o` describes the live VM (the process table, <0.0.0>, heap <= htop <= stop <=
     // hend of many processes, scheduler data that names itself), else why not.
     std::string layout_mismatch(const VmOffsets& o) const;
+    // Waits, at most 10 s, while the VM has not made its first process yet (its process table
+    // or its slot 0, init, still empty): a VM caught in its first moments, not a table that does
+    // not fit it. Says so on stderr once the wait passes a quarter of a second.
+    void wait_for_boot(const VmOffsets& o) const;
     // Corrects, from the live VM, what build options move: where the process table's read-only
     // part sits in erts_proc, the scheduler data fields and the stride of their arrays. True if
     // it changed o. Attach uses it only on values that were not read for this very build.

@@ -97,6 +97,27 @@ std::vector<Vm::RunningSeen> Vm::running_processes(const VmOffsets& o, size_t wa
     return seen;
 }
 
+void Vm::wait_for_boot(const VmOffsets& o) const {
+    const uint64_t ptab = symbol_address("erts_proc");
+    auto booting = [&] {
+        auto tab = mem_.read<uint64_t>(ptab + o.ptab_tab);
+        if (!tab) return false;  // unreadable: layout_mismatch() says so
+        auto init = *tab ? mem_.read<uint64_t>(*tab) : std::optional<uint64_t>(0);
+        return init && *init == 0;
+    };
+    using namespace std::chrono;
+    const auto start = steady_clock::now();
+    bool said = false;
+    while (booting() && alive() && steady_clock::now() - start < 10s) {
+        if (!said && steady_clock::now() - start > 250ms) {
+            fmt::print(stderr, "{}: process {} is still starting (no init process yet): waiting for it, 10 s at most\n",
+                       tool_name(), pid_);
+            said = true;
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
 std::string Vm::layout_mismatch(const VmOffsets& o) const {
     uint64_t ptab = symbol_address("erts_proc");
     auto tab = mem_.read<uint64_t>(ptab + o.ptab_tab);
