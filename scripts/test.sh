@@ -24,7 +24,8 @@ stage() {
 }
 san_pid=
 finish() {
-  [ -z "$san_pid" ] || kill -- -"$san_pid" 2>/dev/null || true  # the build's whole process group
+  # The build's whole process group (and woken, should it be stopped, to take the signal).
+  [ -z "$san_pid" ] || { kill -- -"$san_pid"; kill -CONT -- -"$san_pid"; } 2>/dev/null || true
   echo "test.sh: stage times (total $((SECONDS / 60)) min $((SECONDS % 60)) s):"
   printf '  %s\n' "${timings[@]}"
 }
@@ -46,9 +47,9 @@ if [ -n "$quick" ]; then
   exit 0
 fi
 
-# The sanitizer build (scripts/sanitize.sh) goes on beside the main suite at idle priority
-# (SCHED_IDLE): it runs only on a CPU that nothing else wants, so the tests that measure lose
-# nothing to it, and the time their runs leave idle builds it.
+# The sanitizer build (scripts/sanitize.sh) goes on beside the tests that share the CPUs, at
+# idle priority (SCHED_IDLE: only on a CPU that nothing else wants), and is stopped (SIGSTOP)
+# while those that measure run: they run with nothing beside them.
 if [ -z "${BB_SKIP_SANITIZE:-}" ]; then
   setsid chrt --idle 0 scripts/sanitize.sh --build >build/sanitize-build.log 2>&1 &
   san_pid=$!
@@ -56,7 +57,9 @@ fi
 # Tests that check what is exact (the VM's own view, an error line, a file) run two at a time
 # on two CPUs; those that measure one at a time, alone (CMakeLists.txt: BB_SHARED_TESTS).
 stage "ctest: unit and shared, 2 at a time" run_ctest -j2 -L 'unit|shared' "$@"
+[ -z "$san_pid" ] || kill -STOP -- -"$san_pid" 2>/dev/null || true
 stage "ctest: exclusive, 1 at a time" run_ctest -L exclusive "$@"
+[ -z "$san_pid" ] || kill -CONT -- -"$san_pid" 2>/dev/null || true
 # The agent's systemd unit and Kubernetes DaemonSet example: linted, and every option and setting
 # they pass checked by the built agent (no cluster here).
 stage "packaging check" packaging/check.py build
