@@ -69,10 +69,12 @@ struct SamplerConfig {
     bool measure_walk = false;  // time the BPF handler (costs two clock reads a sample)
     int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
 
-    // Sampled through perf events (on_sample on each VM thread or CPU), rather than at probed
-    // functions or the scheduler's tracepoints: what the walker loads and the thread follower
-    // attaches both go by it.
-    bool perf_events() const { return !offcpu && entry_probes.empty(); }
+    // Perf events (on_sample) on each VM thread or CPU, rather than probed functions: what the
+    // walker loads and the thread follower attaches both go by it. -e offcpu has them too, beside
+    // the scheduler's tracepoints, as it always had: without them CI's
+    // AgentTest.OffcpuProfilesBesideTheCpuOnes got one off-CPU profile of two and 1.77 s of the
+    // NIF's 2.02 s. Why, and whether -e offcpu should sample the CPU at all, is open (issue 48).
+    bool perf_events() const { return entry_probes.empty(); }
 };
 
 struct SamplerCounters {

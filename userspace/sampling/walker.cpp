@@ -147,7 +147,7 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     bool watch = cfg.alloc && cfg.alloc_interval;
     // Only the programs this mode attaches (sampling/sampler.cpp): the verifier takes about half a
     // second for each walking program, most of a tool's time to attach. Perf events sample unless
-    // the mode probes functions or the scheduler; entry probes take on_call (blame, -e alloc's
+    // the mode probes functions (SamplerConfig::perf_events()); entry probes take on_call (blame, -e alloc's
     // collections) and on_heap_alloc (erts_heap_alloc). The agent loads its walker with the first
     // VM's configuration, and every VM's has the same probes.
     const bool perf = cfg.perf_events();
