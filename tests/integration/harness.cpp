@@ -414,10 +414,12 @@ const std::string& workload_beam_dir(const TestVm& vm) {
     for (const auto& src : sources) key += "\n" + src.filename().string() + "\n" + read_file(src);
     char name[64];
     snprintf(name, sizeof name, "/tmp/bb-workloads-%d-%016zx", int(getuid()), std::hash<std::string>{}(key));
-    // Ours, and writable by nobody else (/tmp is shared): else compiled afresh, as before.
-    struct stat st {};
-    if (lstat(name, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 022))
-        return path = name;
+    // Ours, and writable by nobody else (/tmp is shared); else this process compiles its own.
+    auto ours = [](const char* dir) {
+        struct stat st {};
+        return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 022);
+    };
+    if (ours(name)) return path = name;
     char tmpl[] = "/tmp/bb-workloads-new-XXXXXX";
     if (!mkdtemp(tmpl)) fail("mkdtemp");
     // Readable by a VM another user runs (the agent's tests start one as nobody).
@@ -435,12 +437,11 @@ const std::string& workload_beam_dir(const TestVm& vm) {
         std::filesystem::remove_all(tmpl, ec);
         throw std::runtime_error("`" + joined(argv) + "` failed:\n" + r.err);
     }
-    // Another test may have renamed its own copy into place first: then it serves, and ours goes.
-    if (rename(tmpl, name) != 0) {
-        std::filesystem::remove_all(tmpl, ec);
-        if (lstat(name, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022))
-            fail(std::string("rename to ") + name);
-    }
+    if (rename(tmpl, name) == 0) return path = name;
+    // Another test renamed its copy into place first: it serves, and ours goes. (A name taken
+    // by something not ours leaves this process its own copy.)
+    if (!ours(name)) return path = tmpl;
+    std::filesystem::remove_all(tmpl, ec);
     return path = name;
 }
 
