@@ -3,7 +3,8 @@
 // is split at "\x01\x01" into a command line, an environment, a cgroup file and a status file
 // (NUL-separated as /proc has them); the whole input is then a /proc/PID/stat line. Each
 // parsing is run as the agent runs it, then the labels, the pod uid and the matcher (the
-// examples of packaging/agent.conf and a pattern that backtracks without end in std::regex).
+// examples of packaging/agent.conf and a pattern that backtracks without end in std::regex);
+// the whole input is also the VM's node-name buffer (target/node_name.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "target/discovery.hpp"
+#include "target/node_name.hpp"
 #include "agent/matcher.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -47,5 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parse_beam(1, t);
     pod_uid(std::string(in));
     container_id(std::string(in));
+    // The whole input as the VM's node-name buffer, and as a --node a user typed.
+    if (auto name = parse_node_name(in)) {
+        if (name->size() >= kNodeNameBuffer) __builtin_trap();
+        for (unsigned char c : *name)
+            if (c < 0x20 || c >= 0x7f) __builtin_trap();  // no control byte reaches a label or a terminal
+        node_matches(*name, std::string(in));
+    }
     return 0;
 }

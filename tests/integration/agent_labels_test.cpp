@@ -123,7 +123,7 @@ TEST_F(AgentLabelsTest, TenThousandBusyProcessesMakeOneSeriesPerProfileWithoutPi
     ErlVm vm(debian_vm(), "bb_many:main(10000)", {"-sname", "bbmany"});
     vm.wait_line("ready", 60s);
     RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "-F", "499", "--output", out.string(), "--push",
-                                                      "http://127.0.0.1:" + slurp(port_file), "--match", "^bbmany$"});
+                                                      "http://127.0.0.1:" + slurp(port_file), "--match", "^bbmany@"});
     std::string err;
     ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(vm.os_pid()) + ",", 30s, &err)) << err;
     std::this_thread::sleep_for(4500ms);  // two intervals at least

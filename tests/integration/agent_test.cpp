@@ -163,7 +163,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     EXPECT_EQ(kernel_objects(agent.pid, true), loaded_a);
 
     // B killed mid-interval, once it has written two profiles.
-    const fs::path b_dir = out / ("bbagent_b-" + std::to_string(b.os_pid()));
+    // Each VM's directory is named after its service: here its node, as node() gives it.
+    const fs::path b_dir = out / (sname_node("bbagent_b") + "-" + std::to_string(b.os_pid()));
     auto count_files = [](const fs::path& d) {
         size_t n = 0;
         std::error_code ec;
@@ -188,7 +189,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     // SIGHUP meanwhile: A's service name changes from the next profile on.
     {
         std::ofstream c2(cfg);
-        c2 << "service.bbagent_c=svc_c\nlabel.env=agent_test\nservice.bbagent_a=svc_a2\n";
+        // C by its short name, A by its name as node() prints it.
+        c2 << "service.bbagent_c=svc_c\nlabel.env=agent_test\nservice." << sname_node("bbagent_a") << "=svc_a2\n";
     }
     // The Prometheus endpoint on localhost, during the outage: A and C followed, pushes failing.
     {
@@ -215,10 +217,10 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node bbagent_b): the VM exited"),
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node " + sname_node("bbagent_b") + "): the VM exited"),
               std::string::npos)
         << r.err;
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node bbagent_a): the agent stops"),
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node " + sname_node("bbagent_a") + "): the agent stops"),
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.err.find("refused pid"), std::string::npos) << r.err;
@@ -230,9 +232,11 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         std::vector<std::string> own, foreign;  // frames it must show / never
     };
     const std::vector<Expect> vms{
-        {a.os_pid(), "bbagent_a", "25", "bbagent_a-", {"bb_work:f5/2"}, {"bb_work:deep_leaf", "bb_work:spin_"}},
-        {b_pid, "bbagent_b", "29", "bbagent_b-", {"bb_work:deep_leaf"}, {"bb_work:f5/2", "bb_work:spin_"}},
-        {c_pid, "bbagent_c", "25", "svc_c-", {"bb_work:spin_a"}, {"bb_work:f5/2", "bb_work:deep_leaf"}},
+        {a.os_pid(), sname_node("bbagent_a"), "25", sname_node("bbagent_a") + "-", {"bb_work:f5/2"},
+         {"bb_work:deep_leaf", "bb_work:spin_"}},
+        {b_pid, sname_node("bbagent_b"), "29", sname_node("bbagent_b") + "-", {"bb_work:deep_leaf"},
+         {"bb_work:f5/2", "bb_work:spin_"}},
+        {c_pid, sname_node("bbagent_c"), "25", "svc_c-", {"bb_work:spin_a"}, {"bb_work:f5/2", "bb_work:deep_leaf"}},
     };
     std::map<std::string, std::string> file_of_bytes;  // profile bytes -> the file holding them
     size_t files = 0;
@@ -257,7 +261,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
                 // in Pyroscope (pids, cgroup and container go to the OTLP resource alone).
                 for (const char* k : {"os_pid", "ns_pid", "cgroup", "container_id", "pid", "process", "scheduler"})
                     EXPECT_FALSE(t.labels.count(k)) << f.path() << " has a sample label " << k;
-                if (e.node == "bbagent_c") {
+                if (e.node == sname_node("bbagent_c")) {
                     EXPECT_EQ(t.labels.count("service_name") ? t.labels.at("service_name") : "", "svc_c") << f.path();
                 }
                 // A service named after the node (the target chose it) says so; a configured one not.
@@ -265,12 +269,13 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
                 EXPECT_EQ(t.labels.count("service_source") ? t.labels.at("service_source") : "",
                           service == e.node ? "target" : "")
                     << f.path();
-                if (e.node == "bbagent_a" && t.labels.count("service_name") && t.labels.at("service_name") == "svc_a2")
+                if (e.node == sname_node("bbagent_a") && t.labels.count("service_name") &&
+                    t.labels.at("service_name") == "svc_a2")
                     a_renamed++;
                 for (const std::string& foreign : e.foreign)
                     EXPECT_FALSE(has_frame(t, foreign)) << f.path() << " holds a sample of another VM: " << foreign;
                 own_seen = own_seen || has_frame(t, e.own.front());
-                if (e.node == "bbagent_a" && !t.frames.empty())
+                if (e.node == sname_node("bbagent_a") && !t.frames.empty())
                     for (const char* leaf : {"bb_work:f5/2", "bb_work:f3/2", "bb_work:f2/2"})
                         if (t.frames.front().starts_with(leaf)) split[leaf] += t.count;
             }
@@ -308,7 +313,7 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         EXPECT_FALSE(meta["labels"].contains("os_pid")) << meta.dump();
         const std::string node = meta["labels"].value("node", "");
         EXPECT_TRUE(!node.empty() &&
-                    file.find("/" + (node == "bbagent_c" ? std::string("svc_c") : node) + "-") != std::string::npos)
+                    file.find("/" + (node == sname_node("bbagent_c") ? std::string("svc_c") : node) + "-") != std::string::npos)
             << file << " pushed as node " << node << ", " << meta.dump();
         EXPECT_EQ(meta["app"].get<std::string>(), meta["labels"].value("service_name", "")) << meta.dump();
         EXPECT_LE(meta["from"].get<long>(), meta["until"].get<long>());
@@ -576,8 +581,8 @@ TEST_F(AgentTest, OtlpProfilesOfTwoVmsDecodeWithTheirResourceBeamFramesAndThePpr
         std::string node, otp, leaf;  // leaf: its workload's Erlang function
         size_t bodies = 0, native = 0;
     };
-    std::map<std::string, Vm> vms{{std::to_string(a.os_pid()), {"bbotlp_a", "25", "bb_work:f5/2"}},
-                                  {std::to_string(b.os_pid()), {"bbotlp_b", "27", "bb_native:zip_loop/3"}}};
+    std::map<std::string, Vm> vms{{std::to_string(a.os_pid()), {sname_node("bbotlp_a"), "25", "bb_work:f5/2"}},
+                                  {std::to_string(b.os_pid()), {sname_node("bbotlp_b"), "27", "bb_native:zip_loop/3"}}};
     static const std::regex mfa(R"(^\S+:\S+/\d+$)");
     std::set<std::string> files_seen;
     size_t received = 0, partial = 0;
@@ -752,7 +757,7 @@ TEST_F(AgentTest, AllocationProfilesBesideTheCpuOnes) {
             if (!name.starts_with("alloc-")) continue;
             alloc_files++;
             for (const Trace& t : decode(f.path(), "alloc_words")) {
-                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_alloc") << f.path();
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", sname_node("bbagent_alloc")) << f.path();
                 EXPECT_FALSE(t.labels.count("pid") || t.labels.count("os_pid")) << f.path();
                 EXPECT_TRUE(d.path().filename().string().ends_with("-" + std::to_string(vm.os_pid()))) << f.path();
                 // The worker's samples (no pid label: it alone runs rounds/1, under each).
@@ -825,7 +830,7 @@ TEST_F(AgentTest, WallProfilesBesideTheCpuOnes) {
             if (!name.starts_with("wall-")) continue;
             wall_files++;
             for (const Trace& t : decode(f.path(), "wall")) {
-                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_wall") << f.path();
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", sname_node("bbagent_wall")) << f.path();
                 all += static_cast<double>(t.count);
                 states[t.frames.back()] += static_cast<double>(t.count);  // the root: the state
                 if (t.frames.front() == the_server) calls += static_cast<double>(t.count);
@@ -891,7 +896,7 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
             if (!name.starts_with("offcpu-")) continue;
             offcpu_files++;
             for (const Trace& t : decode(f.path(), "offcpu")) {
-                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", "bbagent_offcpu") << f.path();
+                EXPECT_EQ(t.labels.count("node") ? t.labels.at("node") : "", sname_node("bbagent_offcpu")) << f.path();
                 all += static_cast<double>(t.count);
                 if (t.frames.back() == "[scheduler idle]") idle += static_cast<double>(t.count);
                 if (std::find(t.frames.begin(), t.frames.end(), "bb_offcpu:sleeper/2") != t.frames.end())
@@ -912,6 +917,50 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
     EXPECT_GT(nif, 1.9e9);
     EXPECT_LE(sleeper, nif + 0.03 * nif);
     EXPECT_GE(sleeper, nif - run_queue - steal - 0.03 * nif);  // and what the host took meanwhile
+}
+
+// A VM that exits mid-interval leaves that interval's off-CPU profile also when it has no CPU
+// sample: a node whose threads all block (a hung node, what an off-CPU profile is for). At -F 1
+// an idle VM's threads are almost never sampled on a CPU; before the agent's detach looked at
+// the off-CPU part, such a VM's blocks were lost ("0 samples ... in 0 profiles"). (With wall
+// too, the wall part's data kept the interval: -e cpu,offcpu is the case that lost it.)
+TEST_F(AgentTest, AHungVmExitingMidIntervalKeepsItsLastOffcpuProfile) {
+    TempDir tmp;
+    const fs::path out = tmp.path / "profiles";
+    std::string lib = BB_SLEEP_NIF;
+    lib.resize(lib.size() - 3);  // load_nif/2 adds ".so"
+    ErlVm vm(debian_vm(), "bb_offcpu:main(\"" + lib + "\")", {"-sname", "bbagent_hung", "+S", "1"});
+    vm.wait_line("ready", 60s);
+    RunningTool agent = start_tool("beam-bpf-agent", {"-e", "cpu,offcpu", "-F", "1", "--every", "60", "--output",
+                                                      out.string(), "--retention", "0", "--match", "bbagent_hung"});
+    std::string err;
+    ASSERT_TRUE(wait_stderr(agent, "offcpu: the VM's threads'", 30s, &err)) << err;
+    vm.send_line("sleeper 10 50");  // the scheduler blocked in the NIF for half a second
+    vm.wait_line("sleeper");
+    std::this_thread::sleep_for(1500ms);
+    const pid_t pid = vm.os_pid();
+    vm.kill_now();
+    ASSERT_TRUE(wait_stderr(agent, "detached pid " + std::to_string(pid), 10s, &err)) << err;
+    kill(agent.pid, SIGTERM);
+    ToolResult r = finish_tool(agent, false, 30s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+
+    std::map<std::string, size_t> files;  // kind -> files
+    double sleeper = 0;
+    for (const auto& d : fs::directory_iterator(out))
+        for (const auto& f : fs::directory_iterator(d.path())) {
+            const std::string name = f.path().filename().string();
+            const std::string kind = name.substr(0, name.find('-'));
+            files[kind]++;
+            if (kind == "offcpu")
+                for (const Trace& t : decode(f.path(), "offcpu"))
+                    if (std::find(t.frames.begin(), t.frames.end(), "bb_offcpu:sleeper/2") != t.frames.end())
+                        sleeper += static_cast<double>(t.count);
+        }
+    std::cerr << "agent test: a VM exiting mid-interval: " << files["cpu"] << " CPU, " << files["offcpu"]
+              << " off-CPU profiles; sleeper/2 blocked " << sleeper / 1e9 << " s\n";
+    EXPECT_EQ(files["offcpu"], 1u) << r.err;
+    EXPECT_GT(sleeper, 0.4e9) << "50 calls of 10 ms";
 }
 
 }  // namespace

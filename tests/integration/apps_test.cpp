@@ -276,6 +276,13 @@ void check_app(App& app, const Expect& want, int hz, int round_s, int max_rounds
     const std::string data = app.dir() + "/perf.data", stats_file = app.dir() + "/stats.json";
     std::cout << "[          ] " << want.app << ": beam.smp " << pid << ", node " << app.node() << "\n";
 
+    // 0. Found by its name as node() gives it, whether its command line names it (-sname) or it
+    // started distribution at run time (RabbitMQ: RABBITMQ_NODENAME).
+    ToolResult vms = run_tool("beam-bpf-vms", {}, 30s);
+    EXPECT_TRUE(std::regex_search(vms.out, std::regex("\n" + pid + " +" + app.node() + " "))) << describe(vms);
+    ToolResult by_node = run_tool("beam-bpf-procs", {"--node", app.node(), "-t", "1"}, 60s);
+    EXPECT_NE(by_node.out.find("beam.smp " + pid), std::string::npos) << describe(by_node);
+
     // 1. The tool and perf over the same seconds at the same rate; the tool groups by process.
     // Rounds until every share compared below is known to 1 point at three standard deviations:
     // how many samples that takes depends on how much CPU the VM gets on a shared machine.

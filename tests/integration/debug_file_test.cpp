@@ -130,7 +130,7 @@ TEST_F(DebugFileTest, StrippedOtp29ProbedWithItsDebugFileFromDebuginfod) {
     erl.wait_line("ready");
     const std::string pid = std::to_string(erl.os_pid());
 
-    ToolResult b = run_tool("beam-bpf-blame", {"-d", "4", "erts_garbage_collect", pid}, 90s);
+    ToolResult b = run_tool("beam-bpf-blame", {"-d", "4", "-v", "erts_garbage_collect", pid}, 90s);
     ASSERT_EQ(b.exit_code, 0) << describe(b);
     EXPECT_NE(b.err.find("(debuginfod)"), std::string::npos) << b.err;
     bool allocator_named = false;

@@ -111,8 +111,8 @@ TEST_F(FindingTest, SeveralPidsAreOneLine) {
     std::string line = expect_one_line_error(r, kTool);
     EXPECT_NE(line.find("several pids given (" + pa + ", " + pb + "): profile one VM at a time"), std::string::npos)
         << line;
-    EXPECT_NE(line.find("node bbfind_a"), std::string::npos) << line;
-    EXPECT_NE(line.find("node bbfind_b"), std::string::npos) << line;
+    EXPECT_NE(line.find("node " + sname_node("bbfind_a")), std::string::npos) << line;
+    EXPECT_NE(line.find("node " + sname_node("bbfind_b")), std::string::npos) << line;
 }
 
 // 4. --process: a pid that is not there, Elixir's spellings, a misspelled name.
@@ -165,9 +165,9 @@ TEST_F(FindingTest, VmsListsAndNodeSelects) {
     b.wait_line("ready");
     ToolResult list = run_tool("beam-bpf-vms", {}, 30s);
     EXPECT_EQ(list.exit_code, 0) << describe(list);
-    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(a.os_pid()) + R"( +bbfind_c +- +25 )")))
+    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(a.os_pid()) + " +" + sname_node("bbfind_c") + " +- +25 ")))
         << describe(list);
-    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + R"( +bbfind_d )")))
+    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + " +" + sname_node("bbfind_d") + " ")))
         << describe(list);
 
     ToolResult sample = run_tool(kTool, {"-d", "1", "--node", "bbfind_c"}, 60s);
@@ -182,7 +182,48 @@ TEST_F(FindingTest, VmsListsAndNodeSelects) {
     ToolResult none = run_tool(kTool, {"-d", "1", "--node", "bbfind_x"}, 30s);
     std::string line = expect_one_line_error(none, kTool);
     EXPECT_NE(line.find("--node bbfind_x: no VM has that node name"), std::string::npos) << line;
-    EXPECT_NE(line.find("bbfind_c (pid"), std::string::npos) << line;
+    EXPECT_NE(line.find(sname_node("bbfind_c") + " (pid"), std::string::npos) << line;
 }
+
+// 9. The node's name as node() gives it, read from the VM: -sname (the host added), -name, and
+// net_kernel:start/2 at run time, where the command line has no name (RabbitMQ's way); found by
+// --node as Erlang prints it, quoted or not, and by its short name. On OTP 29 (stripped, its
+// symbols hidden) the name is found in the VM's data without a symbol.
+class NodeNameVmTest : public VmTest {};
+
+TEST_P(NodeNameVmTest, AsTheVmNamesItself) {
+    const std::string tag = GetParam().name;
+    const std::string s_name = sname_node("bbn_s_" + tag), l_name = "bbn_l_" + tag + "@host.example",
+                      r_name = sname_node("bbn_r_" + tag);
+    ErlVm s(vm(), "bb_work:main(idle)", {"-sname", "bbn_s_" + tag});
+    ErlVm l(vm(), "bb_work:main(idle)", {"-name", l_name});
+    ErlVm r(vm(), "io:format(\"waiting~n\"), io:get_line(''), {ok, _} = net_kernel:start([bbn_r_" + tag +
+                      ", shortnames]), bb_work:main(idle)");
+    s.wait_line("ready");
+    l.wait_line("ready");
+    r.wait_line("waiting");
+    auto row = [](const ToolResult& list, const ErlVm& v, const std::string& node) {
+        return std::regex_search(list.out, std::regex("\n" + std::to_string(v.os_pid()) + " +" + node + " +- "));
+    };
+    ToolResult before = run_tool("beam-bpf-vms", {}, 30s);
+    EXPECT_TRUE(row(before, s, s_name)) << describe(before);
+    EXPECT_TRUE(row(before, l, std::regex_replace(l_name, std::regex("\\."), "\\."))) << describe(before);
+    EXPECT_TRUE(row(before, r, "-")) << "not distributed yet: " << describe(before);
+
+    r.send_line("go");
+    r.wait_line("ready");
+    ToolResult after = run_tool("beam-bpf-vms", {}, 30s);
+    EXPECT_TRUE(row(after, r, r_name)) << describe(after);
+
+    for (const auto& [given, v] : std::vector<std::pair<std::string, const ErlVm*>>{
+             {s_name, &s}, {"'" + l_name + "'", &l}, {l_name, &l}, {"bbn_r_" + tag, &r}, {r_name, &r}}) {
+        ToolResult procs = run_tool("beam-bpf-procs", {"--node", given, "-t", "1"}, 30s);
+        EXPECT_EQ(procs.exit_code, 0) << given << ": " << describe(procs);
+        EXPECT_NE(procs.out.find("beam.smp " + std::to_string(v->os_pid())), std::string::npos)
+            << given << ": " << describe(procs);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vms, NodeNameVmTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
 }  // namespace

@@ -306,6 +306,13 @@ RunningTool start_argv(const std::vector<std::string>& argv, const std::optional
 
 // --- workloads ---------------------------------------------------------------------------
 
+std::string sname_node(const std::string& sname) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::string h = host;
+    return sname + "@" + h.substr(0, h.find('.'));
+}
+
 int free_port() {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};

@@ -104,6 +104,10 @@ std::string read_file(const std::string& path);
 // A loopback port nobody listens on now (for a server a test starts).
 int free_port();
 
+// The name node() gives a VM started with -sname `sname` on this host: "sname@host", the host
+// name up to its first dot.
+std::string sname_node(const std::string& sname);
+
 // The directory holding the workloads compiled by `vm`'s erlc (compiled on first use).
 const std::string& workload_beam_dir(const TestVm& vm);
 

@@ -252,7 +252,7 @@ void nif_loaded_during_the_run_is_unwound(const TestVm& vm) {
     const std::string worker = ready_pid(erl);
     const std::string pid = std::to_string(erl.os_pid());
     const std::string stats = ::testing::TempDir() + "/native-dlopen.json";
-    RunningTool t = start_tool(kTool, {"-d", "8", "--folded", "--stats", stats, "--process", worker, pid});
+    RunningTool t = start_tool(kTool, {"-d", "8", "-v", "--folded", "--stats", stats, "--process", worker, pid});
     std::string err;
     ASSERT_TRUE(wait_stderr(t, ": attached to ", 30s, &err)) << err;
     std::ifstream maps("/proc/" + pid + "/maps");

@@ -97,7 +97,7 @@ void flip_build_id(std::string& image) {
 ToolResult profile_split532(const TestVm& vm, std::vector<std::string> extra = {}) {
     ErlVm erl(vm, "bb_work:main(split532)");
     erl.wait_line("ready", 30s);
-    std::vector<std::string> args{"-d", "3", "--folded", "--only-erlang"};
+    std::vector<std::string> args{"-d", "3", "--folded", "--only-erlang", "-v"};  // -v: where the offsets came from
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(std::to_string(erl.os_pid()));
     return run_tool(kTool, args, 60s);
@@ -235,7 +235,7 @@ TEST_F(ReleaseTest, WrongOffsetsFileRefused) {
     // The right table works, and the tool says where its offsets came from.
     std::string right = read_all(std::string(BB_SOURCE_DIR) + "/userspace/target/offsets/otp25.txt");
     std::ofstream(file) << right;
-    ToolResult ok = run_tool(kTool, {"-d", "1", "--offsets", file.string(), std::to_string(erl.os_pid())}, 30s);
+    ToolResult ok = run_tool(kTool, {"-d", "1", "-v", "--offsets", file.string(), std::to_string(erl.os_pid())}, 30s);
     EXPECT_EQ(ok.exit_code, 0) << describe(ok);
     EXPECT_NE(ok.err.find("offsets from table " + file.string()), std::string::npos) << describe(ok);
 

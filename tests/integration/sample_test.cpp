@@ -84,8 +84,10 @@ void expect_only_erlang(const std::map<std::string, long>& stacks) {
     EXPECT_EQ(bad, 0) << "non-Erlang frames in --only-erlang output:\n" << odd_shapes(stacks, all_erlang);
 }
 
-// The summary line a user reads carries the four counters, and --stats has each of them.
+// The summary line a user reads carries the four counters, and --stats has each of them. Every
+// line of a run without -v fits a terminal of 120 columns.
 void expect_summary(const ToolResult& r) {
+    for (const std::string& line : lines_of(r.err)) EXPECT_LE(line.size(), 120u) << line;
     EXPECT_TRUE(std::regex_search(r.err, std::regex("beam-bpf-\\w+: \\d+ samples in [0-9.]+ s, \\d+ dropped, \\d+ "
                                                     "truncated, \\d+ unsymbolized frames")))
         << describe(r);
@@ -779,6 +781,39 @@ TEST_F(SampleTest, CyclesEventOrOneLineError) {
 }
 
 // --- errors ------------------------------------------------------------------------------
+
+// A mistyped option, in every tool: one line in the tool's own voice, exit code 2 (a usage
+// error), and the option meant where one is near. The agent's settings file likewise.
+TEST(UsageTest, TyposAreOneLineWithTheNearestOption) {
+    struct Case {
+        std::string tool;
+        std::vector<std::string> args;
+        std::string meant;  // "" when nothing is near
+    };
+    const std::vector<Case> cases{
+        {"beam-bpf-sample", {"--by-proces", "1"}, "--by-process"},
+        {"beam-bpf-sample", {"--frequncy=99", "1"}, "--frequency"},
+        {"beam-bpf-blame", {"--exat", "erts_garbage_collect", "1"}, "--exact"},
+        {"beam-bpf-blame", {"--threshold", "5", "erts_garbage_collect", "1"}, ""},  // -e offcpu's, not blame's
+        {"beam-bpf-procs", {"--wach", "1", "1"}, "--watch"},
+        {"beam-bpf-vms", {"--hepl"}, "--help"},
+        {"beam-bpf-perfmap", {"--completely-unknown", "1"}, ""},
+        {"beam-bpf-agent", {"--frequncy", "99"}, "--frequency"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.tool + " " + c.args.front());
+        ToolResult r = run_tool(c.tool, c.args, 30s);
+        const std::string line = expect_one_line_error(r, c.tool);
+        EXPECT_EQ(r.exit_code, 2) << describe(r);
+        if (c.meant.empty()) EXPECT_EQ(line.find("did you mean"), std::string::npos) << line;
+        else EXPECT_NE(line.find("; did you mean " + c.meant + "?"), std::string::npos) << line;
+    }
+    const std::string config = ::testing::TempDir() + "/bb_typo.conf";
+    std::ofstream(config) << "frequncy=99\n";
+    ToolResult r = run_tool("beam-bpf-agent", {"--check", "--config", config}, 30s);
+    EXPECT_NE(expect_one_line_error(r, "beam-bpf-agent").find("unknown setting frequncy; did you mean frequency?"),
+              std::string::npos);
+}
 
 TEST_F(SampleTest, ErrorDeadPid) {
     ToolResult r = run_tool(kTool, {"-d", "3", std::to_string(dead_pid())}, 30s);

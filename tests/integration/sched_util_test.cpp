@@ -155,7 +155,8 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     EXPECT_TRUE(std::regex_search(
         metrics.out, std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" + std::to_string(erl.os_pid()) +
-                                "\",node=\"bbutil_agent\",service=\"[^\"]+\",type=\"normal\",scheduler=\"2\"\\} 0\\.[89]")))
+                                "\",node=\"" + sname_node("bbutil_agent") +
+                                "\",service=\"[^\"]+\",type=\"normal\",scheduler=\"2\"\\} 0\\.[89]")))
         << metrics.out;
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);

@@ -18,6 +18,7 @@
 #include "agent/agent.hpp"
 #include "agent/config.hpp"
 #include "target/discovery.hpp"
+#include "target/node_name.hpp"
 #include "agent/matcher.hpp"
 #include "agent/metrics.hpp"
 #include "agent/push_protocol.hpp"
@@ -52,6 +53,54 @@ TEST(AgentDiscovery, NodeName) {
     EXPECT_EQ(node_name({"beam.smp", "--", "-name", "a@10.0.0.1"}), "a@10.0.0.1");
     EXPECT_EQ(node_name({"beam.smp", "--", "-noshell"}), "");
     EXPECT_EQ(node_name({"beam.smp", "-sname"}), "");  // no value: garbage, not a crash
+}
+
+// erts_this_node_sysname_BUFFER as erts_set_this_node leaves it: "%T" of the node's atom.
+TEST(AgentDiscovery, NodeNameFromTheVmsBuffer) {
+    auto buffer = [](std::string text) { return text.append(kNodeNameBuffer - text.size(), '\0'); };
+    EXPECT_EQ(parse_node_name(buffer("shop@vm")), "shop@vm");
+    EXPECT_EQ(parse_node_name(buffer("'rabbit@host.example'")), "rabbit@host.example");
+    EXPECT_EQ(parse_node_name(buffer("'a\\'b@h'")), "a'b@h");
+    EXPECT_EQ(parse_node_name(buffer("nonode@nohost")), "");  // not distributed
+    // Garbage is no name: no NUL in the buffer, no '@', two, a control byte, an open quote.
+    EXPECT_EQ(parse_node_name(std::string(kNodeNameBuffer, 'a')), std::nullopt);
+    EXPECT_EQ(parse_node_name(buffer("uninitialized yet")), std::nullopt);
+    EXPECT_EQ(parse_node_name(buffer("a@b@c")), std::nullopt);
+    EXPECT_EQ(parse_node_name(buffer("a@\x1b[2J")), std::nullopt);
+    EXPECT_EQ(parse_node_name(buffer("'a@b")), std::nullopt);
+    EXPECT_EQ(parse_node_name(buffer("@b")), std::nullopt);
+    EXPECT_EQ(parse_node_name(""), std::nullopt);
+}
+
+// The VM's own name first; the command line's only while the VM has none (or cannot be read).
+TEST(AgentDiscovery, NodeLabelIsTheVmsOwnName) {
+    BeamProcess p;
+    p.argv = {"beam.smp", "--", "-sname", "rabbit"};
+    p.node_in_memory = "rabbit@host";
+    EXPECT_EQ(labels_of(p).node, "rabbit@host");
+    EXPECT_FALSE(labels_of(p).node_from_command_line);
+    p.node_in_memory = "";
+    EXPECT_EQ(labels_of(p).node, "rabbit");
+    EXPECT_TRUE(labels_of(p).node_from_command_line);
+    p.node_in_memory.reset();
+    EXPECT_EQ(labels_of(p).node, "rabbit");
+    p.argv = {"beam.smp"};  // RabbitMQ: no -sname, distribution started at run time
+    p.node_in_memory = "trial@localhost";
+    EXPECT_EQ(labels_of(p).node, "trial@localhost");
+    p.node_in_memory = "";
+    EXPECT_EQ(labels_of(p).node, "");
+    EXPECT_FALSE(labels_of(p).node_from_command_line);
+}
+
+TEST(AgentDiscovery, NodeNamesAsAUserTypesThem) {
+    EXPECT_TRUE(node_matches("shop@vm", "shop@vm"));
+    EXPECT_TRUE(node_matches("shop@vm", "'shop@vm'"));
+    EXPECT_TRUE(node_matches("shop@vm", "shop"));
+    EXPECT_TRUE(node_matches("shop", "shop@vm"));  // -sname shop, not distributed yet
+    EXPECT_FALSE(node_matches("shop@vm", "shop@other"));
+    EXPECT_FALSE(node_matches("shop@vm", "sho"));
+    EXPECT_FALSE(node_matches("trialej@localhost", "trial@localhost"));
+    EXPECT_FALSE(node_matches("", "shop"));
 }
 
 TEST(AgentDiscovery, ReleaseName) {
@@ -234,6 +283,14 @@ TEST(AgentLabels, ServiceNameFromConfigurationThenTheTarget) {
     EXPECT_EQ(source, "");
     cfg.service_by_node["rabbit@h"] = "queue-h";
     EXPECT_EQ(service_name(cfg, l, &source), "queue-h");
+    // service.NODE= by the short name, or quoted as Erlang prints it.
+    cfg = {};
+    cfg.service_by_node["rabbit"] = "by-short";
+    EXPECT_EQ(service_name(cfg, l, &source), "by-short");
+    cfg.service_by_node = {{"'rabbit@h'", "quoted"}};
+    EXPECT_EQ(service_name(cfg, l, &source), "quoted");
+    cfg.service_by_node = {{"rabbit@other", "other"}};
+    EXPECT_EQ(service_name(cfg, l, &source), "rabbitmq");
     cfg = {};
     EXPECT_EQ(service_name(cfg, VmLabels{}, &source), "beam.smp");
     EXPECT_EQ(source, "");

@@ -31,6 +31,7 @@
 #include "run/session.hpp"
 #include "run/wall_profile.hpp"
 #include "sampling/counters.hpp"
+#include "target/node_name.hpp"
 
 namespace bb::agent {
 
@@ -78,8 +79,11 @@ uint64_t rss_kib() {
 
 std::string service_name(const AgentConfig& cfg, const VmLabels& l, std::string* source) {
     if (source) source->clear();
+    // service.NODE= as node() prints it, or its short name ("shop" for shop@vm).
     if (auto it = cfg.service_by_node.find(l.node); !l.node.empty() && it != cfg.service_by_node.end())
         return it->second;
+    for (const auto& [node, service] : cfg.service_by_node)
+        if (node_matches(l.node, node)) return service;
     if (!cfg.service.empty()) return cfg.service;
     // Any local user can start a beam.smp that calls itself anything: a name the target chose is
     // used only if allowed, and says where it came from.
@@ -237,6 +241,12 @@ struct Agent::Followed {
         if (alloc) alloc->s->sym.refresh(now_ns);
         if (offcpu) offcpu->s->sym.refresh(now_ns);
     }
+    // Whether the interval so far holds anything of any part: a VM whose threads all blocked
+    // (a hung node, the case an off-CPU profile is for) has off-CPU data and no CPU sample.
+    bool interval_has_data() const {
+        return agg.total() > 0 || (alloc && (alloc->agg.total() > 0 || !alloc->strata.empty())) ||
+               (offcpu && offcpu->agg.total() > 0) || (wall && wall->agg.total() > 0);
+    }
     // The allocation and off-CPU walkers' rings (the CPU records come through the shared walker's).
     void drain_own_walkers() {
         if (alloc) alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
@@ -284,10 +294,11 @@ void Agent::scan(uint64_t now_ns) {
     }
     for (const BeamProcess& p : beams) {
         Key k{p.pid, p.start_time};
-        if (vms_.count(p.pid) || refused_.count(k) || ignored_.count(k)) continue;
+        if (vms_.count(p.pid) || refused_.count(k)) continue;
         VmLabels l = labels_of(p);
+        if (auto it = ignored_.find(k); it != ignored_.end() && it->second == l.node) continue;
         if (!wanted(p, l)) {
-            ignored_.insert(k);
+            ignored_[k] = l.node;
             log(fmt::format("ignored pid {} (node {}, cgroup {}): it matches no --match", p.pid,
                             l.node.empty() ? "-" : l.node, l.cgroup.empty() ? "-" : l.cgroup));
             continue;
@@ -296,7 +307,7 @@ void Agent::scan(uint64_t now_ns) {
     }
     // What is remembered of VMs not followed stays bounded by the VMs that exist.
     std::erase_if(refused_, [&](const Key& k) { return !present.count(k); });
-    std::erase_if(ignored_, [&](const Key& k) { return !present.count(k); });
+    std::erase_if(ignored_, [&](const auto& kv) { return !present.count(kv.first); });
     std::erase_if(first_failure_ns_, [&](const auto& kv) { return !present.count(kv.first); });
 }
 
@@ -310,6 +321,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     f->o.pid = p.pid;
     f->o.frequency = cfg_.frequency;
     f->o.native_depth = cfg_.native_depth;
+    f->o.verbose = true;  // its attach lines are a log's: in full (what the VM is and how it is read)
     const VmLabels& l = f->labels;
     try {
         f->s = std::make_unique<Session>(f->o);
@@ -439,6 +451,13 @@ void Agent::drain() {
 }
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
+    // A node that started distribution since the last interval (net_kernel:start/2, RabbitMQ)
+    // is filed under its name from this profile on.
+    if (auto node = node_name_in_memory(f.proc.pid, f.proc.start_time); node && !node->empty() && *node != f.labels.node) {
+        log(fmt::format("pid {} is node {} (was {})", f.proc.pid, clean(*node), f.labels.node.empty() ? "-" : f.labels.node));
+        f.labels.node = clean(*node);
+        f.labels.node_from_command_line = false;
+    }
     ship(f, "cpu", *f.s, f.agg, now_ns);
     if (f.wall) {
         ship(f, "wall", *f.s, f.wall->agg, now_ns);
@@ -533,11 +552,10 @@ void Agent::detach(pid_t pid, const std::string& why) {
         // The last interval, partial: what the walker emitted before the VM went.
         f.s->sampler->stop_events();
         if (f.alloc) f.alloc->s->sampler->stop_events();
+        if (f.offcpu) f.offcpu->s->sampler->stop_events();
         f.refresh_symbols(monotonic_ns());
         drain();  // every VM's records: this one's are all in the ring now
-        if (f.agg.total() > 0 || (f.alloc && (f.alloc->agg.total() > 0 || !f.alloc->strata.empty())) ||
-            (f.wall && f.wall->agg.total() > 0))
-            finish_interval(f, monotonic_ns());
+        if (f.interval_has_data()) finish_interval(f, monotonic_ns());
     } catch (const std::exception& e) {
         err = fmt::format(" (its last interval is lost: {})", e.what());
     }

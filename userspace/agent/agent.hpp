@@ -119,7 +119,10 @@ private:
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     // Declared after vms_: destroyed first, its thread gone before the VMs it samples.
     SchedSampler sched_;
-    std::set<Key> refused_, ignored_;
+    std::set<Key> refused_;
+    // VMs no --match wants, with the node name they had then: one that takes a name later
+    // (RabbitMQ starts distribution after its boot) is looked at again.
+    std::map<Key, std::string> ignored_;
     std::map<Key, uint64_t> first_failure_ns_;  // young VMs that failed to attach, retried a while
     AgentCounters c_;
     mutable std::string stats_error_;  // why --stats could not be written last, "" if it was

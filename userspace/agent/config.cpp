@@ -14,6 +14,7 @@
 #include <set>
 
 #include "agent/matcher.hpp"
+#include "base/closest.hpp"
 #include "base/error.hpp"
 #include "beam_bpf.h"
 
@@ -278,7 +279,13 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     if (const Setting* s = find_setting(key)) s->set(c, key, v);
     else if (key.starts_with("service.") && key.size() > 8) c.service_by_node[key.substr(8)] = v;
     else if (key.starts_with("label.") && key.size() > 6) c.labels.emplace_back(key.substr(6), v);
-    else throw UserError(fmt::format("unknown setting {}", key));
+    else {
+        std::vector<std::string> keys;
+        for (const Setting& s : settings()) keys.push_back(s.key);
+        auto near = closest(key, keys, 1);
+        const bool slip = !near.empty() && edit_distance(key, near[0]) <= std::max<size_t>(2, key.size() / 4);
+        throw UserError(fmt::format("unknown setting {}{}", key, slip ? "; did you mean " + near[0] + "?" : ""));
+    }
     c.given.insert(key.starts_with("service.") ? "service." : key.starts_with("label.") ? "label." : key);
 }
 

@@ -16,6 +16,7 @@
 
 #include "base/closest.hpp"
 #include "base/error.hpp"
+#include "target/node_name.hpp"
 #include "target/release.hpp"
 
 namespace bb {
@@ -129,8 +130,7 @@ pid_t by_node(const std::string& name) {
     for (const auto& p : find_beams()) {
         std::string node = labels_of(p).node;
         all.emplace_back(p.pid, node);
-        // "a" names a@host: what a user types for a short name.
-        if (!node.empty() && (node == name || node.substr(0, node.find('@')) == name)) match.emplace_back(p.pid, node);
+        if (node_matches(node, name)) match.emplace_back(p.pid, node);
     }
     auto list = [](const auto& vms) {
         std::vector<std::string> items;

@@ -36,6 +36,9 @@ void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::s
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
     add_target_options(app, o.targets, o.node);
+    app.add_flag("-v,--verbose", o.verbose,
+                 "the attach line in full: the VM's path and build-id, where its offsets, globals and symbols came "
+                 "from, its native unwind tables, how it is sampled");
     // Given or not: -e wall has a default of its own.
     app.add_option_function<uint64_t>(
         "-F,--frequency",
@@ -228,6 +231,12 @@ void resolve(CommonOptions& o) {
 }
 
 std::string describe_event(const CommonOptions& o) {
+    if (!o.verbose) {  // the attach line's short form
+        if (o.event == Event::alloc) return fmt::format("alloc: a sample every ~{} words allocated", alloc_interval(o));
+        if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at each GC";
+        if (o.event == Event::wall) return fmt::format("wall: {} ticks a second", o.frequency);
+        if (o.event == Event::offcpu) return fmt::format("offcpu: blocks of {} us or more", o.threshold_us);
+    }
     if (o.event == Event::alloc)
         return fmt::format(
             "alloc: words allocated, a sample every ~{} words where they are allocated (hardware "

@@ -67,6 +67,7 @@ struct CommonOptions {
     bool by_pid = false;      // a root frame per process: name, then pid
     std::string stats_file;   // JSON figures of the run, for the bench
     double every = 0;         // --every: one report per this many seconds, -o names them by %t
+    bool verbose = false;     // -v: the attach line in full (build-id, where offsets and symbols came from)
 
     // Resolved by resolve(), from the above:
     std::vector<Format> formats;
@@ -83,7 +84,7 @@ void resolve(CommonOptions& o);
 SamplerConfig sampler_config(const CommonOptions& o);
 // -e alloc's watchpoint interval in words (--period, else the default); 0 for other events.
 uint64_t alloc_interval(const CommonOptions& o);
-// "cpu-clock 999 Hz per VM thread", for the attach line.
+// How the run samples, for the attach line: in a few words, in full with -v (o.verbose).
 std::string describe_event(const CommonOptions& o);
 // Root, or the three capabilities; UserError naming the missing ones otherwise.
 void check_privileges();

@@ -34,8 +34,10 @@ void Reporter::add(const bb_record& r, std::span<const uint32_t> frames, uint64_
 
 namespace {
 
-// Said once a run when this share of the samples ends in native code with no name.
+// Said once a run when this share of the samples ends in native code with no name, in a run of
+// enough samples for the share to mean something.
 constexpr double kUnnamedHint = 0.05;
+constexpr uint64_t kUnnamedHintSamples = 100;
 
 // How many samples end in native code that has no symbol ("beam.smp+0x203470"), and the file
 // most of them are in.
@@ -75,14 +77,13 @@ void Reporter::write(uint64_t now_ns) {
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
     strata_.drain_into(agg_, s_.sym.unsampled_alloc());
     Profile p = agg_.profile(s_.sym.frames(), m);
-    if (!hinted_unnamed_ && p.total()) {
+    if (!hinted_unnamed_ && p.total() >= kUnnamedHintSamples) {
         auto [unnamed, file] = unnamed_native(p);
         if (unnamed >= kUnnamedHint * static_cast<double>(p.total())) {
             hinted_unnamed_ = true;
             fmt::print(stderr,
-                       "{}: {:.0f}% of the samples end in native code of {} that has no symbol: names come from its "
-                       "debug file (Debian: the package's -dbgsym, e.g. erlang-base-dbgsym from the debian-debug "
-                       "archive), or from a debuginfod server (DEBUGINFOD_URLS=https://debuginfod.debian.net)\n",
+                       "{0}: {1:.0f}% of the samples end in native code of {2} that has no symbols:\n"
+                       "{0}: install its debug file (a -dbgsym package) or set DEBUGINFOD_URLS=https://debuginfod.debian.net\n",
                        tool_name(), 100.0 * static_cast<double>(unnamed) / static_cast<double>(p.total()),
                        printable(file));
         }
@@ -97,11 +98,11 @@ void Reporter::write(uint64_t now_ns) {
             throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
     }
     s_.out.commit();
-    if (o_.every > 0)
-        for (const auto& path : s_.out.paths())
-            fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path,
-                       std::string_view(unit_) == "wall" ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
-                                                         : fmt::format("{} {}", agg_.total(), unit_));
+    // Every file written, -o FILE's too: which file, and what it holds. (None for stdout.)
+    for (const auto& path : s_.out.paths())
+        fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path,
+                   std::string_view(unit_) == "wall" ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
+                                                     : fmt::format("{} {}", agg_.total(), unit_));
     agg_.clear();
     interval_start_ns_ = now_ns;
 }

@@ -5,6 +5,7 @@
 #include "base/clock.hpp"
 #include "base/text.hpp"
 #include "inspect/find_process.hpp"
+#include "target/discovery.hpp"
 #include "target/proc_maps.hpp"
 
 namespace bb {
@@ -16,13 +17,27 @@ const CommonOptions& resolved(CommonOptions& o) {
 }
 }  // namespace
 
+void print_attached(const Vm& vm, size_t jit_modules, std::string_view native, std::string_view what,
+                    std::string_view events_note) {
+    const char* tool = tool_name();
+    auto p = read_beam("/proc", vm.pid());
+    const std::string node = p ? labels_of(*p).node : "";
+    fmt::print(stderr, "{}\n",
+               printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}), {} JIT modules{}; {} (-v: in full)", tool,
+                                     vm.exe().substr(vm.exe().rfind('/') + 1), vm.pid(),
+                                     node.empty() ? "" : node + ", ", vm.release().major, jit_modules, native, what)));
+    // Not the common case: its own line, as it changes what the run costs the host.
+    if (!events_note.empty()) fmt::print(stderr, "{}: sampled through {}\n", tool, printable(events_note));
+}
+
 // Member order is the order of the checks: bad options, then an unwritable -o, then
 // privileges, then the VM.
 Session::Session(CommonOptions& o)
     : out(resolved(o)),
       vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
       sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
-      names(vm, o.raw_names) {
+      names(vm, o.raw_names),
+      verbose(o.verbose) {
     if (o.process.empty()) return;
     only_pid = find_process(vm, names, o.process, "--process");
     if (!o.process.starts_with('<'))
@@ -59,13 +74,16 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
                    "before\n",
                    tool, c.code_events_off);
     // Paths and names in these lines are the target's text: printable (base/text.hpp).
-    fmt::print(stderr, "{}\n",
-               printable(fmt::format(
-                   "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}{}, {} JIT modules{}, {}, {}{}", tool,
-                   vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
-                   vm.symbols_origin().empty() ? "" : ", globals from the " + vm.symbols_origin(),
-                   sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
-                   sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
+    if (verbose)
+        fmt::print(stderr, "{}\n",
+                   printable(fmt::format(
+                       "{}: attached to {} (pid {}, {}, build-id {}), offsets from {}{}, {} JIT modules{}, {}, {}{}",
+                       tool, vm.exe(), vm.pid(), vm.build().describe(), vm.elf().build_id(), vm.offsets().origin,
+                       vm.symbols_origin().empty() ? "" : ", globals from the " + vm.symbols_origin(),
+                       sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
+                       sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
+    else
+        print_attached(vm, sym.jit().module_count(), unwind ? ", native frames" : "", what, sampler->events_note());
     if (unwind)
         for (const auto& why : unwind->skipped())
             fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "inspect/processes.hpp"
 #include "native/function_search.hpp"
@@ -50,7 +51,14 @@ public:
     std::optional<Sampler> sampler;
     uint64_t start_ns = 0, start_unix_ns = 0;  // monotonic and wall clock when sampling started
     std::vector<uint64_t> alloc_exits;         // -e alloc: where the exit probe is (add_alloc_probes())
+    bool verbose = false;                      // -v: the attach line in full
 };
+
+// The attach line without -v, at most about 120 columns: pid, node, release, JIT modules,
+// `native` (", native frames" or ""), then `what` (how it samples); `events_note`
+// (Sampler::events_note()), when not empty, on a line of its own.
+void print_attached(const Vm& vm, size_t jit_modules, std::string_view native, std::string_view what,
+                    std::string_view events_note = {});
 
 // An entry probe on a native function, for SamplerConfig::entry_probes.
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);

@@ -60,11 +60,15 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     const char* tool = tool_name();
     s.start_ns = monotonic_ns();
     s.start_unix_ns = unix_now_ns();
-    fmt::print(stderr, "{}\n",
-               printable(fmt::format("{}: attached to {} (pid {}, {}), offsets from {}, {} JIT modules, {}, {} "
-                                     "processes read a tick (of {} process table slots)",
-                                     tool, vm.exe(), vm.pid(), vm.build().describe(), vm.offsets().origin,
-                                     s.sym.jit().module_count(), describe_event(o), per_tick, wall.table_slots())));
+    if (o.verbose)
+        fmt::print(stderr, "{}\n",
+                   printable(fmt::format("{}: attached to {} (pid {}, {}), offsets from {}, {} JIT modules, {}, {} "
+                                         "processes read a tick (of {} process table slots)",
+                                         tool, vm.exe(), vm.pid(), vm.build().describe(), vm.offsets().origin,
+                                         s.sym.jit().module_count(), describe_event(o), per_tick, wall.table_slots())));
+    else
+        print_attached(vm, s.sym.jit().module_count(), "",
+                       fmt::format("{}, {} processes a tick", describe_event(o), per_tick));
     if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, printable(vm.caveat()));
     if (!s.names.unavailable().empty())
         fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, printable(s.names.unavailable()));

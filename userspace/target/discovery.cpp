@@ -10,6 +10,8 @@
 #include <cstring>
 #include <memory>
 
+#include "target/node_name.hpp"
+
 namespace bb {
 
 std::string read_bounded(const std::string& path, size_t max) {
@@ -81,7 +83,9 @@ std::optional<BeamProcess> read_beam(const std::string& proc, pid_t pid) {
     t.environ = read_bounded(dir + "/environ", kMaxEnviron);
     t.cgroup = read_bounded(dir + "/cgroup", 16 * 1024);
     t.status = read_bounded(dir + "/status", 16 * 1024);
-    return parse_beam(pid, t);
+    auto p = parse_beam(pid, t);
+    if (p && proc == "/proc") p->node_in_memory = node_name_in_memory(pid, p->start_time);
+    return p;
 }
 
 std::optional<BeamProcess> parse_beam(pid_t pid, const ProcTexts& t) {
@@ -216,7 +220,12 @@ std::string clean(const std::string& text, size_t max) {
 
 VmLabels labels_of(const BeamProcess& p) {
     VmLabels l;
-    l.node = clean(node_name(p.argv));
+    if (p.node_in_memory && !p.node_in_memory->empty()) {
+        l.node = clean(*p.node_in_memory);
+    } else {
+        l.node = clean(node_name(p.argv));
+        l.node_from_command_line = !l.node.empty();
+    }
     l.release = clean(release_name(p.argv, p.env));
     l.container_id = container_id(p.cgroup);
     l.cgroup = clean(p.cgroup, 1024);

@@ -26,6 +26,9 @@ struct BeamProcess {
     std::vector<std::string> env;
     std::string cgroup;  // the cgroup v2 path ("0::" line), or the first v1 one
     pid_t ns_pid = 0;    // its pid in its own pid namespace (NSpid's last), 0 if unknown
+    // Its node's name as its memory holds it (target/node_name.hpp): "" when not distributed,
+    // nullopt when not read (another user's VM, one still booting, a /proc other than the host's).
+    std::optional<std::string> node_in_memory;
 };
 
 inline constexpr size_t kMaxCmdline = 64 * 1024;
@@ -48,7 +51,8 @@ bool is_beam_exe(const std::string& exe);
 
 // Every beam.smp under `proc` ("/proc"); processes that vanish or cannot be read are left out.
 std::vector<BeamProcess> find_beams(const std::string& proc = "/proc");
-// One process, nullopt if it is gone or is not a BEAM.
+// One process, nullopt if it is gone or is not a BEAM. Under "/proc", its node's name is read
+// from its memory too.
 std::optional<BeamProcess> read_beam(const std::string& proc, pid_t pid);
 // The parsing half of read_beam, on texts as they were read (any bytes): nullopt if they are not
 // a BEAM's (not its executable, no start time).
@@ -56,7 +60,11 @@ std::optional<BeamProcess> parse_beam(pid_t pid, const ProcTexts& t);
 
 // What each profile of a VM is labelled with (see docs/agent.md, Labels).
 struct VmLabels {
-    std::string node;          // -name / -sname as given ("a@host", "worker"); "" when not distributed
+    // The node's name as node() gives it ("a@host"), read from the VM's memory; for a VM not
+    // distributed yet (or not readable), what -name / -sname says it will be ("a@host", "worker");
+    // "" when neither names it.
+    std::string node;
+    bool node_from_command_line = false;  // `node` is the command line's, not yet the VM's
     std::string release;       // an Elixir or rebar3 release's name; "" when none
     std::string container_id;  // 64 hex digits found in the cgroup path; "" when none
     std::string cgroup;

@@ -8,6 +8,7 @@
 
 #include "agent/agent.hpp"
 #include "base/error.hpp"
+#include "base/usage.hpp"
 #include "run/options.hpp"
 
 using namespace bb;
@@ -34,12 +35,9 @@ int run(int argc, char** argv) {
     agent::add_setting_options(app, given);
     try {
         app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // One line, as every other refusal: an init system's log shows it whole.
-        fmt::print(stderr, "beam-bpf-agent: error: {} (see --help)\n", e.what());
-        return e.get_exit_code();
+        return usage_error(app, e);
     }
     auto load = [&] { return agent::load_config(config_file, given); };
     agent::AgentConfig cfg = load();

@@ -4,6 +4,7 @@
 #include <fmt/ostream.h>
 
 #include "base/clock.hpp"
+#include "base/usage.hpp"
 #include "find/find_vm.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
@@ -29,18 +30,30 @@ int run(int argc, char** argv) {
     bool exact = false, count_calls = false;
     app.add_option("FUNC", func, "native function name (prefix)")->required();
     add_common_options(app, o);
+    // beam-bpf-sample's other modes are not blame's: their options are not in its --help.
+    for (const char* name : {"-e", "--threshold", "--watchpoints-in-vm"}) app.remove_option(app.get_option(name));
+    app.add_option_function<std::string>(
+        "-e,--event",
+        [&o](const std::string& name) {
+            for (Event e : {Event::cpu_clock, Event::cycles})
+                if (name == event_name(e)) return void(o.event = e);
+            throw UserError(fmt::format("-e {}: beam-bpf-blame samples cpu-clock or cycles{}", name,
+                                        name == "alloc" || name == "alloc-gc" || name == "wall" || name == "offcpu"
+                                            ? fmt::format("; -e {} is beam-bpf-sample's", name)
+                                            : ""));
+        },
+        "what counts towards a sample: cpu-clock (default: CPU time, works everywhere) or cycles (CPU cycles from "
+        "the hardware PMU; not in most VMs)");
     app.add_flag("--exact", exact, "match FUNC exactly instead of as a prefix");
     app.add_flag("--count", count_calls,
                  "count every call of FUNC (entry uprobe) by Erlang stack instead of sampling time");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return usage_error(app, e);
     }
     // The options first (a bad one is the only line), then which VM.
     resolve(o);
-    if (is_alloc(o.event)) throw UserError("-e alloc is beam-bpf-sample's (an allocation profile)");
-    if (o.event == Event::wall) throw UserError("-e wall is beam-bpf-sample's (a wall-clock profile of every process)");
     o.pid = find_vm(o.targets, o.node);
     Session s(o);
     auto& vm = s.vm;

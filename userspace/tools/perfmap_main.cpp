@@ -18,6 +18,7 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/usage.hpp"
 #include "symbols/jit_code.hpp"
 #include "target/vm.hpp"
 
@@ -95,7 +96,7 @@ int run(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return usage_error(app, e);
     }
     if (out.empty()) out = fmt::format("/tmp/perf-{}.map", pid);
 

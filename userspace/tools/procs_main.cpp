@@ -12,6 +12,7 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "base/usage.hpp"
 #include "find/find_vm.hpp"
 #include "inspect/processes.hpp"
 #include "inspect/procs_report.hpp"
@@ -108,7 +109,7 @@ int run(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return usage_error(app, e);
     }
 
     static const std::set<std::string> kSorts{"memory", "binary", "heap", "stack", "queue", "reductions"};

@@ -6,6 +6,7 @@
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
+#include "base/usage.hpp"
 #include "find/find_vm.hpp"
 #include "run/pstack.hpp"
 #include "run/reporter.hpp"
@@ -49,7 +50,7 @@ int run(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return usage_error(app, e);
     }
     // The options first (a bad one is the only line), then which VM.
     resolve(o);

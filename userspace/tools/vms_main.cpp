@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.hpp"
+#include "base/usage.hpp"
 #include "find/find_vm.hpp"
 
 using namespace bb;
@@ -28,7 +29,7 @@ int run(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return usage_error(app, e);
     }
     const auto vms = list_vms();
     if (vms.empty()) {
@@ -38,11 +39,20 @@ int run(int argc, char** argv) {
     }
     // The labels are cleaned of control bytes by labels_of (target/discovery.hpp).
     fmt::print("{:<8} {:<28} {:<16} {:>3} {:>8} {}\n", "PID", "NODE", "RELEASE", "OTP", "UPTIME", "CONTAINER");
-    for (const auto& v : vms)
-        fmt::print("{:<8} {:<28} {:<16} {:>3} {:>8} {}\n", v.process.pid, v.labels.node.empty() ? "-" : v.labels.node,
+    bool marked = false;
+    for (const auto& v : vms) {
+        // The node as node() gives it, read from the VM; a name only its command line gives yet
+        // is marked.
+        std::string node = v.labels.node.empty() ? "-" : v.labels.node + (v.labels.node_from_command_line ? "*" : "");
+        marked |= v.labels.node_from_command_line;
+        fmt::print("{:<8} {:<28} {:<16} {:>3} {:>8} {}\n", v.process.pid, node,
                    v.labels.release.empty() ? "-" : v.labels.release,
                    v.otp_release ? std::to_string(v.otp_release) : "?", uptime_text(v.uptime_s),
                    v.labels.container_id.empty() ? "-" : v.labels.container_id.substr(0, 12));
+    }
+    if (marked)
+        fmt::print("* from the command line (-name, -sname): the VM is not distributed yet, or its memory is not "
+                   "this user's to read\n");
     return 0;
 }
 
