@@ -175,6 +175,14 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
     ToolResult e = run_tool(kTool, {"-d", "1", "--exact", kGc, pid_arg(vm)}, 30s);
     ASSERT_EQ(e.exit_code, 0) << describe(e);
     EXPECT_EQ(watched(e), std::vector<std::string>{kGc}) << describe(e);
+
+    // A comma list: each name matched as alone (GC after a BIF has an entry of its own), a
+    // function two of them match watched once; an empty name is an error.
+    ToolResult both = run_tool(kTool, {"-d", "1", "--exact", kGc + ",erts_gc_after_bif_call_lhf," + kGc, pid_arg(vm)},
+                               30s);
+    ASSERT_EQ(both.exit_code, 0) << describe(both);
+    EXPECT_EQ(watched(both), (std::vector<std::string>{kGc, "erts_gc_after_bif_call_lhf"})) << describe(both);
+    expect_error(run_tool(kTool, {"-d", "1", kGc + ",", pid_arg(vm)}, 30s), "an empty function name");
 }
 
 // --- exact count against the VM's GC trace -----------------------------------------------

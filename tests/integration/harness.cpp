@@ -306,6 +306,10 @@ RunningTool start_argv(const std::vector<std::string>& argv, const std::optional
 
 // --- workloads ---------------------------------------------------------------------------
 
+// The tools size their tables to COLUMNS (base/text.hpp): a test sets it where it looks at that,
+// never inherits the shell's.
+[[maybe_unused]] const bool kNoColumns = (unsetenv("COLUMNS"), true);
+
 std::string sname_node(const std::string& sname) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);

@@ -673,4 +673,33 @@ TEST_P(ProcsVmTest, EtsWatchShowsTheGrowingTable) {
     }
 }
 
+// In a terminal of 100 columns (COLUMNS, as a shell exports it) every line of the table and of
+// --watch fits, names cut at their end; --watch's columns stay where they are from one refresh
+// to the next while its rows change. Piped (no COLUMNS), nothing is cut but names past 48.
+TEST(ProcsWidthTest, TablesFitTheTerminalAndWatchKeepsItsColumns) {
+    ErlVm erl("bb_state:main()");
+    erl.wait_line("ready");
+    const std::string pid = std::to_string(erl.os_pid());
+    setenv("COLUMNS", "100", 1);
+    ToolResult table = run_tool(kTool, {pid}, 30s);
+    ToolResult watch = run_tool(kTool, {"--watch", "0.3", "--count", "5", pid}, 60s);
+    unsetenv("COLUMNS");
+    ASSERT_EQ(table.exit_code, 0) << describe(table);
+    ASSERT_EQ(watch.exit_code, 0) << describe(watch);
+    for (const ToolResult* r : {&table, &watch})
+        for (const std::string& line : lines_of(r->out)) EXPECT_LE(line.size(), 100u) << line;
+    std::set<std::string> headings;
+    size_t refreshes = 0;
+    for (const std::string& line : lines_of(watch.out)) {
+        if (line.starts_with("beam-bpf-procs: ")) refreshes++;
+        if (line.starts_with("PID ")) headings.insert(line);
+    }
+    EXPECT_EQ(refreshes, 5u) << watch.out;
+    EXPECT_EQ(headings.size(), 1u) << watch.out;  // the same columns in every refresh
+    EXPECT_NE(table.out.find("bb_growing"), std::string::npos) << table.out;
+    ToolResult piped = run_tool(kTool, {"--all", pid}, 30s);
+    ASSERT_EQ(piped.exit_code, 0) << describe(piped);
+    EXPECT_NE(piped.out.find("bb_state:growing/0"), std::string::npos) << piped.out;  // CURRENT whole
+}
+
 }  // namespace

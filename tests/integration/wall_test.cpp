@@ -274,7 +274,9 @@ TEST(WallTest, ReadsPerTickAreBounded) {
     std::string word, server;
     double processes = 0;
     ready >> word >> server >> processes;
-    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "4", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
+    // -v: the attach line in full says how many slots the table has.
+    ToolResult r =
+        run_tool(kTool, {"-e", "wall", "-d", "4", "-v", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(of (\d+) process table slots)"))) << r.err;

@@ -321,7 +321,8 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     f->o.pid = p.pid;
     f->o.frequency = cfg_.frequency;
     f->o.native_depth = cfg_.native_depth;
-    f->o.verbose = true;  // its attach lines are a log's: in full (what the VM is and how it is read)
+    f->o.verbose = true;         // its attach lines are a log's: in full (what the VM is and how it is read)
+    f->o.wait_for_boot = false;  // a VM caught starting is tried at the next scan, the others not held up
     const VmLabels& l = f->labels;
     try {
         f->s = std::make_unique<Session>(f->o);

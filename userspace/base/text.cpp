@@ -3,9 +3,27 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 namespace bb {
+
+size_t output_columns() {
+    if (const char* env = std::getenv("COLUMNS")) {
+        std::string_view v(env);
+        size_t n = 0;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec == std::errc() && end == v.data() + v.size() && n >= 20 && n <= 10000) return n;
+    }
+    winsize ws{};
+    if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    return 0;
+}
 
 std::string human_bytes(uint64_t b) {
     if (b < 10 * 1024) return fmt::format("{} B", b);

@@ -37,6 +37,10 @@ std::string printable(std::string_view bytes);
 // U+FFFD. Strings from the target should be printable() first; this is for what slips by.
 std::string json_text(const nlohmann::json& j, int indent = -1);
 
+// How wide a table on stdout may be: COLUMNS when set (as a shell sets it), else the terminal's
+// width when stdout is one, else 0 (piped: no limit).
+size_t output_columns();
+
 // True when printable(bytes) == bytes: nothing to escape (the common case, checked first so
 // clean names are not copied).
 bool is_printable(std::string_view bytes);

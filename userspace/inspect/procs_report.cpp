@@ -75,7 +75,66 @@ size_t name_width(const std::vector<Row>& rows) {
     return std::min(w, kNameWidthMax);
 }
 
-std::string fit(const std::string& s, size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
+// `s` in `width` columns at most, cut at its end with "..." (0: as it is).
+std::string fit(const std::string& s, size_t width) {
+    if (width == 0 || s.size() <= width) return s;
+    return width <= 3 ? s.substr(0, width) : s.substr(0, width - 3) + "...";
+}
+
+// The figures' columns of a table, then NAME and CURRENT. In a terminal of `columns` columns
+// (0: piped, no limit) the optional ones go first, right to left, until a name and a function
+// have room; NAME and CURRENT then share what is left, NAME two fifths of it at most, each cut
+// at its end. The layout depends on `columns` and `name_natural` alone: --watch passes the
+// widest NAME may be, so that its columns stay where they are from one refresh to the next.
+struct Column {
+    const char* head;
+    size_t width;
+    bool optional = false;
+    bool left = false;
+};
+
+struct Layout {
+    std::vector<bool> shown;
+    size_t name = 0, current = 0;  // current 0: not cut
+};
+
+Layout lay_out(const std::vector<Column>& cols, size_t name_natural, size_t columns) {
+    Layout l{std::vector<bool>(cols.size(), true), std::min(name_natural, kNameWidthMax), 0};
+    if (columns == 0) return l;
+    auto fixed = [&] {
+        size_t w = 0;
+        for (size_t i = 0; i < cols.size(); i++) w += l.shown[i] ? cols[i].width + 1 : 0;
+        return w;
+    };
+    constexpr size_t kMinName = 12, kMinCurrent = 16;
+    for (size_t i = cols.size(); i-- > 0 && fixed() + kMinName + 1 + kMinCurrent > columns;)
+        if (cols[i].optional) l.shown[i] = false;
+    const size_t avail = columns > fixed() + 9 ? columns - fixed() : 9;  // too narrow: 4 and 4, and it wraps
+    l.name = std::clamp<size_t>(std::min(l.name, avail * 2 / 5), 4, kNameWidthMax);
+    l.current = avail - l.name - 1;
+    return l;
+}
+
+// One line of the table: `cells` are the figures, one per column (those not shown skipped).
+std::string table_line(const std::vector<Column>& cols, const Layout& l, const std::vector<std::string>& cells,
+                       const std::string& name, const std::string& current) {
+    std::string out;
+    for (size_t i = 0; i < cols.size(); i++) {
+        if (!l.shown[i]) continue;
+        out += cols[i].left ? fmt::format("{:<{}} ", cells[i], cols[i].width)
+                            : fmt::format("{:>{}} ", cells[i], cols[i].width);
+    }
+    return out + fmt::format("{:<{}} {}", fit(name, l.name), l.name, fit(current, l.current));
+}
+
+// "beam.smp": the path is in -v of the other tools, and in beam-bpf-vms.
+std::string exe_name(const Vm& vm) { return vm.exe().substr(vm.exe().rfind('/') + 1); }
+
+std::vector<std::string> headings(const std::vector<Column>& cols) {
+    std::vector<std::string> out;
+    for (const Column& c : cols) out.push_back(c.head);
+    return out;
+}
 
 nlohmann::json row_json(const Row& r, uint32_t proc_size) {
     const ProcessEntry& e = *r.p;
@@ -138,18 +197,23 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
         std::cout << json_text(j, 1) << "\n";
         return 0;
     }
-    fmt::print("beam-bpf-procs: {} processes of {} {} ({}), {} unreadable, read in {:.1f} ms\n", table.processes.size(),
-               printable(c.vm.exe()), c.vm.pid(), c.vm.build().describe(), table.unreadable, read_ns / 1e6);
+    fmt::print("beam-bpf-procs: {} processes of {} {} (OTP {}), {} unreadable, read in {:.1f} ms\n",
+               table.processes.size(), printable(exe_name(c.vm)), c.vm.pid(), c.vm.release().major, table.unreadable,
+               read_ns / 1e6);
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
-    const size_t nw = name_width(rows);
-    fmt::print("{:<14} {:>9} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY", "BINARY", "HEAP",
-               "STACK", "MSGQ", "REDS", "STATUS", "NAME", nw, "CURRENT");
+    static const std::vector<Column> cols{{"PID", 14, false, true}, {"MEMORY", 9},       {"BINARY", 9, true},
+                                          {"HEAP", 10, true},         {"STACK", 7, true}, {"MSGQ", 7},
+                                          {"REDS", 12},               {"STATUS", 18, false, true}};
+    const Layout l = lay_out(cols, name_width(rows), o.columns);
+    fmt::print("{}\n", table_line(cols, l, headings(cols), "NAME", "CURRENT"));
     for (const Row& r : rows) {
         const ProcessEntry& e = *r.p;
-        fmt::print("{:<14} {:>9} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", r.pid,
-                   human_bytes(e.memory(proc_size)), human_bytes(e.binary_bytes), e.total_heap_sz(), e.stack_sz,
-                   e.msgq_len, e.reds, e.status(), fit(r.name, nw), nw, r.current);
+        fmt::print("{}\n", table_line(cols, l,
+                                      {r.pid, human_bytes(e.memory(proc_size)), human_bytes(e.binary_bytes),
+                                       std::to_string(e.total_heap_sz()), std::to_string(e.stack_sz),
+                                       std::to_string(e.msgq_len), std::to_string(e.reds), e.status()},
+                                      r.name, r.current));
     }
     return 0;
 }
@@ -233,21 +297,25 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             std::cout << json_text(j, -1) << std::endl;  // one line per interval
         } else {
             if (tty) fmt::print("\x1b[H\x1b[2J");
-            fmt::print(
-                "beam-bpf-procs: {} processes of {} {}, growth in the last {} s by {} (new processes: all "
-                "they hold)\n",
-                table.processes.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, o.sort);
+            fmt::print("beam-bpf-procs: {} processes of {} {}; growth in {} s, by {} (new*: all it holds)\n",
+                       table.processes.size(), printable(exe_name(c.vm)), c.vm.pid(), o.watch, o.sort);
             if (!busy.empty())
-                fmt::print("schedulers busy (the VM's own busy, spinning not counted): {}\n", SchedUtil::line(busy));
-            const size_t nw = name_width(rows);
-            fmt::print("{:<14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>7} {:>12} {:<18} {:<{}} {}\n", "PID", "MEMORY",
-                       "+MEMORY", "BINARY", "+BINARY", "MSGQ", "+MSGQ", "+REDS", "STATUS", "NAME", nw, "CURRENT");
+                fmt::print("{}\n", fit("schedulers busy (spinning not counted): " + SchedUtil::line(busy), o.columns));
+            static const std::vector<Column> cols{
+                {"PID", 14, false, true}, {"MEMORY", 9, true}, {"+MEMORY", 10}, {"BINARY", 9, true},
+                {"+BINARY", 10, true},    {"MSGQ", 7},         {"+MSGQ", 7},    {"+REDS", 12},
+                {"STATUS", 18, false, true}};
+            // NAME as wide as it may be, whatever this refresh's names: the columns stay put.
+            const Layout l = lay_out(cols, kNameWidthMax, o.columns);
+            fmt::print("{}\n", table_line(cols, l, headings(cols), "NAME", "CURRENT"));
             for (const Row& r : rows) {
                 const ProcessEntry& e = *r.p;
-                fmt::print("{:<14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>+7} {:>12} {:<18} {:<{}} {}\n",
-                           r.pid + (r.fresh ? "*" : ""), human_bytes(e.memory(proc_size)), signed_bytes(r.d_memory),
-                           human_bytes(e.binary_bytes), signed_bytes(r.d_binary), e.msgq_len, r.d_queue, r.d_reds,
-                           e.status(), fit(r.name, nw), nw, r.current);
+                fmt::print("{}\n", table_line(cols, l,
+                                              {r.pid + (r.fresh ? "*" : ""), human_bytes(e.memory(proc_size)),
+                                               signed_bytes(r.d_memory), human_bytes(e.binary_bytes),
+                                               signed_bytes(r.d_binary), std::to_string(e.msgq_len),
+                                               fmt::format("{:+}", r.d_queue), std::to_string(r.d_reds), e.status()},
+                                              r.name, r.current));
             }
             if (rows.empty()) fmt::print("(no process grew or ran in the interval)\n");
             std::fflush(stdout);

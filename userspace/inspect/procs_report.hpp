@@ -22,6 +22,7 @@ struct ProcsOptions {
     std::string inspect, syntax = "auto";
     int depth = 20;
     size_t width = 120;
+    size_t columns = 0;  // the terminal's width: the tables fit it (0: piped, no limit)
     uint64_t max_heap_mib = 1024;
     bool stacks = false;    // --stacks
     bool binaries = false;  // --binaries

@@ -145,8 +145,16 @@ std::string SchedUtil::line(const std::vector<SchedBusy>& s) {
     std::string out;
     for (uint8_t type : {uint8_t{BB_SCHED_NORMAL}, uint8_t{BB_SCHED_DIRTY_CPU}, uint8_t{BB_SCHED_DIRTY_IO}}) {
         std::string part;
-        for (const SchedBusy& b : s)
-            if (b.type == type) part += fmt::format("{}{} {:.0f}%", part.empty() ? "" : "  ", b.no, 100 * b.busy);
+        size_t idle = 0, all = 0;
+        for (const SchedBusy& b : s) {
+            if (b.type != type) continue;
+            all++;
+            // Dirty schedulers are mostly idle (ten dirty I/O ones by default): those at 0% are
+            // one figure, not a column each.
+            if (type != BB_SCHED_NORMAL && 100 * b.busy < 0.5) idle++;
+            else part += fmt::format("{}{} {:.0f}%", part.empty() ? "" : "  ", b.no, 100 * b.busy);
+        }
+        if (idle) part += part.empty() ? fmt::format("{} at 0%", idle) : fmt::format(", {} more at 0%", idle);
         if (part.empty()) continue;
         const char* kind = type == BB_SCHED_NORMAL ? "normal" : type == BB_SCHED_DIRTY_CPU ? "dirty cpu" : "dirty io";
         out += fmt::format("{}{} {}", out.empty() ? "" : " | ", kind, part);

@@ -68,6 +68,7 @@ struct CommonOptions {
     std::string stats_file;   // JSON figures of the run, for the bench
     double every = 0;         // --every: one report per this many seconds, -o names them by %t
     bool verbose = false;     // -v: the attach line in full (build-id, where offsets and symbols came from)
+    bool wait_for_boot = true;  // the agent: false (Vm::attach)
 
     // Resolved by resolve(), from the above:
     std::vector<Format> formats;

@@ -17,15 +17,15 @@ const CommonOptions& resolved(CommonOptions& o) {
 }
 }  // namespace
 
-void print_attached(const Vm& vm, size_t jit_modules, std::string_view native, std::string_view what,
+void print_attached(const Vm& vm, std::string_view native, std::string_view what,
                     std::string_view events_note) {
     const char* tool = tool_name();
     auto p = read_beam("/proc", vm.pid());
     const std::string node = p ? labels_of(*p).node : "";
     fmt::print(stderr, "{}\n",
-               printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}), {} JIT modules{}; {} (-v: in full)", tool,
+               printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}); {}{}", tool,
                                      vm.exe().substr(vm.exe().rfind('/') + 1), vm.pid(),
-                                     node.empty() ? "" : node + ", ", vm.release().major, jit_modules, native, what)));
+                                     node.empty() ? "" : node + ", ", vm.release().major, what, native)));
     // Not the common case: its own line, as it changes what the run costs the host.
     if (!events_note.empty()) fmt::print(stderr, "{}: sampled through {}\n", tool, printable(events_note));
 }
@@ -34,7 +34,7 @@ void print_attached(const Vm& vm, size_t jit_modules, std::string_view native, s
 // privileges, then the VM.
 Session::Session(CommonOptions& o)
     : out(resolved(o)),
-      vm((check_privileges(), Vm::attach(o.pid, o.offsets_file))),
+      vm((check_privileges(), Vm::attach(o.pid, o.offsets_file, o.wait_for_boot))),
       sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
       names(vm, o.raw_names),
       verbose(o.verbose) {
@@ -83,7 +83,7 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
                        sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
                        sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
     else
-        print_attached(vm, sym.jit().module_count(), unwind ? ", native frames" : "", what, sampler->events_note());
+        print_attached(vm, unwind ? ", native frames" : "", what, sampler->events_note());
     if (unwind)
         for (const auto& why : unwind->skipped())
             fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));

@@ -54,10 +54,11 @@ public:
     bool verbose = false;                      // -v: the attach line in full
 };
 
-// The attach line without -v, at most about 120 columns: pid, node, release, JIT modules,
-// `native` (", native frames" or ""), then `what` (how it samples); `events_note`
-// (Sampler::events_note()), when not empty, on a line of its own.
-void print_attached(const Vm& vm, size_t jit_modules, std::string_view native, std::string_view what,
+// The attach line without -v, at most about 120 columns: pid, node, release, then `what` (how
+// it samples) and `native` (", native frames" or ""); `events_note` (Sampler::events_note()),
+// when not empty, on a line of its own. -v gives the rest: path, build-id, where the offsets
+// and symbols came from, JIT modules, unwind tables.
+void print_attached(const Vm& vm, std::string_view native, std::string_view what,
                     std::string_view events_note = {});
 
 // An entry probe on a native function, for SamplerConfig::entry_probes.

@@ -67,7 +67,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                                          tool, vm.exe(), vm.pid(), vm.build().describe(), vm.offsets().origin,
                                          s.sym.jit().module_count(), describe_event(o), per_tick, wall.table_slots())));
     else
-        print_attached(vm, s.sym.jit().module_count(), "",
+        print_attached(vm, "",
                        fmt::format("{}, {} processes a tick", describe_event(o), per_tick));
     if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, printable(vm.caveat()));
     if (!s.names.unavailable().empty())

@@ -32,11 +32,12 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-Vm Vm::attach(pid_t pid, const std::string& offsets_file) {
+Vm Vm::attach(pid_t pid, const std::string& offsets_file, bool wait_for_boot) {
     if (pid <= 0) throw UserError(fmt::format("invalid pid {}", pid));
     if (kill(pid, 0) != 0 && errno == ESRCH) throw UserError(fmt::format("no such process: {}", pid));
 
     Vm vm(pid);
+    vm.wait_boot_ = wait_for_boot;
     std::error_code ec;
     vm.exe_ = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
     if (ec) {

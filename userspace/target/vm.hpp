@@ -35,8 +35,10 @@ public:
     // Checks that `pid` is a live beam.smp of a supported release and flavor, finds its struct
     // offsets (--offsets FILE, its own DWARF, the shipped table for its release and build
     // features, else the nearest release's table corrected in the live VM) and checks them
-    // against the live VM. UserError, one line, when no route works.
-    static Vm attach(pid_t pid, const std::string& offsets_file = {});
+    // against the live VM. UserError, one line, when no route works. A VM still starting is
+    // waited for (wait_for_boot()), unless `wait_for_boot` is false (the agent, whose scan loop
+    // serves other VMs meanwhile: it is refused with "still starting" and tried again).
+    static Vm attach(pid_t pid, const std::string& offsets_file = {}, bool wait_for_boot = true);
 
     pid_t pid() const { return pid_; }
     const std::string& exe() const { return exe_; }
@@ -82,7 +84,8 @@ public:
     std::string layout_mismatch(const VmOffsets& o) const;
     // Waits, at most 10 s, while the VM has not made its first process yet (its process table
     // or its slot 0, init, still empty): a VM caught in its first moments, not a table that does
-    // not fit it. Says so on stderr once the wait passes a quarter of a second.
+    // not fit it. Says so on stderr once the wait passes a quarter of a second. Without the wait
+    // (attach's `wait_for_boot` false), a VM still starting is a UserError.
     void wait_for_boot(const VmOffsets& o) const;
     // Corrects, from the live VM, what build options move: where the process table's read-only
     // part sits in erts_proc, the scheduler data fields and the stride of their arrays. True if
@@ -117,6 +120,7 @@ private:
     pid_t pid_;
     RemoteMemory mem_;
     std::string exe_;
+    bool wait_boot_ = true;
     std::shared_ptr<const TargetFile> exe_file_;
     std::optional<ElfFile> elf_;
     uint64_t load_bias_ = 0;

@@ -105,6 +105,7 @@ void Vm::wait_for_boot(const VmOffsets& o) const {
         auto init = *tab ? mem_.read<uint64_t>(*tab) : std::optional<uint64_t>(0);
         return init && *init == 0;
     };
+    if (!wait_boot_ && booting()) throw UserError("it is still starting (no init process yet): tried again later");
     using namespace std::chrono;
     const auto start = steady_clock::now();
     bool said = false;

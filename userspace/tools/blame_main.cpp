@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
+
 #include "base/clock.hpp"
 #include "base/usage.hpp"
 #include "find/find_vm.hpp"
@@ -21,14 +23,17 @@ int run(int argc, char** argv) {
         "FUNC names a symbol of beam.smp (or of a library the VM has loaded), matched as a name prefix\n"
         "unless --exact; the matched symbols are printed. On OTP 25, erts_garbage_collect covers\n"
         "erts_garbage_collect_nobump (how the JIT enters GC), _hibernate and _literals, but NOT\n"
-        "erts_gc_after_bif_call_lhf (GC after a BIF), which must be named separately.\n"
+        "erts_gc_after_bif_call_lhf (GC after a BIF): name both, erts_garbage_collect,erts_gc_after_bif_call_lhf.\n"
         "Default: sampling; a sample counts while FUNC is executing, i.e. the IP is in FUNC or a return\n"
         "address into it is on the scheduler's native stack (bounded scan). Each Erlang function is\n"
         "counted once per sample. --count: exact calls, from an entry probe on FUNC."};
     CommonOptions o;
     std::string func;
     bool exact = false, count_calls = false;
-    app.add_option("FUNC", func, "native function name (prefix)")->required();
+    app.add_option("FUNC", func,
+                   "native function name (prefix), or several: FUNC,FUNC,... (erts_garbage_collect,"
+                   "erts_gc_after_bif_call_lhf: GC from JIT code and after BIFs)")
+        ->required();
     add_common_options(app, o);
     // beam-bpf-sample's other modes are not blame's: their options are not in its --help.
     for (const char* name : {"-e", "--threshold", "--watchpoints-in-vm"}) app.remove_option(app.get_option(name));
@@ -58,7 +63,17 @@ int run(int argc, char** argv) {
     Session s(o);
     auto& vm = s.vm;
     auto& sampler_slot = s.sampler;
-    auto found = resolve_functions(vm, func, exact);
+    // FUNC[,FUNC...]: each matched as a FUNC alone is; a function two of them match, once.
+    std::vector<NativeMatch> found;
+    for (size_t at = 0; at <= func.size();) {
+        const size_t comma = std::min(func.find(',', at), func.size());
+        const std::string one = func.substr(at, comma - at);
+        if (one.empty()) throw UserError(fmt::format("{}: an empty function name between commas", func));
+        for (NativeMatch& m : resolve_functions(vm, one, exact))
+            if (std::none_of(found.begin(), found.end(), [&](const NativeMatch& f) { return f.start == m.start; }))
+                found.push_back(std::move(m));
+        at = comma + 1;
+    }
     std::string names;
     for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
     std::string where = found.front().file;

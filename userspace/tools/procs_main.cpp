@@ -116,6 +116,7 @@ int run(int argc, char** argv) {
     if (!kSorts.count(o.sort))
         throw UserError(
             fmt::format("--sort {}: the orders are memory, binary, heap, stack, queue, reductions", o.sort));
+    o.columns = output_columns();
     Vm vm = Vm::attach(find_vm(o.targets, o.node), o.offsets_file);
     ProcessNames names(vm, o.raw_names);
     Symbolizer sym(vm, {.raw_names = o.raw_names});

@@ -80,7 +80,8 @@ int run(int argc, char** argv) {
                        tool_name(), s.vm.exe(), missing);
     }
     s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
-                       : fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o)));
+                       : o.verbose ? fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o))
+                                   : describe_event(o));
     if (pstack) return run_pstack(s, o, scheds);
 
     Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top, .flat = o.flat});
