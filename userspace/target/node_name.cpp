@@ -69,12 +69,14 @@ Result<uint64_t> scan_for_buffer(const RemoteMemory& mem, const ElfFile& elf, ui
     uint64_t total = 0;
     for (const ElfSegment& g : elf.segments()) {
         if (!g.writable) continue;
-        total += g.memsz;
-        if (total > kMaxScanBytes)
+        // The file's own sizes: bounded before anything is added or read, filesz within memsz.
+        if (g.memsz > kMaxScanBytes - total)
             return Fail{fmt::format("its writable data is over {} MiB", kMaxScanBytes >> 20)};
+        total += g.memsz;
         auto bytes = mem.read_bytes(g.vaddr + bias, g.memsz);
         if (!bytes) return Fail{"its data cannot be read"};
-        ranges.push_back({g.vaddr + bias, g.vaddr + bias + g.memsz, g.vaddr + bias + g.filesz, std::move(*bytes)});
+        const uint64_t start = g.vaddr + bias;
+        ranges.push_back({start, start + g.memsz, start + std::min(g.filesz, g.memsz), std::move(*bytes)});
     }
     auto text_at = [&](uint64_t v) -> std::optional<std::string> {
         for (const Range& r : ranges)
