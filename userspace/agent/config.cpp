@@ -282,9 +282,8 @@ void set_option(AgentConfig& c, const std::string& key, const std::string& v) {
     else {
         std::vector<std::string> keys;
         for (const Setting& s : settings()) keys.push_back(s.key);
-        auto near = closest(key, keys, 1);
-        const bool slip = !near.empty() && edit_distance(key, near[0]) <= std::max<size_t>(2, key.size() / 4);
-        throw UserError(fmt::format("unknown setting {}{}", key, slip ? "; did you mean " + near[0] + "?" : ""));
+        const std::string meant = slip_of(key, std::move(keys));
+        throw UserError(fmt::format("unknown setting {}{}", key, meant.empty() ? "" : "; did you mean " + meant + "?"));
     }
     c.given.insert(key.starts_with("service.") ? "service." : key.starts_with("label.") ? "label." : key);
 }

@@ -42,4 +42,10 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
     return out;
 }
 
+std::string slip_of(std::string_view typed, std::vector<std::string> names) {
+    auto near = closest(typed, std::move(names), 1);
+    if (near.empty() || edit_distance(typed, near[0]) > std::max<size_t>(2, typed.size() / 4)) return "";
+    return near[0];
+}
+
 }  // namespace bb

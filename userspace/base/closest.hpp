@@ -14,6 +14,10 @@ size_t edit_distance(std::string_view a, std::string_view b);
 // Up to `n` of `names`, nearest to `typed` first (ties in name order), duplicates once.
 std::vector<std::string> closest(std::string_view typed, std::vector<std::string> names, size_t n);
 
+// The one of `names` nearest to `typed` when it is near enough to be a slip of the keyboard (an
+// edit per four bytes, two at least), for "did you mean NAME?"; "" when none is.
+std::string slip_of(std::string_view typed, std::vector<std::string> names);
+
 // "a, b, c": for a message.
 std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
 

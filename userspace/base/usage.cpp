@@ -45,10 +45,7 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
         if (!w.starts_with('-') || w == "-" || w == "--") continue;
         std::string typed = w.substr(0, w.find('='));
         if (std::find(names.begin(), names.end(), typed) != names.end()) continue;
-        auto near = closest(typed, names, 1);
-        // Near enough to be a slip of the keyboard, not any option at all.
-        if (!near.empty() && edit_distance(typed, near[0]) <= std::max<size_t>(2, typed.size() / 4))
-            hint = "; did you mean " + near[0] + "?";
+        if (std::string meant = slip_of(typed, names); !meant.empty()) hint = "; did you mean " + meant + "?";
     }
     fmt::print(stderr, "{}: error: {}{} (see --help)\n", tool_name(), printable(text), hint);
     return kUsageExit;

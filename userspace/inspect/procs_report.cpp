@@ -127,9 +127,6 @@ std::string table_line(const std::vector<Column>& cols, const Layout& l, const s
     return out + fmt::format("{:<{}} {}", fit(name, l.name), l.name, fit(current, l.current));
 }
 
-// "beam.smp": the path is in -v of the other tools, and in beam-bpf-vms.
-std::string exe_name(const Vm& vm) { return vm.exe().substr(vm.exe().rfind('/') + 1); }
-
 std::vector<std::string> headings(const std::vector<Column>& cols) {
     std::vector<std::string> out;
     for (const Column& c : cols) out.push_back(c.head);
@@ -198,7 +195,7 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
         return 0;
     }
     fmt::print("beam-bpf-procs: {} processes of {} {} (OTP {}), {} unreadable, read in {:.1f} ms\n",
-               table.processes.size(), printable(exe_name(c.vm)), c.vm.pid(), c.vm.release().major, table.unreadable,
+               table.processes.size(), printable(c.vm.exe_name()), c.vm.pid(), c.vm.release().major, table.unreadable,
                read_ns / 1e6);
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
@@ -298,7 +295,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
         } else {
             if (tty) fmt::print("\x1b[H\x1b[2J");
             fmt::print("beam-bpf-procs: {} processes of {} {}; growth in {} s, by {} (new*: all it holds)\n",
-                       table.processes.size(), printable(exe_name(c.vm)), c.vm.pid(), o.watch, o.sort);
+                       table.processes.size(), printable(c.vm.exe_name()), c.vm.pid(), o.watch, o.sort);
             if (!busy.empty())
                 fmt::print("{}\n", fit("schedulers busy (spinning not counted): " + SchedUtil::line(busy), o.columns));
             static const std::vector<Column> cols{

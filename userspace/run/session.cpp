@@ -24,7 +24,7 @@ void print_attached(const Vm& vm, std::string_view native, std::string_view what
     const std::string node = p ? labels_of(*p).node : "";
     fmt::print(stderr, "{}\n",
                printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}); {}{}", tool,
-                                     vm.exe().substr(vm.exe().rfind('/') + 1), vm.pid(),
+                                     vm.exe_name(), vm.pid(),
                                      node.empty() ? "" : node + ", ", vm.release().major, what, native)));
     // Not the common case: its own line, as it changes what the run costs the host.
     if (!events_note.empty()) fmt::print(stderr, "{}: sampled through {}\n", tool, printable(events_note));

@@ -42,6 +42,7 @@ public:
 
     pid_t pid() const { return pid_; }
     const std::string& exe() const { return exe_; }
+    std::string exe_name() const { return exe_.substr(exe_.rfind('/') + 1); }  // "beam.smp"
     const ElfFile& elf() const { return *elf_; }
     // The executable, opened as its mapping maps it (target/target_file.hpp), for the life of
     // the Vm: for reading and for uprobes (by its fd_path()).
