@@ -106,7 +106,7 @@ Layout lay_out(const std::vector<Column>& cols, size_t name_natural, size_t colu
         for (size_t i = 0; i < cols.size(); i++) w += l.shown[i] ? cols[i].width + 1 : 0;
         return w;
     };
-    constexpr size_t kMinName = 12, kMinCurrent = 16;
+    constexpr size_t kMinName = 16, kMinCurrent = 24;  // room to read a name and a function
     for (size_t i = cols.size(); i-- > 0 && fixed() + kMinName + 1 + kMinCurrent > columns;)
         if (cols[i].optional) l.shown[i] = false;
     const size_t avail = columns > fixed() + 9 ? columns - fixed() : 9;  // too narrow: 4 and 4, and it wraps
@@ -300,7 +300,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                 fmt::print("{}\n", fit("schedulers busy (spinning not counted): " + SchedUtil::line(busy), o.columns));
             static const std::vector<Column> cols{
                 {"PID", 14, false, true}, {"MEMORY", 9, true}, {"+MEMORY", 10}, {"BINARY", 9, true},
-                {"+BINARY", 10, true},    {"MSGQ", 7},         {"+MSGQ", 7},    {"+REDS", 12},
+                {"+BINARY", 10, true},    {"MSGQ", 7, true},   {"+MSGQ", 7},    {"+REDS", 12},
                 {"STATUS", 18, false, true}};
             // NAME as wide as it may be, whatever this refresh's names: the columns stay put.
             const Layout l = lay_out(cols, kNameWidthMax, o.columns);

@@ -83,7 +83,7 @@ void Reporter::write(uint64_t now_ns) {
             hinted_unnamed_ = true;
             fmt::print(stderr,
                        "{0}: {1:.0f}% of the samples end in native code of {2} that has no symbols:\n"
-                       "{0}: install its debug file (a -dbgsym package) or set DEBUGINFOD_URLS=https://debuginfod.debian.net\n",
+                       "{0}: install its debug file (-dbgsym) or set DEBUGINFOD_URLS=https://debuginfod.debian.net\n",
                        tool_name(), 100.0 * static_cast<double>(unnamed) / static_cast<double>(p.total()),
                        printable(file));
         }

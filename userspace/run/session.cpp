@@ -83,7 +83,7 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
                        sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
                        sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
     else
-        print_attached(vm, unwind ? ", native frames" : "", what, sampler->events_note());
+        print_attached(vm, unwind ? "" : ", Erlang frames only", what, sampler->events_note());
     if (unwind)
         for (const auto& why : unwind->skipped())
             fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));

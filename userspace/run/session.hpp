@@ -55,9 +55,9 @@ public:
 };
 
 // The attach line without -v, at most about 120 columns: pid, node, release, then `what` (how
-// it samples) and `native` (", native frames" or ""); `events_note` (Sampler::events_note()),
-// when not empty, on a line of its own. -v gives the rest: path, build-id, where the offsets
-// and symbols came from, JIT modules, unwind tables.
+// it samples) and `native` (", Erlang frames only" where no native frame is walked, else "");
+// `events_note` (Sampler::events_note()), when not empty, on a line of its own. -v gives the
+// rest: path, build-id, where the offsets and symbols came from, JIT modules, unwind tables.
 void print_attached(const Vm& vm, std::string_view native, std::string_view what,
                     std::string_view events_note = {});
 
