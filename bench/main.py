@@ -33,7 +33,8 @@ SCRIPTS = (  # number, script, title; neighbour is not run with --quick
     ("9", "native", "native frames: time per frame, tables, start-up"),
     ("10", "agent", "beam-bpf-agent: its CPU, RSS and kernel memory with 1, 5 and 20 VMs; VM overhead at 99 and 999 Hz"),
     ("11", "wall", "beam-bpf-sample -e wall: its cost against 1k, 100k and 1M processes; VM overhead"),
-    ("12", "offcpu", "beam-bpf-sample -e offcpu: BPF time per switch, wakeup and system call; VM overhead"))
+    ("12", "offcpu", "beam-bpf-sample -e offcpu: BPF time per switch, wakeup and system call; VM overhead"),
+    ("13", "attach", "the first second on a busy node: to the attach line and the first sample, per step"))
 
 
 def header():

@@ -29,6 +29,9 @@
 #  12. beam-bpf-sample -e offcpu on a VM whose schedulers block and wake ~46,000 times a second:
 #      its BPF programs' runs and ns a run (kernel.bpf_stats_enabled), and the throughput cost,
 #      same-VM ratios over alternated rounds (bench/offcpu.py).
+#  13. The first second on a busy node (100,000 atoms, both CPUs busy; the stripped OTP 29;
+#      RabbitMQ under load): beam-bpf-sample's start to its attach line and to its first sample,
+#      its own CPU, and each step of attaching (bench/attach.py).
 #   On demand only, --soak [SECONDS] (default 3600) runs bench/soak.py and nothing else: the tool
 #   on a busy VM reloading a module once a second, at 999 Hz, checked for flat RSS (5%),
 #   zero drops and stable top-function shares. --agent-soak [SECONDS] (default 3600) runs

@@ -36,13 +36,16 @@ def fail(msg):
 
 
 def load_proto_module():
-    out = tempfile.mkdtemp(prefix="bb_pprof_")
-    r = subprocess.run(["protoc", f"-I{os.path.dirname(PROTO)}", f"--python_out={out}", PROTO],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        fail(f"protoc failed: {r.stderr.strip()}")
-    sys.path.insert(0, out)
-    return importlib.import_module("profile_pb2")
+    # The generated module is imported, then its directory removed: nothing left in /tmp.
+    with tempfile.TemporaryDirectory(prefix="bb_pprof_") as out:
+        r = subprocess.run(["protoc", f"-I{os.path.dirname(PROTO)}", f"--python_out={out}", PROTO],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"protoc failed: {r.stderr.strip()}")
+        sys.path.insert(0, out)
+        module = importlib.import_module("profile_pb2")
+        sys.path.remove(out)
+        return module
 
 
 def go_pprof(args, path, index):

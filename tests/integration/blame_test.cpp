@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -111,6 +112,26 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     const long samples = stat(r, "records").value_or(-1);
     std::cout << "erts_garbage_collect* in " << samples << " samples\n";
     ASSERT_GE(samples, 50) << "too few GC samples for a ranking\n" << describe(r);
+    // The prefix matches several functions: the table starts with the samples each was in, of
+    // the watched ones, adding up to the run's (the unwound frames say which, on every sample).
+    const auto names = watched(r);
+    ASSERT_GT(names.size(), 1u) << describe(r);
+    long split = 0;
+    bool in_split = false;
+    for (const auto& line : lines_of(r.out)) {
+        if (line.find(" samples in " + std::to_string(names.size()) + " functions:") != std::string::npos)
+            in_split = true;
+        else if (line.starts_with("Erlang functions on those stacks")) in_split = false;
+        else if (in_split && !line.ends_with("FUNCTION")) {
+            std::istringstream in(line);
+            long n = 0;
+            std::string fn;
+            ASSERT_TRUE(in >> n >> fn) << line;
+            EXPECT_TRUE(std::count(names.begin(), names.end(), fn)) << fn << " is not a watched function\n" << r.out;
+            split += n;
+        }
+    }
+    EXPECT_EQ(split, samples) << "the per-function split does not add up to the run\n" << r.out;
 
     auto rows = parse_table(r.out);
     ASSERT_FALSE(rows.empty()) << describe(r);
@@ -129,7 +150,8 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
         EXPECT_EQ(r.err.find(fn), std::string::npos) << fn << " in stderr\n" << r.err;
     }
 
-    ToolResult f = run_tool(kTool, {"-d", "3", "--folded", kGc, pid_arg(vm)}, 60s);
+    // About 130 samples a second: 2 s is ten times what "at least half" needs to be sure of.
+    ToolResult f = run_tool(kTool, {"-d", "2", "--folded", kGc, pid_arg(vm)}, 60s);
     ASSERT_EQ(f.exit_code, 0) << describe(f);
     auto stacks = parse_folded(f.out);
     long in_alloc = 0, all = 0;
@@ -145,7 +167,7 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     EXPECT_GE(in_alloc, all / 2) << f.out;
 
     // The arithmetic process did run meanwhile: its absence above is the tool's doing.
-    ToolResult s = run_tool("beam-bpf-sample", {"-d", "2", "--folded", pid_arg(vm)}, 60s);
+    ToolResult s = run_tool("beam-bpf-sample", {"-d", "1", "--folded", pid_arg(vm)}, 60s);
     ASSERT_EQ(s.exit_code, 0) << describe(s);
     long arith = 0, sampled = 0;
     for (const auto& [stack, count] : parse_folded(s.out)) {
@@ -183,6 +205,28 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
     ASSERT_EQ(both.exit_code, 0) << describe(both);
     EXPECT_EQ(watched(both), (std::vector<std::string>{kGc, "erts_gc_after_bif_call_lhf"})) << describe(both);
     expect_error(run_tool(kTool, {"-d", "1", kGc + ",", pid_arg(vm)}, 30s), "an empty function name");
+
+    // The README's GC advice as one command, on a VM that collects both ways: from JIT code
+    // (alloc_arith's allocating loop) and after a BIF (binary_to_list/1's list, built by C code).
+    // The table starts with the samples each was in, adding up to the run's.
+    ErlVm gc(
+        "spawn(fun() -> B = binary:copy(<<1>>, 500), (fun F() -> length(binary_to_list(B)), F() end)() end), "
+        "bb_work:main(alloc_arith)");
+    gc.wait_line("ready");
+    const std::vector<std::string> fns = {kGc + "_nobump", "erts_gc_after_bif_call_lhf"};
+    ToolResult g = run_tool(kTool, {"-d", "2", "--exact", fns[0] + "," + fns[1], pid_arg(gc)}, 30s);
+    ASSERT_EQ(g.exit_code, 0) << describe(g);
+    std::map<std::string, long> in;
+    for (const auto& line : lines_of(g.out)) {
+        std::istringstream words(line);
+        long n = 0;
+        std::string fn, rest;
+        if (words >> n >> fn && !(words >> rest) && std::count(fns.begin(), fns.end(), fn)) in[fn] = n;
+    }
+    std::cout << fns[0] << " " << in[fns[0]] << " samples, " << fns[1] << " " << in[fns[1]] << "\n";
+    EXPECT_NE(g.out.find(" samples in 2 functions:"), std::string::npos) << g.out;
+    for (const auto& fn : fns) EXPECT_GT(in[fn], 0) << fn << " has no samples of its own\n" << g.out;
+    EXPECT_EQ(in[fns[0]] + in[fns[1]], stat(g, "records").value_or(-1)) << g.out;
 }
 
 // --- exact count against the VM's GC trace -----------------------------------------------

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -133,6 +134,10 @@ TEST_F(DebugFileTest, StrippedOtp29ProbedWithItsDebugFileFromDebuginfod) {
     ToolResult b = run_tool("beam-bpf-blame", {"-d", "4", "-v", "erts_garbage_collect", pid}, 90s);
     ASSERT_EQ(b.exit_code, 0) << describe(b);
     EXPECT_NE(b.err.find("(debuginfod)"), std::string::npos) << b.err;
+    // -v: how long each step of attaching took, the debug file's fetch one of them.
+    EXPECT_TRUE(std::regex_search(b.err, std::regex(R"(: attaching took \d+ ms: executable \d+, debug file \d+, .*)"
+                                                    R"(BPF load and attach \d+ \(ms\))")))
+        << b.err;
     bool allocator_named = false;
     for (const auto& f : kAllocFns) allocator_named |= b.out.find(f) != std::string::npos;
     EXPECT_TRUE(allocator_named) << b.out;

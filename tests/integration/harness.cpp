@@ -483,9 +483,15 @@ ErlVm::ErlVm(const TestVm& vm, const std::string& eval_expr, std::vector<std::st
 }
 
 ErlVm::~ErlVm() {
+    const pid_t vm = pid_;
     kill_now();
     close_fd(in_fd_);
     close_fd(out_fd_);
+    // What a VM started with +JPperf leaves in /tmp (its perf map, its jitdump): a suite's
+    // hundreds of VMs would fill it.
+    if (vm > 0)
+        for (const char* kind : {"/tmp/perf-", "/tmp/jit-"})
+            unlink((kind + std::to_string(vm) + (kind[5] == 'p' ? ".map" : ".dump")).c_str());
 }
 
 void ErlVm::kill_now() {

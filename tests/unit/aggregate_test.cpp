@@ -147,8 +147,7 @@ TEST(Aggregate, ErlangFirstChargesNativeTimeToItsCaller) {
               "  10.0    10.0  [gc]\n"
               "   0.0    90.0  m:root/0\n"
               "\n"
-              " SELF%  TOTAL%  NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with "
-              "them)\n"
+              " SELF%  TOTAL%  NATIVE CODE (part of the Erlang SELF% above; --flat ranks it with them)\n"
               "  70.0    70.0  memcpy\n");
     bb::write_top(f.profile(a), flat, {.rows = 20, .flat = true});
     EXPECT_EQ(flat.str().substr(0, flat.str().find('\n', 26) + 1),

@@ -141,6 +141,30 @@ TEST_P(ReleaseImages, AtomText) {
     EXPECT_FALSE(read_atom_text(img.mem(), o, rel, 0, init));
 }
 
+// find_atoms() batches its reads: the same answers as reading each atom's text, past decoys of
+// the same length (before and after the one wanted, on both pages), an entry whose Atom cannot
+// be read, one whose text cannot, and a text of more than 64 bytes.
+TEST_P(ReleaseImages, AtomsFoundByTheirText) {
+    Image img;
+    AtomImage atoms(img, o, rel);
+    std::string long_utf8;
+    for (int k = 0; k < 40; k++) long_utf8 += "\xc3\xa9";  // 80 bytes: from 28 a sub-binary
+    for (uint64_t ix = 0; ix < 1900; ix += 7) atoms.add(ix, ix % 2 ? "$initial_calm" : "$caller5");
+    const uint64_t initial = atoms.add(1030, "$initial_call"), callers = atoms.add(12, "$callers"),
+                   utf8 = atoms.add(1901, long_utf8);
+    // Before the one wanted, in the same reads: an Atom that does not read, and a text that
+    // does not.
+    Image::put<uint64_t>(atoms.pages[0] + 8 * 11, 0x10);
+    const uint64_t bad_text = atoms.add(10, "$callers");
+    Image::put<uint64_t>(atoms.atom_address(10) + o.atom_name, rel.atom_text == AtomText::binary ? 0x12 : 0x10);
+    auto found = find_atoms(img.mem(), o, rel, atoms.table, {"$callers", "$initial_call", long_utf8, "absent"},
+                            1u << 20);
+    EXPECT_EQ(found, (std::vector<uint64_t>{callers, initial, utf8, 0}));
+    EXPECT_FALSE(atoms.text(bad_text));
+    // Within max_atoms only: the second page is not read.
+    EXPECT_EQ(find_atoms(img.mem(), o, rel, atoms.table, {"$initial_call"}, 1024), std::vector<uint64_t>{0});
+}
+
 // An image of the other kind of release does not read as one of this kind: the row decides.
 TEST_P(ReleaseImages, AtomTextOfTheOtherKindDoesNotRead) {
     OtpRelease other = rel;

@@ -48,19 +48,25 @@ AtomTable::AtomTable(const Vm& vm) : vm_(vm) {
 // ErlSubBits (header, base_flags, start and end in bits, orig: a BinRef) whose bytes start at
 // base_flags without its two flag bits, plus start (erl_bits.h, ERTS_GET_BITSTRING). nullopt
 // unless the header, sizes and alignment are exactly those.
-std::optional<uint64_t> binary_bytes(const RemoteMemory& mem, const TermLayout& t, uint64_t bin, uint64_t len) {
-    if (!is_boxed(bin) || !t.bits_unified()) return std::nullopt;
-    const uint64_t at = bin - 2;
-    auto head = mem.read<std::array<uint64_t, 4>>(at);
-    if (!head) return std::nullopt;
-    const uint64_t header = (*head)[0], subtag = header & kHeaderSubtagMask, arity = header >> kHeaderArityShift;
-    if (subtag == t.heap_bin && arity == 1 + (len + 7) / 8 && (*head)[1] == 8 * len) return at + 16;
+namespace {
+// binary_bytes() from the term's first four words, read at bin - 2.
+std::optional<uint64_t> binary_bytes_of(const std::array<uint64_t, 4>& head, const TermLayout& t, uint64_t bin,
+                                        uint64_t len) {
+    const uint64_t header = head[0], subtag = header & kHeaderSubtagMask, arity = header >> kHeaderArityShift;
+    if (subtag == t.heap_bin && arity == 1 + (len + 7) / 8 && head[1] == 8 * len) return bin - 2 + 16;
     // ErlSubBits is 5 words; a literal's source was never writable (flag bits 0).
-    const uint64_t base = (*head)[1], start = (*head)[2], end = (*head)[3];
+    const uint64_t base = head[1], start = head[2], end = head[3];
     if (subtag == t.sub_bin && arity == 4 && (base & 3) == 0 && start % 8 == 0 && end >= start &&
         end - start == 8 * len)
         return base + start / 8;
     return std::nullopt;
+}
+}  // namespace
+
+std::optional<uint64_t> binary_bytes(const RemoteMemory& mem, const TermLayout& t, uint64_t bin, uint64_t len) {
+    if (!is_boxed(bin) || !t.bits_unified()) return std::nullopt;
+    auto head = mem.read<std::array<uint64_t, 4>>(bin - 2);
+    return head ? binary_bytes_of(*head, t, bin, len) : std::nullopt;
 }
 
 std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffsets& o, const OtpRelease& release,
@@ -87,30 +93,86 @@ std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffse
     return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
 }
 
-std::vector<uint64_t> AtomTable::find(const std::vector<std::string_view>& texts, uint64_t max_atoms) {
+std::vector<uint64_t> find_atoms(const RemoteMemory& mem, const VmOffsets& o, const OtpRelease& release, uint64_t table,
+                                 const std::vector<std::string_view>& texts, uint64_t max_atoms) {
     std::vector<uint64_t> found(texts.size(), 0);
-    const RemoteMemory& mem = vm_.mem();
-    const VmOffsets& o = vm_.offsets();
-    auto entries = table_ ? mem.read<int32_t>(table_ + o.itab_entries) : std::nullopt;
-    auto seg = table_ ? mem.read<uint64_t>(table_ + o.itab_seg_table) : std::nullopt;
+    auto entries = table ? mem.read<int32_t>(table + o.itab_entries) : std::nullopt;
+    auto seg = table ? mem.read<uint64_t>(table + o.itab_seg_table) : std::nullopt;
     if (!entries || !seg || *entries <= 0) return found;
     const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(*entries), max_atoms);
     constexpr uint64_t kPage = 1u << kIndexPageShift;
+    // A page of entries at a time, each step one read of all its atoms (a node of a million
+    // atoms is a few thousand reads, not millions): their lengths; where a length is wanted,
+    // the text's pointer (from 28 a binary: its header words); then the text.
+    struct Candidate {
+        uint64_t atom;
+        size_t len;
+        uint64_t name = 0;
+        std::array<uint64_t, 4> head{};
+        uint64_t text = 0;
+        std::string bytes;
+    };
     std::vector<uint64_t> page(kPage);
+    std::vector<int16_t> lens(kPage);
+    std::vector<RemoteMemory::Piece> pieces;
+    std::vector<Candidate> cand;
+    auto read_each = [&](auto&& piece_of) {
+        pieces.clear();
+        for (Candidate& c : cand) pieces.push_back(piece_of(c));
+        const std::vector<bool> ok = mem.read_many(pieces);
+        size_t kept = 0;  // those whose step read (a self-move would empty a string)
+        for (size_t i = 0; i < cand.size(); i++)
+            if (ok[i] && pieces[i].addr && kept++ != i) cand[kept - 1] = std::move(cand[i]);
+        cand.resize(kept);
+    };
     for (uint64_t first = 0; first < n; first += kPage) {
         auto at = mem.read<uint64_t>(*seg + 8 * (first >> kIndexPageShift));
         if (!at || !mem.read(*at, std::as_writable_bytes(std::span(page)))) continue;
-        for (uint64_t i = 0; i < kPage && first + i < n; i++) {
-            auto len = page[i] ? mem.read<int16_t>(page[i] + o.atom_len) : std::nullopt;
-            for (size_t k = 0; len && k < texts.size(); k++) {
-                if (found[k] || static_cast<size_t>(*len) != texts[k].size()) continue;
-                const uint64_t term = ((first + i) << 6) | 0x0b;  // make_atom(): index, tag
-                if (text(term) == texts[k]) found[k] = term;
-            }
+        cand.clear();
+        for (uint64_t i = 0; i < kPage && first + i < n; i++)
+            if (page[i])
+                cand.push_back({.atom = first + i, .len = 0, .name = page[i], .head = {}, .text = 0, .bytes = {}});
+        read_each([&](Candidate& c) {  // .name holds the Atom's address until its name is read
+            return RemoteMemory::Piece{c.name + o.atom_len,
+                                       std::as_writable_bytes(std::span(&lens[c.atom - first], 1))};
+        });
+        std::erase_if(cand, [&](Candidate& c) {
+            c.len = static_cast<size_t>(std::max<int16_t>(lens[c.atom - first], 0));
+            for (size_t k = 0; k < texts.size(); k++)
+                if (!found[k] && c.len == texts[k].size()) return false;
+            return true;
+        });
+        if (cand.empty()) continue;
+        read_each([&](Candidate& c) {
+            return RemoteMemory::Piece{c.name + o.atom_name, std::as_writable_bytes(std::span(&c.name, 1))};
+        });
+        // Up to 27 `name` is a byte pointer; from 28 the same word (u.bin) is a boxed term.
+        if (release.atom_text == AtomText::binary) {
+            read_each([&](Candidate& c) {
+                const bool boxed = is_boxed(c.name) && release.terms.bits_unified();
+                return RemoteMemory::Piece{boxed ? c.name - 2 : 0, std::as_writable_bytes(std::span(c.head))};
+            });
+            std::erase_if(cand, [&](Candidate& c) {
+                c.text = binary_bytes_of(c.head, release.terms, c.name, c.len).value_or(0);
+                return c.text == 0;
+            });
+        } else {
+            for (Candidate& c : cand) c.text = c.name;
         }
+        read_each([&](Candidate& c) {
+            c.bytes.resize(c.len);
+            return RemoteMemory::Piece{c.text, std::as_writable_bytes(std::span(c.bytes))};
+        });
+        for (const Candidate& c : cand)
+            for (size_t k = 0; k < texts.size(); k++)
+                if (!found[k] && c.bytes == texts[k]) found[k] = (c.atom << 6) | 0x0b;  // make_atom(): index, tag
         if (std::ranges::all_of(found, [](uint64_t t) { return t != 0; })) break;
     }
     return found;
+}
+
+std::vector<uint64_t> AtomTable::find(const std::vector<std::string_view>& texts, uint64_t max_atoms) {
+    return find_atoms(vm_.mem(), vm_.offsets(), vm_.release(), table_, texts, max_atoms);
 }
 
 std::optional<std::string> AtomTable::text(uint64_t term) {

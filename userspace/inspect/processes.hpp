@@ -30,6 +30,12 @@ std::optional<std::string> read_atom_text(const RemoteMemory& mem, const VmOffse
 // neither, or not of `len` bytes.
 std::optional<uint64_t> binary_bytes(const RemoteMemory& mem, const TermLayout& t, uint64_t bin, uint64_t len);
 
+// The atom terms whose text is each of `texts` (0 for one not found) in the table at `table`,
+// by a scan of its first `max_atoms` entries: a few reads of each page of entries (their
+// lengths, then the text of those whose length is wanted), never one per atom.
+std::vector<uint64_t> find_atoms(const RemoteMemory& mem, const VmOffsets& o, const OtpRelease& release, uint64_t table,
+                                 const std::vector<std::string_view>& texts, uint64_t max_atoms);
+
 // Atom text from erts_atom_table. Atoms are never freed, so each is read once.
 class AtomTable {
 public:
@@ -37,9 +43,7 @@ public:
     // The text of an atom term ("init"); nullopt if `term` is not an atom of this VM or its
     // text cannot be read.
     std::optional<std::string> text(uint64_t term);
-    // The atom terms whose text is each of `texts` (0 for one not found), by a scan of the
-    // table's first `max_atoms` entries: one read of each page of entries and of each atom's
-    // length, its text read only where the length matches.
+    // find_atoms() in this VM's table.
     std::vector<uint64_t> find(const std::vector<std::string_view>& texts, uint64_t max_atoms);
 
 private:

@@ -159,7 +159,7 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
         fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
     if (!natives.empty()) {
         fmt::print(out, "\n{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%",
-                   "NATIVE CODE (its own time, in the Erlang functions' SELF% above; --flat ranks it with them)");
+                   "NATIVE CODE (part of the Erlang SELF% above; --flat ranks it with them)");
         for (const auto& r : natives)
             fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
     }

@@ -95,6 +95,8 @@ RunStats run_loop(Session& s, const CommonOptions& o,
     };
     s.names.learn_dictionary_keys();
     sampler.set_dictionary_keys(s.names.dictionary_keys().initial_call, s.names.dictionary_keys().callers);
+    s.attach_times.mark("dictionary keys");
+    st.attach_ms = s.attach_times.ms();
     for (bool stop = false;;) {
         stop = stop || g_stop || (done && done());
         uint64_t now = monotonic_ns();

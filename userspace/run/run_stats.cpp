@@ -69,6 +69,7 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"records", s.records},
         {"seconds", s.seconds},
         {"first_record_s", s.first_record_s},
+        {"attach_ms", s.attach_ms},  // [[step, ms], ...] in the order they ran
         {"event", event_name(o.event)},
         {"events", c.events},
         {"bpf_prog_run_cnt", c.prog_run_cnt},

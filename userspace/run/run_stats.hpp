@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 #include <unordered_map>
 
 #include "beam_bpf.h"
@@ -39,6 +41,7 @@ struct RunStats {
     bool vm_exited = false;
     bool interrupted = false;
     std::string error;  // what stopped the run early after attach ("" if nothing did)
+    std::vector<std::pair<std::string, double>> attach_ms;  // Session::attach_times, for --stats
 
     void count(const bb_record& r);  // one record handled
 };

@@ -1,5 +1,7 @@
 #include "run/session.hpp"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "base/clock.hpp"
@@ -14,6 +16,13 @@ namespace {
 const CommonOptions& resolved(CommonOptions& o) {
     resolve(o);
     return o;
+}
+// `vm`, once `t` has the step that ended now: for the member initializers, which run in turn.
+// The first (step empty) takes the VM's own steps of attach().
+const Vm& after(StageTimes& t, const Vm& vm, const char* step) {
+    if (step) t.mark(step);
+    else t.append(vm.attach_times());
+    return vm;
 }
 }  // namespace
 
@@ -35,16 +44,35 @@ void print_attached(const Vm& vm, std::string_view native, std::string_view what
 Session::Session(CommonOptions& o)
     : out(resolved(o)),
       vm((check_privileges(), Vm::attach(o.pid, o.offsets_file, o.wait_for_boot))),
-      sym(vm, {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
-      names(vm, o.raw_names),
+      sym(after(attach_times, vm, nullptr), {.only_erlang = o.only_erlang, .raw_names = o.raw_names}),
+      names(after(attach_times, vm, "JIT index"), o.raw_names),
       verbose(o.verbose) {
+    attach_times.mark("atoms and names");
     if (o.process.empty()) return;
     only_pid = find_process(vm, names, o.process, "--process");
     if (!o.process.starts_with('<'))
         fmt::print(stderr, "{}: --process {} is {}\n", tool_name(), o.process, vm.format_pid(*only_pid));
+    attach_times.mark("--process");
 }
 
 void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* shared) {
+    const char* tool = tool_name();
+    // The unwind tables and the kernel's check of the walker take about half a second, more on
+    // a busy machine: a terminal is told what is going on meanwhile, on a line the attach line
+    // then takes the place of.
+    struct ProgressLine {  // erased however this ends: an error's line starts a line of its own
+        bool on;
+        void end() {
+            if (on) fmt::print(stderr, "\r\33[K");
+            on = false;
+        }
+        ~ProgressLine() { end(); }
+    } progress{isatty(STDERR_FILENO) && !(shared && shared->walker)};
+    if (progress.on) {
+        fmt::print(stderr, "{}: attaching: {}loading the walker into the kernel...", tool,
+                   cfg.max_native_frames || !cfg.blame_ranges.empty() ? "unwind tables, " : "");
+        fflush(stderr);
+    }
     cfg.frame_layout = sym.emulator() ? sym.emulator()->frame_layout : 0;
     if (only_pid) cfg.only_pid = {*only_pid, vm.release().pids.mask()};
     std::string native = "Erlang frames only";
@@ -57,16 +85,18 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
         sym.set_unwind(&*unwind);
         native = fmt::format("native frames from {} unwind rows of {} files ({}, {:.0f} ms)", unwind->rows(),
                              unwind->modules().size(), human_bytes(unwind->table_bytes()), (monotonic_ns() - t0) / 1e6);
+        attach_times.mark("unwind tables");
     }
     // The agent's walker is loaded with the first VM's config: every VM's is the same but for
     // what the walker looks up per VM (offsets, frame layout, code, unwind modules).
     if (shared && !shared->walker) shared->walker = std::make_shared<Walker>(cfg, shared->max_vms);
     sampler.emplace(vm, cfg, shared ? shared->walker : nullptr);
+    attach_times.mark("BPF load and attach");
     start_ns = monotonic_ns();
     start_unix_ns = unix_now_ns();
     auto c = sampler->counters();
     sym.follow_code_events(c.code_events_off.empty(), monotonic_ns());
-    const char* tool = tool_name();
+    progress.end();
     if (!c.code_events_off.empty())
         fmt::print(stderr,
                    "{}: warning: code loads and purges are timed by re-reading the module list ({}); "
@@ -84,6 +114,15 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
                        sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
     else
         print_attached(vm, unwind ? "" : ", Erlang frames only", what, sampler->events_note());
+    if (verbose) {
+        std::string steps;
+        double all = 0;
+        for (const auto& [step, ms] : attach_times.ms()) {
+            steps += fmt::format("{}{} {:.0f}", steps.empty() ? "" : ", ", step, ms);
+            all += ms;
+        }
+        fmt::print(stderr, "{}: attaching took {:.0f} ms: {} (ms)\n", tool, all, steps);
+    }
     if (unwind)
         for (const auto& why : unwind->skipped())
             fmt::print(stderr, "{}: warning: no native frames through {}\n", tool, printable(why));

@@ -41,6 +41,7 @@ public:
     // seven times what Debian's OTP 25 VM maps: NIF libraries loaded later fit.
     static constexpr uint32_t kOwnUnwindRows = 1u << 20;
 
+    StageTimes attach_times;  // each step from the VM's checks to the walker attached (-v, --stats)
     Output out;
     Vm vm;
     Symbolizer sym;

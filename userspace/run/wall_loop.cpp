@@ -120,21 +120,27 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
             static_cast<double>(n.weight_ns) / 1e9, n.ticks ? static_cast<double>(n.live) / n.ticks : 0.0, seconds,
             n.kept, o.frequency));
     rep.finish(monotonic_ns());
-    fmt::print(stderr,
-               "{}: {} ticks in {:.1f} s: {} processes profiled ({} stacks read, {} running, collecting or exiting "
-               "named by their function{}{}{}); left out: {} exited, {} changed while read (read twice), {} whose "
-               "stack did not read. Read of the VM: {:.1f} MB/s of process table, {:.0f} Process structs/s, {:.0f} "
-               "stack words/s; this tool's CPU {:.1f}%\n",
-               tool, n.ticks, seconds, n.kept, n.read, n.busy,
-               n.not_read ? fmt::format(", {} without their stacks (the tick's word budget)", n.not_read) : "",
-               n.truncated ? fmt::format(", {} truncated at {} words", n.truncated, kStackWordsPerProcess) : "",
-               n.calls_named + n.calls_unknown
-                   ? fmt::format(", {} of {} in gen:do_call/4 with their callee named", n.calls_named,
-                                 n.calls_named + n.calls_unknown)
-                   : "",
-               n.exited, n.changed, n.unreadable, static_cast<double>(n.slot_bytes) / 1e6 / seconds,
-               static_cast<double>(n.process_reads) / seconds, static_cast<double>(n.words) / seconds,
-               100 * cpu_s / seconds);
+    // One line within a terminal's width; what the reads cost and how each process was read,
+    // a second line with -v.
+    const uint64_t left_out = n.exited + n.changed + n.unreadable;
+    // What makes a stack partial is said in the short line too, where there is any.
+    fmt::print(stderr, "{}: {} ticks in {:.1f} s, {} processes profiled{}{}{}; this tool's CPU {:.1f}%\n", tool,
+               n.ticks, seconds, n.kept, left_out ? fmt::format(", {} left out (-v says why)", left_out) : "",
+               n.not_read ? fmt::format(", {} without their stacks", n.not_read) : "",
+               n.truncated ? fmt::format(", {} truncated", n.truncated) : "", 100 * cpu_s / seconds);
+    if (o.verbose)
+        fmt::print(stderr,
+                   "{}: {} stacks read, {} running, collecting or exiting named by their function{}{}{}; left out: {} "
+                   "exited, {} changed while read (read twice), {} whose stack did not read. Read of the VM: {:.1f} "
+                   "MB/s of process table, {:.0f} Process structs/s, {:.0f} stack words/s\n",
+                   tool, n.read, n.busy,
+                   n.not_read ? fmt::format(", {} without their stacks (the tick's word budget)", n.not_read) : "",
+                   n.truncated ? fmt::format(", {} truncated at {} words", n.truncated, kStackWordsPerProcess) : "",
+                   n.calls_named + n.calls_unknown ? fmt::format(", {} of {} in gen:do_call/4 with their callee named",
+                                                                 n.calls_named, n.calls_named + n.calls_unknown)
+                                                   : "",
+                   n.exited, n.changed, n.unreadable, static_cast<double>(n.slot_bytes) / 1e6 / seconds,
+                   static_cast<double>(n.process_reads) / seconds, static_cast<double>(n.words) / seconds);
     if (vm_exited) fmt::print(stderr, "{}: the VM exited\n", tool);
     if (!o.stats_file.empty()) write_wall_stats(o.stats_file, n, seconds, cpu_s);
     if (!error.empty()) {

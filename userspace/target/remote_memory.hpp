@@ -29,6 +29,13 @@ public:
 
     // Exactly `len` bytes, or nothing when any of them could not be read.
     std::optional<std::vector<std::byte>> read_bytes(uint64_t addr, size_t len) const;
+    // Many small reads in few system calls (a table's worth of fields): what read() answers for
+    // each piece, at ok[i]. One that cannot be read costs a call of its own, never the others.
+    struct Piece {
+        uint64_t addr;
+        std::span<std::byte> dst;
+    };
+    std::vector<bool> read_many(std::span<const Piece> pieces) const;
 
 private:
     pid_t pid_;

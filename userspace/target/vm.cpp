@@ -63,7 +63,11 @@ Vm Vm::attach(pid_t pid, const std::string& offsets_file, bool wait_for_boot) {
     vm.elf_.emplace(std::move(*elf));
     vm.identify();
     vm.load_bias_ = exe_map->start - vm.elf_->first_load_vaddr();
-    vm.find_debug_symbols();
+    vm.times_.mark("executable");
+    if (vm.lacks_local_symbols()) {
+        vm.find_debug_symbols();
+        vm.times_.mark("debug file");
+    }
 
     vm.choose_offsets(offsets_file);
     return vm;
@@ -202,11 +206,16 @@ void Vm::choose_offsets(const std::string& offsets_file) {
     off->build_id = build_id;
     off->otp_release = std::to_string(build_.otp_release);
     off->features = build_.features;
+    times_.mark("offsets");
 
-    find_globals(*off);
+    if (lacks_local_symbols()) {
+        find_globals(*off);
+        times_.mark("globals search");
+    }
     std::string why;
     try {
         wait_for_boot(*off);
+        times_.mark("boot");
         why = layout_mismatch(*off);
     } catch (const UserError& e) {
         throw UserError(fmt::format("process {} runs {}: {}", pid_, what, e.what()));
@@ -249,6 +258,7 @@ void Vm::choose_offsets(const std::string& offsets_file) {
                                 pid_, format_pid(*id), ix));
         }
     }
+    times_.mark("live checks");
 }
 
 uint64_t Vm::symbol_address(const std::string& name) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "beam_bpf.h"
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "target/elf_file.hpp"
 #include "target/proc_maps.hpp"
@@ -63,6 +64,9 @@ public:
     // No symbols for the VM's local functions either (blame and -e alloc probe those): why, and
     // what would give them; "" when the binary or its debug file has them.
     std::string missing_local_symbols() const;
+
+    // How long each step of attach() took ("executable", "globals search", "live checks", ...).
+    const StageTimes& attach_times() const { return times_; }
 
     bool alive() const;
     // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
@@ -119,6 +123,7 @@ private:
     std::vector<RunningSeen> running_processes(const VmOffsets& o, size_t want) const;
 
     pid_t pid_;
+    StageTimes times_;
     RemoteMemory mem_;
     std::string exe_;
     bool wait_boot_ = true;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "base/clock.hpp"
+#include "base/text.hpp"
 #include "base/usage.hpp"
 #include "find/find_vm.hpp"
 #include "run/reporter.hpp"
@@ -26,7 +27,8 @@ int run(int argc, char** argv) {
         "erts_gc_after_bif_call_lhf (GC after a BIF): name both, erts_garbage_collect,erts_gc_after_bif_call_lhf.\n"
         "Default: sampling; a sample counts while FUNC is executing, i.e. the IP is in FUNC or a return\n"
         "address into it is on the scheduler's native stack (bounded scan). Each Erlang function is\n"
-        "counted once per sample. --count: exact calls, from an entry probe on FUNC."};
+        "counted once per sample. Several functions: the table starts with the samples each was in.\n"
+        "--count: exact calls, from an entry probe on FUNC."};
     CommonOptions o;
     std::string func;
     bool exact = false, count_calls = false;
@@ -75,8 +77,9 @@ int run(int argc, char** argv) {
         at = comma + 1;
     }
     std::string names;
-    for (const auto& m : found) names += (names.empty() ? "" : ", ") + m.sym.name;
-    std::string where = found.front().file;
+    // The binary's text: printable wherever it goes (base/text.hpp).
+    for (const auto& m : found) names += (names.empty() ? "" : ", ") + printable(m.sym.name);
+    std::string where = printable(found.front().file);
 
     SamplerConfig cfg = sampler_config(o);
     for (const auto& m : found) {
@@ -93,20 +96,56 @@ int run(int argc, char** argv) {
 
     const char* unit = count_calls ? "calls" : "samples";
     Reporter rep(s, o, unit, {.rows = o.top, .by_total = true, .erlang_only = true});
+    // Which function each sample was in, for the split above the table: the leaf-most native
+    // frame in one (the ip, then return addresses). The last slot: a stack-word scan's match,
+    // whose address the record does not keep.
+    std::vector<uint64_t> in_function(found.size() + 1);
+    auto function_of = [&](const bb_record& r) {
+        auto in = [&](uint64_t at) {
+            for (size_t i = 0; i < found.size(); i++)
+                if (at >= found[i].start && at < found[i].start + found[i].sym.size) return i;
+            return found.size();
+        };
+        if (size_t i = in(r.ip); i < found.size()) return i;
+        const size_t first = r.nkernel, end = std::min<size_t>(first + r.nnative, BB_MAX_FRAMES);
+        for (size_t k = first + 1; k < end; k++)  // return addresses: one past their call
+            if (size_t i = in(r.frames[k] - 1); i < found.size()) return i;
+        return found.size();
+    };
     auto st = run_loop(
-        s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
-        [&](uint64_t now) { rep.tick(now); });
+        s, o,
+        [&](const bb_record& r, std::span<const uint32_t> frames) {
+            rep.add(r, frames);
+            in_function[function_of(r)]++;
+        },
+        {}, [&](uint64_t now) { rep.tick(now); });
     const uint64_t seen = sampler.counters().bpf[BB_C_SEEN];
     if (st.records == 0) {
         fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
                    o.process.empty() ? "" : " for " + o.process, st.seconds);
     } else if (!count_calls) {
-        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", names, st.records, seen,
+        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n",
+                   found.size() == 1 ? names : fmt::format("the {} functions", found.size()), st.records, seen,
                    seen ? 100.0 * st.records / seen : 0.0);
     }
-    if (st.records && o.every == 0)
-        rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",
-                                    st.records, unit, names, count_calls ? "call" : "sample"));
+    if (st.records && o.every == 0) {
+        const std::string per = count_calls ? "call" : "sample";
+        if (found.size() == 1) {
+            rep.set_heading(fmt::format("{} {} of {}; Erlang functions on those stacks, each counted once per {}:",
+                                        st.records, unit, names, per));
+        } else {
+            // Several functions: how many of the run's samples each was in, then the one table.
+            std::string h = fmt::format("{} {} in {} functions:\n{:>8}  FUNCTION\n", st.records, unit, found.size(),
+                                        count_calls ? "CALLS" : "SAMPLES");
+            for (size_t i = 0; i <= found.size(); i++)
+                if (in_function[i])
+                    h += fmt::format("{:>8}  {}\n", in_function[i],
+                                     i < found.size()
+                                         ? printable(found[i].sym.name)  // the binary's text
+                                         : std::string("(found by the stack scan: which one is not known)"));
+            rep.set_heading(h + fmt::format("Erlang functions on those stacks, each counted once per {}:", per));
+        }
+    }
     rep.finish(monotonic_ns());
     return end_run(s, o, st, unit);
 }
