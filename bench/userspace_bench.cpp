@@ -81,8 +81,7 @@ int run(int argc, char** argv) {
     app.add_option("PID", pid, "OS pid of the running beam.smp")->required();
     app.add_option("--seconds", seconds, "seconds of sampling to collect records")->capture_default_str();
     app.add_option("-F,--frequency", frequency, "sampling frequency per CPU")->capture_default_str();
-    app.add_option("--passes", passes, "replays of the collected records (the first one cold)")
-        ->capture_default_str();
+    app.add_option("--passes", passes, "replays of the collected records (the first one cold)")->capture_default_str();
     app.add_option("--refresh-repeats", refresh_repeats, "timed re-reads of an unchanged module list")
         ->capture_default_str();
     app.add_option("--cpu", cpu, "pin this thread to CPU N for the replay");
@@ -205,8 +204,7 @@ int run(int argc, char** argv) {
           {"unsymbolized_frames", sym.unsymbolized()},
           {"first_pass_records_per_s", pass_rate.front()},
           {"steady_records_per_s", steady_records / (steady_ns / 1e9)},
-          {"steady_pass_records_per_s_median",
-           median(std::vector<double>(pass_rate.begin() + 1, pass_rate.end()))},
+          {"steady_pass_records_per_s_median", median(std::vector<double>(pass_rate.begin() + 1, pass_rate.end()))},
           {"steady_ns_per_record", double(steady_ns) / steady_records}}},
     };
     std::cout << j.dump(2) << "\n";

@@ -13,14 +13,14 @@ export DEBIAN_FRONTEND=noninteractive
 # shellcheck source=scripts/otp-source.sh
 . "$(dirname "$0")/otp-source.sh"
 otp_source_lines
-apt-get install -y -qq dpkg-dev libsystemd-dev libsctp-dev libssl-dev libncurses-dev zlib1g-dev \
+apt_locked apt-get install -y -qq dpkg-dev libsystemd-dev libsctp-dev libssl-dev libncurses-dev zlib1g-dev \
   autoconf >/dev/null
 
 ver=$(dpkg-query -W -f '${source:Version}' erlang-base)
 mkdir -p "$work" && cd "$work"
 src=$(find . -maxdepth 1 -type d -name 'erlang-*' | head -n 1)
 if [ -z "$src" ]; then
-  apt-get source -qq "erlang=$ver" >/dev/null
+  apt_locked apt-get source -qq "erlang=$ver" >/dev/null
   src=$(find . -maxdepth 1 -type d -name 'erlang-*' | head -n 1)
 fi
 cd "$src"

@@ -32,7 +32,7 @@ fi
 
 # shellcheck source=scripts/otp-source.sh
 . "$(dirname "$0")/otp-source.sh"
-apt-get install -y -qq --no-install-recommends build-essential dpkg-dev libncurses-dev xz-utils >/dev/null
+apt_locked apt-get install -y -qq --no-install-recommends build-essential dpkg-dev libncurses-dev xz-utils >/dev/null
 src=$(otp_source "$suite" "$work")
 cd "$src"
 

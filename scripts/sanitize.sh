@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The sanitizer and fuzzing pass of the tests (scripts/test.sh runs it after the main suite):
-#  1. builds everything with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
-#     build-san/, and runs the unit tests, the integration tests on Debian's OTP 25 and those
+#  1. builds the tools, the unit tests and the fuzz targets with clang, AddressSanitizer and
+#     UndefinedBehaviorSanitizer into build-san/, and runs the unit tests, and the main build's
+#     integration tests on those tools (BB_TOOLS_DIR: the harness itself is not what the
+#     sanitizers watch), on Debian's OTP 25 and those
 #     that are not per VM (release, container and error tests, which use OTP 27 too): the same
 #     BPF walker runs on every VM, and what ASan and UBSan watch is the user space that reads
 #     the VM and the kernel's records;
@@ -43,7 +45,7 @@ build-san/unit_tests
 #    (ByProcessGroupsByName), short-lived allocators (AllocVmTest, AllocMixTest.RandomRatios),
 #    run-queue lock names and the idle VM (the contended ETS table), two profilers at once, a
 #    never-called blame target, Chromium's speedscope (the speedscope writer's unit tests).
-build-san/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*:*.BlameRanksAllocatorFirst/*:*.BlameHasNoStaleSlotFalsePositives/*:*.BlameWithOnlyThreeCapabilities/*:*.ProcessesOfUnequalEpochsWithoutProcess/*:*.SessionsAndReturnProbesAgreeAtALongerPeriod/*:*.Split532Shares/*:*.DeepRecursionTruncated/*:*.DeepRecursionFoldsAndKeepsItsCallers/*:*.ZlibLeafSharesAgreeWithPerf/*:*.PerThreadTotalsAgreeWithTheKernel/*:*.InspectOfAnAbandonedHeap/*:*.SharesAgreeWithTheVmsOwnSampler/*:*.NoSamplesFromOtherProcesses/*:*.PerThreadEventsOnlyRunForTheVm/*:*.ByProcessMatchesTheVmsTrace/*:*.ShortLivedProcessesAreAttributed/*:*.RunQueueLocksAreNamedByTheirScheduler/*:*.AnIdleVmIsIdle/*:SampleTest.TwoProfilersAtOnce:BlameTest.NeverCalledFunctionReportsZero:ReportTest.HtmlAndSpeedscopeInChromium'
+BB_TOOLS_DIR="$PWD/build-san" build/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*:*.BlameRanksAllocatorFirst/*:*.BlameHasNoStaleSlotFalsePositives/*:*.BlameWithOnlyThreeCapabilities/*:*.ProcessesOfUnequalEpochsWithoutProcess/*:*.SessionsAndReturnProbesAgreeAtALongerPeriod/*:*.Split532Shares/*:*.DeepRecursionTruncated/*:*.DeepRecursionFoldsAndKeepsItsCallers/*:*.ZlibLeafSharesAgreeWithPerf/*:*.PerThreadTotalsAgreeWithTheKernel/*:*.InspectOfAnAbandonedHeap/*:*.SharesAgreeWithTheVmsOwnSampler/*:*.NoSamplesFromOtherProcesses/*:*.PerThreadEventsOnlyRunForTheVm/*:*.ByProcessMatchesTheVmsTrace/*:*.ShortLivedProcessesAreAttributed/*:*.RunQueueLocksAreNamedByTheirScheduler/*:*.AnIdleVmIsIdle/*:SampleTest.TwoProfilersAtOnce:BlameTest.NeverCalledFunctionReportsZero:ReportTest.HtmlAndSpeedscopeInChromium'
 
 mkdir -p build-san/fuzz-artifacts
 # fuzz TARGET: runs one target for $seconds; its summary lines go to build-san/fuzz-TARGET.log.

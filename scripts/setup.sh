@@ -31,6 +31,7 @@ packages=(
 # What only the tests (scripts/test.sh) and the bench (scripts/bench.sh) use.
 test_packages=(
   libgtest-dev                                # unit and integration tests
+  clang-format                                # tests: the C++ as .clang-format writes it (ctest -R Format)
   libclang-rt-14-dev                          # ASan, UBSan and libFuzzer runtimes (scripts/sanitize.sh)
   golang-go python3-protobuf                  # tests: go tool pprof and the proto read back
   chromium fonts-dejavu-core                  # tests: the HTML flame graph and speedscope rendered

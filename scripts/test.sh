@@ -32,13 +32,31 @@ finish() {
 trap finish EXIT
 
 stage "packages and build" scripts/setup.sh --tests
-# A beam.smp with DWARF, built from the Debian source of the installed VM (a few minutes the
-# first time, then cached in /var/tmp): the offsets test checks the shipped table against it.
-stage "debug VM (OTP 25)" scripts/build-debug-vm.sh
-# The OTP 27 and OTP 29 test VMs, built as kerl/asdf users build theirs (cached in /var/tmp):
-# the test matrix (tests/integration/harness.hpp) runs on them too.
-stage "test VMs (OTP 27)" scripts/build-test-vms.sh 27
-stage "test VMs (OTP 29)" scripts/build-test-vms.sh 29
+# The test VMs, cached in /var/tmp (each a build of minutes the first time):
+#  - a beam.smp with DWARF, built from the Debian source of the installed VM: the offsets test
+#    checks the shipped table against it (scripts/build-debug-vm.sh);
+#  - OTP 27 and OTP 29, built as kerl/asdf users build theirs: the test matrix
+#    (tests/integration/harness.hpp) runs on them too (scripts/build-test-vms.sh).
+# All three at once: each leaves a CPU idle for part of its time (configure, links, the Erlang
+# applications' serial steps), which the others' compiles then fill. Each one's log and time
+# go to build/vm-NAME.log.
+test_vms() {
+  local name pids=() names=(otp25-debug otp27 otp29) rc=0 i
+  for name in "${names[@]}"; do
+    (
+      t0=$SECONDS
+      case $name in otp25-debug) scripts/build-debug-vm.sh ;; otp27) scripts/build-test-vms.sh 27 ;; *) scripts/build-test-vms.sh 29 ;; esac
+      echo "test.sh: $name built in $((SECONDS - t0)) s"
+    ) >"build/vm-$name.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then tail -n 1 "build/vm-${names[$i]}.log"
+    else rc=1; tail -n 30 "build/vm-${names[$i]}.log" >&2; echo "test.sh: the ${names[$i]} VM failed to build" >&2; fi
+  done
+  return $rc
+}
+stage "test VMs (OTP 25 debug, 27, 29 at once)" test_vms
 
 run_ctest() { (cd build && ctest --output-on-failure --timeout 600 "$@"); }
 if [ -n "$quick" ]; then

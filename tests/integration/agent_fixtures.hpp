@@ -35,10 +35,10 @@ inline std::unique_ptr<ChildProcess> start_receiver(const std::string& script, s
 // The agent's /metrics: the URL its "metrics on URL" line gave, read with Python's urllib (a
 // client of its own, not the agent's code).
 inline ToolResult get_metrics(const std::string& url) {
-    return run_command({"python3", "-c",
-                        "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                        url},
-                       20s);
+    return run_command(
+        {"python3", "-c",
+         "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())", url},
+        20s);
 }
 
 }  // namespace bbt

@@ -217,10 +217,12 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node " + sname_node("bbagent_b") + "): the VM exited"),
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(b_pid) + " (node " + sname_node("bbagent_b") +
+                         "): the VM exited"),
               std::string::npos)
         << r.err;
-    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node " + sname_node("bbagent_a") + "): the agent stops"),
+    EXPECT_NE(r.err.find("detached pid " + std::to_string(a.os_pid()) + " (node " + sname_node("bbagent_a") +
+                         "): the agent stops"),
               std::string::npos)
         << r.err;
     EXPECT_EQ(r.err.find("refused pid"), std::string::npos) << r.err;
@@ -232,9 +234,17 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         std::vector<std::string> own, foreign;  // frames it must show / never
     };
     const std::vector<Expect> vms{
-        {a.os_pid(), sname_node("bbagent_a"), "25", sname_node("bbagent_a") + "-", {"bb_work:f5/2"},
+        {a.os_pid(),
+         sname_node("bbagent_a"),
+         "25",
+         sname_node("bbagent_a") + "-",
+         {"bb_work:f5/2"},
          {"bb_work:deep_leaf", "bb_work:spin_"}},
-        {b_pid, sname_node("bbagent_b"), "29", sname_node("bbagent_b") + "-", {"bb_work:deep_leaf"},
+        {b_pid,
+         sname_node("bbagent_b"),
+         "29",
+         sname_node("bbagent_b") + "-",
+         {"bb_work:deep_leaf"},
          {"bb_work:f5/2", "bb_work:spin_"}},
         {c_pid, sname_node("bbagent_c"), "25", "svc_c-", {"bb_work:spin_a"}, {"bb_work:f5/2", "bb_work:deep_leaf"}},
     };
@@ -312,8 +322,8 @@ TEST_F(AgentTest, ThreeVmsComeAndGoEachGetsItsOwnLabelledProfilesPushedThroughAn
         // The pushed name carries the same VM's labels, and no pid: a restart is the same series.
         EXPECT_FALSE(meta["labels"].contains("os_pid")) << meta.dump();
         const std::string node = meta["labels"].value("node", "");
-        EXPECT_TRUE(!node.empty() &&
-                    file.find("/" + (node == sname_node("bbagent_c") ? std::string("svc_c") : node) + "-") != std::string::npos)
+        EXPECT_TRUE(!node.empty() && file.find("/" + (node == sname_node("bbagent_c") ? std::string("svc_c") : node) +
+                                               "-") != std::string::npos)
             << file << " pushed as node " << node << ", " << meta.dump();
         EXPECT_EQ(meta["app"].get<std::string>(), meta["labels"].value("service_name", "")) << meta.dump();
         EXPECT_LE(meta["from"].get<long>(), meta["until"].get<long>());

@@ -214,7 +214,7 @@ public:
         dir_ = tmpl;
         fs::permissions(dir_, fs::perms(0755));
         for (const auto& tool : {kTool, kBlame}) {
-            fs::copy_file(std::string(BB_BIN_DIR) + "/" + tool, path(tool));
+            fs::copy_file(tools_dir() + "/" + tool, path(tool));
             fs::permissions(path(tool), fs::perms(0755));
         }
     }

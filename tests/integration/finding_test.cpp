@@ -165,9 +165,11 @@ TEST_F(FindingTest, VmsListsAndNodeSelects) {
     b.wait_line("ready");
     ToolResult list = run_tool("beam-bpf-vms", {}, 30s);
     EXPECT_EQ(list.exit_code, 0) << describe(list);
-    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(a.os_pid()) + " +" + sname_node("bbfind_c") + " +- +25 ")))
+    EXPECT_TRUE(std::regex_search(list.out,
+                                  std::regex(std::to_string(a.os_pid()) + " +" + sname_node("bbfind_c") + " +- +25 ")))
         << describe(list);
-    EXPECT_TRUE(std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + " +" + sname_node("bbfind_d") + " ")))
+    EXPECT_TRUE(
+        std::regex_search(list.out, std::regex(std::to_string(b.os_pid()) + " +" + sname_node("bbfind_d") + " ")))
         << describe(list);
 
     ToolResult sample = run_tool(kTool, {"-d", "1", "--node", "bbfind_c"}, 60s);

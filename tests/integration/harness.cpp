@@ -231,8 +231,8 @@ void pump(std::initializer_list<std::pair<int*, std::string*>> fds, int ms) {
 // (build/test-tools/, base/test_hooks.hpp); every other test runs the tool as installed.
 std::string tool_path(const std::string& tool) {
     for (char** e = environ; *e; e++)
-        if (std::string_view(*e).starts_with("BB_INJECT_")) return std::string(BB_BIN_DIR) + "/test-tools/" + tool;
-    return std::string(BB_BIN_DIR) + "/" + tool;
+        if (std::string_view(*e).starts_with("BB_INJECT_")) return tools_dir() + "/test-tools/" + tool;
+    return tools_dir() + "/" + tool;
 }
 
 std::string joined(const std::vector<std::string>& argv) {
@@ -303,6 +303,11 @@ RunningTool start_argv(const std::vector<std::string>& argv, const std::optional
 }
 
 }  // namespace
+
+std::string tools_dir() {
+    const char* d = getenv("BB_TOOLS_DIR");
+    return d && *d ? d : BB_BIN_DIR;
+}
 
 // --- workloads ---------------------------------------------------------------------------
 

@@ -100,6 +100,9 @@ private:
 
 // A file's bytes ("" if it cannot be read).
 std::string read_file(const std::string& path);
+// Where the tools the tests run are: the build's (BB_BIN_DIR), or $BB_TOOLS_DIR (the sanitized
+// pass, scripts/sanitize.sh, runs this binary on build-san's tools).
+std::string tools_dir();
 
 // A loopback port nobody listens on now (for a server a test starts).
 int free_port();

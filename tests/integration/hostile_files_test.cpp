@@ -63,7 +63,7 @@ class HostileFilesVmTest : public WithHostileVm<VmTest> {};
 INSTANTIATE_TEST_SUITE_P(Vms, HostileFilesVmTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 class HostileFilesTest : public WithHostileVm<RootTest> {};
 
-const std::string kSample = std::string(BB_BIN_DIR) + "/beam-bpf-sample";
+const std::string kSample = tools_dir() + "/beam-bpf-sample";
 
 // Samples whose stack holds hf_outer calling hf_inner (the leaf) under an Erlang frame of
 // bb_hostile_files: the deleted library named by its symbols and unwound by its rows.
@@ -178,7 +178,7 @@ TEST_F(HostileFilesTest, MoreThreadsThanDescriptors) {
     r = run_command({"sh", "-c",
                      "ulimit -n 1024 && exec timeout --preserve-status -s INT 12 \"$0\" --output \"$1\" --match 'SDio "
                      "700'",
-                     std::string(BB_BIN_DIR) + "/beam-bpf-agent", dir_ + "/agent"},
+                     tools_dir() + "/beam-bpf-agent", dir_ + "/agent"},
                     30s);
     EXPECT_EQ(r.exit_code, 0) << describe(r);
     EXPECT_NE(r.err.find("refused pid " + pid + " "), std::string::npos) << r.err;

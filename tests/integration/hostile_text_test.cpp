@@ -75,8 +75,8 @@ TEST_P(HostileTextTest, NoToolPrintsAControlByte) {
     clean(stacks_json, "procs --stacks --json");
     EXPECT_TRUE(nlohmann::json::accept(stacks_json.out)) << stacks_json.out;
     // -e wall: the same names, escaped, in its table (every process each tick).
-    ToolResult wall = run_tool("beam-bpf-sample", {"-e", "wall", "-d", "1", "--per-tick", "100000", "--by-process",
-                                                   "-t", "1000", pid},
+    ToolResult wall = run_tool("beam-bpf-sample",
+                               {"-e", "wall", "-d", "1", "--per-tick", "100000", "--by-process", "-t", "1000", pid},
                                30s);
     clean(wall, "sample -e wall");
     names_shown(wall.out, "sample -e wall --by-process");

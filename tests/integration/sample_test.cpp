@@ -789,7 +789,8 @@ TEST_F(SampleTest, CyclesEventOrOneLineError) {
         EXPECT_NE(line.find("-e cpu-clock"), std::string::npos) << line;
     }
     ToolResult bad = run_tool(kTool, {"-e", "instructions", "-d", "1", pid_arg(vm)}, 30s);
-    EXPECT_NE(expect_one_line_error(bad, kTool).find("cpu-clock, cycles, alloc, alloc-gc, wall and offcpu"), std::string::npos);
+    EXPECT_NE(expect_one_line_error(bad, kTool).find("cpu-clock, cycles, alloc, alloc-gc, wall and offcpu"),
+              std::string::npos);
 }
 
 // --- errors ------------------------------------------------------------------------------

@@ -115,7 +115,8 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
             try {
                 const auto j = nlohmann::json::parse(slurp(stats));
                 for (const auto& vm : j["vms"])
-                    if (vm["os_pid"] == erl.os_pid() && vm["profiles"].template get<uint64_t>() > profiles_before) return vm;
+                    if (vm["os_pid"] == erl.os_pid() && vm["profiles"].template get<uint64_t>() > profiles_before)
+                        return vm;
             } catch (const std::exception&) {  // not written yet
             }
         }
@@ -153,10 +154,10 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
     }
     ToolResult metrics = get_metrics(url[1].str());
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
-    EXPECT_TRUE(std::regex_search(
-        metrics.out, std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" + std::to_string(erl.os_pid()) +
-                                "\",node=\"" + sname_node("bbutil_agent") +
-                                "\",service=\"[^\"]+\",type=\"normal\",scheduler=\"2\"\\} 0\\.[89]")))
+    EXPECT_TRUE(std::regex_search(metrics.out,
+                                  std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" +
+                                             std::to_string(erl.os_pid()) + "\",node=\"" + sname_node("bbutil_agent") +
+                                             "\",service=\"[^\"]+\",type=\"normal\",scheduler=\"2\"\\} 0\\.[89]")))
         << metrics.out;
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);

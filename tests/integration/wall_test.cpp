@@ -145,8 +145,7 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     std::cout << "callees of gen:do_call/4 (share of its time):\n" << seen;
     EXPECT_GE(callees[the_server] / in_calls, 0.99) << seen;
     EXPECT_EQ(callees.size(), callees.count("[waiting for ?]") + 1) << seen;
-    EXPECT_EQ(stat(r, "calls_unknown").value_or(-1) * 100 <= stat(r, "calls_named").value_or(0), true)
-        << describe(r);
+    EXPECT_EQ(stat(r, "calls_unknown").value_or(-1) * 100 <= stat(r, "calls_named").value_or(0), true) << describe(r);
 
     // Running against runnable, against the VM's run queues at the sampler's instants: the
     // share of processes queued for a scheduler, and of those and the running ones.
@@ -178,8 +177,8 @@ TEST_P(WallVmTest, ChangingStacksAreNeverShownWrong) {
     // flipper/1 or side_x/1.
     const std::set<std::vector<std::string>> possible{{f}, {f, sa}, {f, sb}, {f, sa, wa}, {f, sb, wb}};
     const std::set<std::string> ours{f, sa, sb, wa, wb};
-    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "3", "--per-tick", "300", "-f", "folded",
-                                    std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(
+        kTool, {"-e", "wall", "-d", "3", "--per-tick", "300", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     double shown = 0, running = 0;
     for (const auto& [stack, ns] : parse_folded(r.out)) {
@@ -210,8 +209,9 @@ TEST_P(WallVmTest, DeepStacksAreBounded) {
     std::istringstream ready(erl.wait_line("ready", 60s));
     std::string word, server, deep;
     ready >> word >> server >> deep;
-    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "1", "--process", deep, "-f", "folded",
-                                    std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool,
+                            {"-e", "wall", "-d", "1", "--process", deep, "-f", "folded", std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     const auto stacks = parse_folded(r.out);
     ASSERT_EQ(stacks.size(), 1u) << r.out;
@@ -231,8 +231,10 @@ TEST_P(WallVmTest, DeepStacksAreBounded) {
 TEST_P(WallVmTest, DyingProcessesAreNeverMisattributed) {
     ErlVm erl(vm(), "bb_wall:main(churn)");
     erl.wait_line("ready", 60s);
-    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "3", "--per-tick", "300", "--by-process", "-f", "folded",
-                                    std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool,
+                            {"-e", "wall", "-d", "3", "--per-tick", "300", "--by-process", "-f", "folded",
+                             std::to_string(erl.os_pid())},
+                            60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     const std::string worker = "bb_wall:churn_worker/0";
     double workers = 0;
@@ -244,8 +246,9 @@ TEST_P(WallVmTest, DyingProcessesAreNeverMisattributed) {
         // workers exit here, and the pid is the one its Process held when read: a worker.
         const bool exiting_by_pid = frames.size() > 1 && frames[0].starts_with("<") && frames[1] == "[exiting]";
         const bool named_worker = frames[0].starts_with(worker) || exiting_by_pid;
-        const bool worker_frames =
-            std::ranges::any_of(frames, [](const std::string& x) { return x.starts_with("bb_wall:churn_"); });
+        const bool worker_frames = std::ranges::any_of(frames, [](const std::string& x) {
+            return x.starts_with("bb_wall:churn_");
+        });
         if (named_worker) {
             workers += static_cast<double>(ns);
             // Its state, then its own frames only: a worker's, the BIFs and library it calls, or
@@ -275,8 +278,7 @@ TEST(WallTest, ReadsPerTickAreBounded) {
     double processes = 0;
     ready >> word >> server >> processes;
     // -v: the attach line in full says how many slots the table has.
-    ToolResult r =
-        run_tool(kTool, {"-e", "wall", "-d", "4", "-v", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "4", "-v", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(of (\d+) process table slots)"))) << r.err;
@@ -288,11 +290,12 @@ TEST(WallTest, ReadsPerTickAreBounded) {
     double calls = 0, all = 0;
     for (const auto& [stack, ns] : parse_folded(r.out)) {
         all += static_cast<double>(ns);
-        if (stack.find(";gen:do_call/4;[waiting for bb_wall_server") != std::string::npos) calls += static_cast<double>(ns);
+        if (stack.find(";gen:do_call/4;[waiting for bb_wall_server") != std::string::npos)
+            calls += static_cast<double>(ns);
     }
-    std::cout << "[          ] " << bytes / ticks / 1e6 << " MB of slots a tick over " << ticks << " ticks (a whole read: "
-              << 8 * slots / 1e6 << " MB); clients in their call " << 100 * calls / all << "% of process time, "
-              << 100 * 200 / processes << "% of the processes\n";
+    std::cout << "[          ] " << bytes / ticks / 1e6 << " MB of slots a tick over " << ticks
+              << " ticks (a whole read: " << 8 * slots / 1e6 << " MB); clients in their call " << 100 * calls / all
+              << "% of process time, " << 100 * 200 / processes << "% of the processes\n";
     EXPECT_NEAR(calls / all, 200 / processes, 0.05);
 }
 
@@ -314,9 +317,9 @@ TEST(WallErrors, OneLine) {
         const std::string line = expect_one_line_error(run_tool(kTool, args, 30s), kTool);
         EXPECT_NE(line.find(says), std::string::npos) << line;
     }
-    const std::string line =
-        expect_one_line_error(run_tool("beam-bpf-blame", {"-e", "wall", "erts_garbage_collect", pid}, 30s),
-                              "beam-bpf-blame");
+    const std::string line = expect_one_line_error(run_tool("beam-bpf-blame",
+                                                            {"-e", "wall", "erts_garbage_collect", pid}, 30s),
+                                                   "beam-bpf-blame");
     EXPECT_NE(line.find("-e wall is beam-bpf-sample's"), std::string::npos) << line;
 }
 

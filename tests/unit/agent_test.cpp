@@ -627,7 +627,8 @@ TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
     next.output_group = "adm";
     next.retention = 5;  // a reload applies it
     EXPECT_EQ(keep_running(running, next),
-              (std::vector<std::string>{"native-depth", "events, watchpoints-in-vm, alloc-period", "output, output-group"}));
+              (std::vector<std::string>{"native-depth", "events, watchpoints-in-vm, alloc-period",
+                                        "output, output-group"}));
     EXPECT_EQ(next.native_depth, running.native_depth);
     EXPECT_EQ(next.alloc_period, running.alloc_period);
     EXPECT_EQ(next.output_group, running.output_group);
@@ -642,20 +643,30 @@ TEST(AgentConfig, ReloadKeepsWhatNeedsARestart) {
 TEST(AgentConfig, Events) {
     const Setting* events = find_setting("events");
     ASSERT_NE(events, nullptr);
-    for (const auto& [v, alloc, wall] : std::vector<std::tuple<std::string, bool, bool>>{
-             {"cpu", false, false}, {"cpu,alloc", true, false}, {"alloc,cpu", true, false},
-             {"cpu,wall", false, true}, {"wall,cpu", false, true}, {"cpu,alloc,wall", true, true}}) {
+    for (const auto& [v, alloc, wall] :
+         std::vector<std::tuple<std::string, bool, bool>>{{"cpu", false, false},
+                                                          {"cpu,alloc", true, false},
+                                                          {"alloc,cpu", true, false},
+                                                          {"cpu,wall", false, true},
+                                                          {"wall,cpu", false, true},
+                                                          {"cpu,alloc,wall", true, true}}) {
         AgentConfig c;
         events->set(c, "events", v);
-        EXPECT_EQ(c.alloc, alloc) << v;
-        EXPECT_EQ(c.wall, wall) << v;
-        EXPECT_FALSE(c.offcpu) << v;
+        EXPECT_EQ(c.has_event("alloc"), alloc) << v;
+        EXPECT_EQ(c.has_event("wall"), wall) << v;
+        EXPECT_FALSE(c.has_event("offcpu")) << v;
     }
     for (const std::string v : {"cpu,offcpu", "offcpu,cpu,wall,alloc"}) {
         AgentConfig c;
         events->set(c, "events", v);
-        EXPECT_TRUE(c.offcpu) << v;
-        EXPECT_EQ(c.wall, c.alloc) << v;
+        EXPECT_TRUE(c.has_event("offcpu")) << v;
+        EXPECT_EQ(c.has_event("wall"), c.has_event("alloc")) << v;
+    }
+    {  // in the list's order, whatever the setting's: what describe() and the logs say
+        AgentConfig c;
+        events->set(c, "events", "offcpu,cpu,wall,alloc");
+        EXPECT_EQ(c.events, (std::vector<std::string>{"alloc", "wall", "offcpu"}));
+        EXPECT_FALSE(c.has_event("cpu"));
     }
     for (const std::string v : {"wall", "alloc", "offcpu", "", "cpu,", "cpu,cpu", "cpu,wall,wall", "cpu,offcpu,offcpu",
                                 "cpu,off-cpu", "CPU"}) {
@@ -663,13 +674,14 @@ TEST(AgentConfig, Events) {
         EXPECT_THROW(events->set(c, "events", v), UserError) << v;
     }
     AgentConfig running, next;
-    next.wall = true;
+    next.events = {"wall"};
     EXPECT_EQ(keep_running(running, next), (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
-    EXPECT_FALSE(next.wall);
+    EXPECT_FALSE(next.has_event("wall"));
     AgentConfig with_offcpu;
-    with_offcpu.offcpu = true;
-    EXPECT_EQ(keep_running(running, with_offcpu), (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
-    EXPECT_FALSE(with_offcpu.offcpu);
+    with_offcpu.events = {"offcpu"};
+    EXPECT_EQ(keep_running(running, with_offcpu),
+              (std::vector<std::string>{"events, watchpoints-in-vm, alloc-period"}));
+    EXPECT_FALSE(with_offcpu.has_event("offcpu"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 namespace {
 
 using bb::escaped;
+using bb::has_control_byte;
 using bb::is_printable;
 using bb::printable;
 
@@ -49,6 +50,18 @@ TEST(Text, ControlCharactersAsIoLibPrintsThem) {
     EXPECT_EQ(printable("\xc2\x80\xc2\x9f"), "\\200\\237");
     // U+00A0 and up print as themselves.
     EXPECT_EQ(printable("\xc2\xa0"), "\xc2\xa0");
+}
+
+// A setting's text: any C0 byte or DEL is one, a tab only where it is not allowed; UTF-8 is not.
+TEST(Text, ControlBytesOfASetting) {
+    EXPECT_FALSE(has_control_byte("http://pyroscope:4040/a b"));
+    EXPECT_FALSE(has_control_byte("caf\xc3\xa9"));
+    EXPECT_TRUE(has_control_byte("a\nb"));
+    EXPECT_TRUE(has_control_byte(std::string("a\0b", 3)));
+    EXPECT_TRUE(has_control_byte("a\x7f"));
+    EXPECT_TRUE(has_control_byte("X-Scope-OrgID:\tt"));
+    EXPECT_FALSE(has_control_byte("X-Scope-OrgID:\tt", true));
+    EXPECT_TRUE(has_control_byte("X-Scope-OrgID: t\r", true));
 }
 
 TEST(Text, BidiControlsEscaped) {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "agent/followed.hpp"
 #include "agent/push_protocol.hpp"
 #include "base/clock.hpp"
 #include "base/text.hpp"
@@ -29,7 +30,6 @@
 #include "run/reporter.hpp"
 #include "run/run_stats.hpp"
 #include "run/session.hpp"
-#include "run/wall_profile.hpp"
 #include "sampling/counters.hpp"
 #include "target/node_name.hpp"
 
@@ -138,123 +138,6 @@ VmLabelSets label_sets(const VmLabels& l, const std::string& service, const std:
     return out;
 }
 
-struct Agent::Followed {
-    BeamProcess proc;
-    VmLabels labels;
-    std::string dir_name;  // its subdirectory, named at attach: a reload does not move its files
-    CommonOptions o;
-    std::unique_ptr<Session> s;
-    // Process names of this interval only: the session's own table keeps every pid it ever named,
-    // which a VM that spawns processes all day would grow without bound.
-    std::optional<ProcessNames> names;
-    // Registered processes of this interval: pid term -> samples (--process-labels registered).
-    std::unordered_map<uint64_t, uint64_t> registered;
-    Aggregator agg;
-    RunStats st;
-    uint64_t interval_start_ns = 0, interval_start_unix_ns = 0, last_check_ns = 0, profiles = 0;
-    std::vector<uint32_t> frames;
-    // -e cpu,alloc: a second session on the VM, with beam-bpf-sample -e alloc's GC entry probes
-    // and watchpoints, aggregated apart (its frames are its own symbolizer's).
-    struct AllocPart {
-        CommonOptions o;
-        std::unique_ptr<Session> s;
-        Aggregator agg;
-        AllocStrata strata;  // its GC entries' exact words and its watchpoints' samples
-        uint64_t samples = 0;
-        std::vector<uint32_t> frames;
-    };
-    std::unique_ptr<AllocPart> alloc;
-    // -e cpu,offcpu: a third session on the VM, with beam-bpf-sample -e offcpu's walker on its
-    // threads' switches and system calls (a walker of its own: it follows one VM's threads).
-    struct OffcpuPart {
-        CommonOptions o;
-        std::unique_ptr<Session> s;
-        std::unique_ptr<OffcpuStacks> stacks;
-        Aggregator agg;
-        std::vector<uint32_t> frames, stack;
-    };
-    std::unique_ptr<OffcpuPart> offcpu;
-    // -e cpu,wall: the VM's wall profile, read from user space by the CPU session's reader and
-    // symbolizer, ticked by the agent's loop, aggregated apart.
-    struct WallPart {
-        std::unique_ptr<WallProfile> profile;
-        Aggregator agg;
-        uint64_t next_tick_ns = 0;
-    };
-    std::unique_ptr<WallPart> wall;
-    // Its schedulers' busy shares (inspect/sched_util.hpp), sampled by the agent's SchedSampler;
-    // `util` is those of the last interval ended, for --stats and the metrics.
-    std::shared_ptr<SchedUtil> sched;
-    std::vector<SchedBusy> util;
-
-    void tick_wall(uint64_t now_ns) {
-        if (!wall || now_ns < wall->next_tick_ns) return;
-        constexpr uint64_t kInterval = 1'000'000'000ull / kWallHz;
-        wall->next_tick_ns = std::max(wall->next_tick_ns + kInterval, now_ns);
-        wall->profile->tick(now_ns, [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
-            names->name(r);
-            if (r.reg_name) registered[r.erl_pid]++;
-            wall->agg.add(stack, weight, {r.erl_pid, 0});
-        });
-    }
-
-    // Whose the record is; its process named now, while it is likely alive, and counted for
-    // --process-labels registered.
-    Who note_process(const bb_record& r) {
-        const Who who = who_of(r);
-        if (who.erl_pid) names->name(r);
-        if (who.erl_pid && r.reg_name) registered[who.erl_pid]++;
-        return who;
-    }
-        void handle(const bb_record& r) {
-        if (r.where == BB_WHERE_CODE_EVENT) return s->sym.code_event(r);
-        st.count(r);
-        s->sym.frames(r, frames);
-        const Who who = note_process(r);
-        agg.add(frames, 1, who);
-    }
-    void handle_alloc(const bb_record& r) {
-        AllocPart& a = *alloc;
-        if (r.where == BB_WHERE_CODE_EVENT) return a.s->sym.code_event(r);
-        Who who = who_of(r);
-        if (r.flags & BB_F_ALLOC_TOTAL) return add_alloc(r, {}, who, a.strata, a.agg);
-        if (!r.alloc_words) return;
-        a.s->sym.frames(r, a.frames);
-        note_process(r);
-        add_alloc(r, a.frames, who, a.strata, a.agg);
-        a.samples++;
-    }
-    // A block, weighed by its nanoseconds, in the interval it ended in (a thread blocked across
-    // intervals is counted whole in the one it wakes in, as -e offcpu --every does).
-    void handle_offcpu(const bb_record& r) {
-        OffcpuPart& p = *offcpu;
-        if (r.where == BB_WHERE_CODE_EVENT) return p.s->sym.code_event(r);
-        if (!(r.flags & BB_F_OFFCPU)) return;
-        p.s->sym.frames(r, p.frames);
-        p.stacks->stack(r, p.frames, p.stack);
-        p.agg.add(p.stack, r.BB_OFFCPU_NS, note_process(r));
-    }
-    // The code loaded or purged since the last drain: it must be known before the samples
-    // taken after it are symbolized (records still in a ring were all taken before now).
-    void refresh_symbols(uint64_t now_ns) {
-        s->sym.refresh(now_ns);
-        if (alloc) alloc->s->sym.refresh(now_ns);
-        if (offcpu) offcpu->s->sym.refresh(now_ns);
-    }
-    // Whether the interval so far holds anything of any part: a VM whose threads all blocked
-    // (a hung node, the case an off-CPU profile is for) has off-CPU data and no CPU sample.
-    bool interval_has_data() const {
-        return agg.total() > 0 || (alloc && (alloc->agg.total() > 0 || !alloc->strata.empty())) ||
-               (offcpu && offcpu->agg.total() > 0) || (wall && wall->agg.total() > 0);
-    }
-    // The allocation and off-CPU walkers' rings (the CPU records come through the shared walker's).
-    void drain_own_walkers() {
-        if (alloc) alloc->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_alloc(r); });
-        if (offcpu)
-            offcpu->s->sampler->poll(std::chrono::milliseconds(0), [&](const bb_record& r) { handle_offcpu(r); });
-    }
-};
-
 Agent::Agent(AgentConfig cfg) : matcher_(cfg.match) {
     check(cfg);
     shared_.max_vms = kMaxVms;
@@ -353,15 +236,17 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         return;
     }
     first_failure_ns_.erase(k);
-    if (cfg_.alloc) attach_alloc(*f);
-    if (cfg_.offcpu) attach_offcpu(*f);
-    if (cfg_.wall) {
+    // Each other kind of profile asked for is an extra: one the VM cannot have (no debug
+    // register free, a kernel without BTF tracepoints, a layout that does not read) is said
+    // once, and its other profiles go on.
+    for (const VmPartType& t : vm_part_types()) {
+        if (!cfg_.has_event(t.kind)) continue;
         try {
-            f->wall = std::make_unique<Followed::WallPart>();
-            f->wall->profile = std::make_unique<WallProfile>(*f->s, kWallProcessesPerTick, f->o.max_depth);
+            f->parts.emplace_back(&t, t.make(*f, cfg_));
         } catch (const std::exception& e) {
-            f->wall.reset();
-            log(fmt::format("pid {}: no wall profile: {}", p.pid, e.what()));
+            size_t with = 0;  // an allocation profile takes a debug register of every CPU: 4 VMs at most
+            for (const auto& [pid, g] : vms_) with += g->has(t);
+            log(fmt::format("pid {}: no {} ({} VMs have one): {}", p.pid, t.what, with, clean(e.what(), 1024)));
         }
     }
     f->names.emplace(f->s->vm, false);
@@ -375,58 +260,13 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     vms_.emplace(p.pid, std::move(f));
 }
 
-// A VM's allocation profile is an extra: one that cannot be had (no debug register free, one
-// CPU, a build without the GC entry points) is said once, and its CPU profile goes on.
-void Agent::attach_alloc(Followed& f) {
-    auto a = std::make_unique<Followed::AllocPart>();
-    a->o = f.o;
-    a->o.event = Event::alloc;
-    a->o.period = cfg_.alloc_period;
-    a->o.watchpoints_in_vm = cfg_.watchpoints_in_vm;
-    a->o.only_erlang = true;  // the native leaf of a GC entry record is the probed entry point
-    try {
-        a->s = std::make_unique<Session>(a->o);
-        SamplerConfig sc = sampler_config(a->o);
-        const std::string missing = add_alloc_probes(*a->s, sc);
-        a->strata = AllocStrata(alloc_interval(a->o), a->s->alloc_exits);
-        a->s->start(sc, fmt::format("allocation profile: {} GC entry probes, {}{}", sc.entry_probes.size(),
-                                    describe_event(a->o),
-                                    missing.empty() ? "" : "; the words allocated through " + missing + " are not counted"));
-    } catch (const std::exception& e) {
-        size_t with = 0;  // a debug register of every CPU each
-        for (const auto& [pid, g] : vms_) with += g->alloc != nullptr;
-        log(fmt::format("pid {}: no allocation profile ({} VMs have one): {}", f.proc.pid, with,
-                        clean(e.what(), 1024)));
-        return;
-    }
-    f.alloc = std::move(a);
-}
-
-// The same for the off-CPU profile (a kernel without BTF tracepoints, a layout that does not read).
-void Agent::attach_offcpu(Followed& f) {
-    auto p = std::make_unique<Followed::OffcpuPart>();
-    p->o = f.o;
-    p->o.event = Event::offcpu;
-    p->o.threshold_us = kOffcpuThresholdUs;
-    try {
-        p->s = std::make_unique<Session>(p->o);
-        p->s->start(sampler_config(p->o), describe_event(p->o));
-        p->stacks = std::make_unique<OffcpuStacks>(*p->s);
-    } catch (const std::exception& e) {
-        log(fmt::format("pid {}: no off-CPU profile: {}", f.proc.pid, clean(e.what(), 1024)));
-        return;
-    }
-    f.offcpu = std::move(p);
-}
-
 void Agent::step(Followed& f, uint64_t now_ns) {
     if (now_ns - f.last_check_ns >= kSecond) {
         f.last_check_ns = now_ns;
         // A VM attached as it started may not have registered init yet: names from when it has.
         // (Names unavailable for a lasting reason, a layout that does not read, are not retried.)
         if (f.names->starting()) f.names.emplace(f.s->vm, false);
-        for (Session* s : {f.s.get(), f.alloc ? f.alloc->s.get() : nullptr, f.offcpu ? f.offcpu->s.get() : nullptr}) {
-            if (!s) continue;
+        for (Session* s : f.sessions()) {
             s->sampler->refresh_vm_state();
             const auto& keys = f.names->dictionary_keys();  // met only where names are read (--process-labels)
             s->sampler->set_dictionary_keys(keys.initial_call, keys.callers);
@@ -435,7 +275,7 @@ void Agent::step(Followed& f, uint64_t now_ns) {
         }
     }
     f.refresh_symbols(now_ns);
-    f.tick_wall(now_ns);
+    for (auto& [type, part] : f.parts) part->tick(now_ns);
 }
 
 void Agent::drain() {
@@ -448,32 +288,28 @@ void Agent::drain() {
                 else it->second->handle(r);
             },
             false);
-    for (auto& [pid, f] : vms_) f->drain_own_walkers();
+    for (auto& [pid, f] : vms_)
+        for (auto& [type, part] : f->parts) part->drain();
 }
 
 void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     // A node that started distribution since the last interval (net_kernel:start/2, RabbitMQ)
     // is filed under its name from this profile on.
-    if (auto node = node_name_in_memory(f.proc.pid, f.proc.start_time); node && !node->empty() && *node != f.labels.node) {
-        log(fmt::format("pid {} is node {} (was {})", f.proc.pid, clean(*node), f.labels.node.empty() ? "-" : f.labels.node));
+    if (auto node = node_name_in_memory(f.proc.pid, f.proc.start_time);
+        node && !node->empty() && *node != f.labels.node) {
+        log(fmt::format("pid {} is node {} (was {})", f.proc.pid, clean(*node),
+                        f.labels.node.empty() ? "-" : f.labels.node));
         f.labels.node = clean(*node);
         f.labels.node_from_command_line = false;
     }
-    ship(f, "cpu", *f.s, f.agg, now_ns);
-    if (f.wall) {
-        ship(f, "wall", *f.s, f.wall->agg, now_ns);
-        f.wall->agg.clear();
-    }
-    if (f.alloc) {
-        f.alloc->strata.drain_into(f.alloc->agg, f.alloc->s->sym.unsampled_alloc());
-        ship(f, "alloc", *f.alloc->s, f.alloc->agg, now_ns);
-    }
-    if (f.offcpu) {
-        ship(f, "offcpu", *f.offcpu->s, f.offcpu->agg, now_ns);
-        f.offcpu->agg.clear();
-    }
+    ship(f, kind_of("samples"), *f.s, f.agg, now_ns);
     f.agg.clear();
-    if (f.alloc) f.alloc->agg.clear();
+    for (auto& [type, part] : f.parts) {
+        // Its frames are those of its own session's symbolizer, if it has one.
+        Session* own = part->session();
+        ship(f, part->kind(), own ? *own : *f.s, part->finish(), now_ns);
+        part->clear();
+    }
     f.util = f.sched->take();
     f.names.emplace(f.s->vm, false);
     f.registered.clear();
@@ -482,21 +318,17 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
     f.profiles++;
 }
 
-void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggregator& agg, uint64_t now_ns) {
+void Agent::ship(Followed& f, const ProfileKind& kind, Session& s, const Aggregator& agg, uint64_t now_ns) {
     const VmLabels& l = f.labels;
     std::string source;
     const std::string service = service_of(l, &source);
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {}){}{}", s.vm.exe(), s.vm.pid(), s.vm.release().major,
-                          l.node.empty() ? "" : " node " + l.node,
-                          kind == "alloc"    ? ", words allocated"
-                          : kind == "wall"   ? ", wall clock of every process"
-                          : kind == "offcpu" ? ", time its threads blocked"
-                                             : "");
+                          l.node.empty() ? "" : " node " + l.node, kind.title);
     // As beam-bpf-sample's reports: a CPU sample stands for 1/F s; an allocation one weighs
     // words; a wall one nanoseconds of process time; an off-CPU one nanoseconds a thread blocked.
-    m.unit = kind == "alloc" ? "words" : kind == "cpu" ? "samples" : kind;  // "wall", "offcpu"
-    m.period_ns = kind == "cpu" ? f.o.ns_per_sample : 0;
+    m.unit = kind.unit;
+    m.period_ns = kind.period_type.empty() ? 0 : f.o.ns_per_sample;
     m.start_unix_ns = f.interval_start_unix_ns;
     m.duration_ns = now_ns - f.interval_start_ns;
     // Sample labels: Pyroscope makes a series of each distinct set of them, so by default none
@@ -515,7 +347,7 @@ void Agent::ship(Followed& f, const std::string& kind, Session& s, const Aggrega
     const VmLabelSets sets = label_sets(l, service, source, host_, f.proc.pid, f.proc.ns_pid, s.vm.build().otp_release,
                                         s.vm.build().erts_version, cfg_.labels);
     FinishedProfile fp;
-    fp.kind = kind;
+    fp.kind = kind.agent_name;
     fp.dir_name = f.dir_name;
     fp.service = service;
     fp.labels = sets.series;
@@ -551,9 +383,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
     std::string err;
     try {
         // The last interval, partial: what the walker emitted before the VM went.
-        f.s->sampler->stop_events();
-        if (f.alloc) f.alloc->s->sampler->stop_events();
-        if (f.offcpu) f.offcpu->s->sampler->stop_events();
+        for (Session* s : f.sessions()) s->sampler->stop_events();
         f.refresh_symbols(monotonic_ns());
         drain();  // every VM's records: this one's are all in the ring now
         if (f.interval_has_data()) finish_interval(f, monotonic_ns());
@@ -563,8 +393,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
     const uint64_t dropped = f.s->sampler->counters().bpf[BB_C_DROPPED];
     c_.ring_dropped += dropped;
     c_.samples += f.st.records;
-    c_.alloc_samples += f.alloc ? f.alloc->samples : 0;
-    c_.wall_processes += f.wall ? f.wall->profile->counts().kept : 0;
+    for (const VmPartType& t : vm_part_types()) c_.counted[t.counter] += f.counted(t);
     c_.detached++;
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, dropped,
@@ -605,20 +434,21 @@ void Agent::write_stats() const {
     for (const auto& [pid, f] : vms_) {
         SamplerCounters sc = f->s->sampler->counters();
         c.samples += f->st.records;
-        c.alloc_samples += f->alloc ? f->alloc->samples : 0;
-        c.wall_processes += f->wall ? f->wall->profile->counts().kept : 0;
         c.ring_dropped += sc.bpf[BB_C_DROPPED];
-        vms.push_back({{"os_pid", pid},
-                       {"node", f->labels.node},
-                       {"service", service_of(f->labels)},
-                       {"samples", f->st.records},
-                       {kCounters[BB_C_DROPPED].key, sc.bpf[BB_C_DROPPED]},
-                       {"profiles", f->profiles},
-                       {"events", sc.events},
-                       {"alloc_samples", f->alloc ? f->alloc->samples : 0},
-                       {"wall_processes", f->wall ? f->wall->profile->counts().kept : 0},
-                       {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0},
-                       {"schedulers", sched_json(f->util)}});
+        nlohmann::json vm = {{"os_pid", pid},
+                             {"node", f->labels.node},
+                             {"service", service_of(f->labels)},
+                             {"samples", f->st.records},
+                             {kCounters[BB_C_DROPPED].key, sc.bpf[BB_C_DROPPED]},
+                             {"profiles", f->profiles},
+                             {"events", sc.events},
+                             {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0},
+                             {"schedulers", sched_json(f->util)}};
+        for (const VmPartType& t : vm_part_types()) {
+            vm[t.counter] = f->counted(t);
+            c.counted[t.counter] += f->counted(t);
+        }
+        vms.push_back(std::move(vm));
     }
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -628,8 +458,6 @@ void Agent::write_stats() const {
         {"vms_detached", c.detached},
         {"vms_refused", c.refused},
         {"samples", c.samples},
-        {"alloc_samples", c.alloc_samples},
-        {"wall_processes", c.wall_processes},
         {"ring_dropped", c.ring_dropped},
         {"orphaned", c.orphaned},
         {"profiles", c.profiles},
@@ -640,6 +468,7 @@ void Agent::write_stats() const {
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
         {"vms", vms},
     };
+    for (const VmPartType& t : vm_part_types()) j[t.counter] = c.counted[t.counter];
     // The unwind rows every VM shares (native/unwind_store.hpp); none before the first attach.
     UnwindStore::Stats us = shared_.unwind ? shared_.unwind->store->stats() : UnwindStore::Stats{};
     j["unwind_store"] = {{"kernel_bytes", us.kernel_bytes()},  {"row_capacity", us.row_capacity},
@@ -674,9 +503,8 @@ void Agent::write_stats() const {
         metric("vms_detached_total", "counter", "VMs detached since the start", j["vms_detached"]);
         metric("vms_refused_total", "counter", "VMs that could not be attached", j["vms_refused"]);
         metric("samples_total", "counter", "samples aggregated", j["samples"]);
-        metric("alloc_samples_total", "counter", "allocation samples aggregated (-e cpu,alloc)", j["alloc_samples"]);
-        metric("wall_processes_total", "counter", "processes read into wall profiles (-e cpu,wall)",
-               j["wall_processes"]);
+        for (const VmPartType& t : vm_part_types())
+            metric(std::string(t.counter) + "_total", "counter", t.help, j[t.counter]);
         metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
         metric("profiles_total", "counter", "profiles finished", j["profiles"]);
         metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);
@@ -696,9 +524,10 @@ void Agent::write_stats() const {
         }
         // Each VM's schedulers over its last interval: a series per scheduler, labelled as the VM's
         // profiles are named (its node and service are the target's say: escaped).
-        text += "# HELP beam_bpf_agent_scheduler_busy_ratio share of the VM's last interval each scheduler was "
-                "busy, as erlang:statistics(scheduler_wall_time) counts it (spinning is idle)\n"
-                "# TYPE beam_bpf_agent_scheduler_busy_ratio gauge\n";
+        text +=
+            "# HELP beam_bpf_agent_scheduler_busy_ratio share of the VM's last interval each scheduler was "
+            "busy, as erlang:statistics(scheduler_wall_time) counts it (spinning is idle)\n"
+            "# TYPE beam_bpf_agent_scheduler_busy_ratio gauge\n";
         for (const auto& vm : j["vms"])
             for (const auto& b : vm["schedulers"])
                 text += fmt::format(
@@ -777,7 +606,10 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         }
         // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty. The wall
         // profiles tick at their own rate.
-        timespec ts{0, cfg_.wall ? static_cast<long>(1'000'000'000ull / kWallHz) : 100'000'000};
+        uint64_t sleep_ns = 100'000'000;
+        for (const VmPartType& t : vm_part_types())
+            if (t.tick_ns && cfg_.has_event(t.kind)) sleep_ns = std::min(sleep_ns, t.tick_ns);
+        timespec ts{0, static_cast<long>(sleep_ns)};
         nanosleep(&ts, nullptr);
     }
     // The agent is gone within 5 s of SIGTERM whatever the stores do: the VMs' last intervals,

@@ -4,8 +4,8 @@
 //
 // Each followed VM has its own Session (Vm, Symbolizer, names, perf events); one loaded BPF
 // walker samples them all (sampling/walker.hpp: each VM's layout looked up by its pid), and
-// their native unwind tables and rows are shared (native/unwind_store.hpp). A VM's allocation
-// profile (-e cpu,alloc) has a walker of its own: its watchpoint state is per VM.
+// their native unwind tables and rows are shared (native/unwind_store.hpp). Each other kind of
+// profile of a VM (-e cpu,alloc,wall,offcpu) is a part of it (agent/followed.hpp).
 // See docs/agent.md.
 #pragma once
 #include <sys/types.h>
@@ -33,19 +33,23 @@
 
 namespace bb {
 class Aggregator;
+struct ProfileKind;
 }  // namespace bb
 
 namespace bb::agent {
 
+struct Followed;
+
 struct AgentCounters {
     uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
     uint64_t samples = 0;                              // records aggregated, all VMs
-    uint64_t alloc_samples = 0;                        // -e cpu,alloc: allocation samples aggregated, all VMs
-    uint64_t wall_processes = 0;                       // -e cpu,wall: processes read into wall profiles, all VMs
-    uint64_t ring_dropped = 0;                         // samples the BPF side could not hand over (ring full), all VMs
-    uint64_t orphaned = 0;                             // records of a VM no longer followed (taken as it was detached)
-    uint64_t profiles = 0;                             // profiles finished (written and/or queued): CPU, and allocation
-    uint64_t write_errors = 0;                         // profiles the directory sink could not write
+    // Each VmPartType's counter (agent/followed.hpp) of the VMs detached: allocation samples,
+    // processes read into wall profiles, off-CPU blocks.
+    std::map<std::string, uint64_t, std::less<>> counted;
+    uint64_t ring_dropped = 0;  // samples the BPF side could not hand over (ring full), all VMs
+    uint64_t orphaned = 0;      // records of a VM no longer followed (taken as it was detached)
+    uint64_t profiles = 0;      // profiles finished (written and/or queued), of every kind
+    uint64_t write_errors = 0;  // profiles the directory sink could not write
 };
 
 // --process-labels registered: the `process` sample label of each registered process (pid term ->
@@ -84,7 +88,6 @@ public:
     void run(const std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<AgentConfig()>& reconfigure);
 
 private:
-    struct Followed;
     using Key = std::pair<pid_t, uint64_t>;  // pid and start time: pids are reused
     void scan(uint64_t now_ns);
     bool wanted(const BeamProcess& p, const VmLabels& l) const;
@@ -92,14 +95,12 @@ private:
     // Keeps one VM's walker slot and symbols current (throws if it failed: it is detached).
     void step(Followed& f, uint64_t now_ns);
     // Hands every record the walkers emitted to its VM: the shared walker's, by pid, and each
-    // allocation walker's.
+    // part's own walker's.
     void drain();
-    void attach_alloc(Followed& f);
-    void attach_offcpu(Followed& f);
-    // Ends the VM's interval: its CPU profile, and its allocation profile with -e cpu,alloc.
+    // Ends the VM's interval: its CPU profile and each of its parts'.
     void finish_interval(Followed& f, uint64_t now_ns);
     // One profile of the interval, named and labelled, to the directory and the stores.
-    void ship(Followed& f, const std::string& kind, Session& s, const Aggregator& agg, uint64_t now_ns);
+    void ship(Followed& f, const ProfileKind& kind, Session& s, const Aggregator& agg, uint64_t now_ns);
     void detach(pid_t pid, const std::string& why);
     void apply(AgentConfig cfg);
     void write_stats() const;

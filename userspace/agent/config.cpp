@@ -16,11 +16,24 @@
 #include "agent/matcher.hpp"
 #include "base/closest.hpp"
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "beam_bpf.h"
+#include "profile/kinds.hpp"
 
 namespace bb::agent {
 
 namespace {
+
+// The agent's -e words besides cpu (profile/kinds.hpp), as a list: "alloc, wall and offcpu".
+std::string extra_events(const char* sep, const char* last) {
+    std::vector<std::string_view> words;
+    for (const ProfileKind& k : profile_kinds())
+        if (!k.agent_name.empty() && k.agent_name != "cpu") words.push_back(k.agent_name);
+    std::string out;
+    for (size_t i = 0; i < words.size(); i++)
+        out += (i == 0 ? "" : i + 1 == words.size() ? last : sep) + std::string(words[i]);
+    return out;
+}
 
 template <typename T>
 T number(const std::string& key, const std::string& v) {
@@ -42,10 +55,6 @@ bool boolean(const std::string& key, const std::string& v) {
 std::string trim(const std::string& s) {
     size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-bool has_control(const std::string& s) {
-    return std::any_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
 }
 
 template <typename T>
@@ -100,28 +109,20 @@ const std::vector<Setting>& settings() {
                  for (size_t at = 0;;) {
                      const size_t comma = v.find(',', at);
                      const std::string e = v.substr(at, comma == std::string::npos ? comma : comma - at);
-                     known = known && (e == "cpu" || e == "alloc" || e == "wall" || e == "offcpu") && events.insert(e).second;
+                     known = known && agent_kind(e) && events.insert(e).second;
                      if (comma == std::string::npos) break;
                      at = comma + 1;
                  }
                  if (!known || !events.count("cpu"))
                      throw UserError(fmt::format(
-                         "events={}: cpu, and any of alloc, wall and offcpu, each once: cpu,alloc,wall,offcpu (CPU "
-                         "profiles are always made)",
-                         v));
-                 c.alloc = events.count("alloc");
-                 c.wall = events.count("wall");
-                 c.offcpu = events.count("offcpu");
+                         "events={}: cpu, and any of {}, each once: cpu,{} (CPU profiles are always made)", v,
+                         extra_events(", ", " and "), extra_events(",", ",")));
+                 c.events.clear();  // in the list's order, whatever the setting's
+                 for (const ProfileKind& k : profile_kinds())
+                     if (!k.agent_name.empty() && k.agent_name != "cpu" && events.count(std::string(k.agent_name)))
+                         c.events.emplace_back(k.agent_name);
              },
-         .reload = {Restart::events,
-                    [](const AgentConfig& a, const AgentConfig& b) {
-                        return a.alloc != b.alloc || a.wall != b.wall || a.offcpu != b.offcpu;
-                    },
-                    [](const AgentConfig& a, AgentConfig& b) {
-                        b.alloc = a.alloc;
-                        b.wall = a.wall;
-                        b.offcpu = a.offcpu;
-                    }}},
+         .reload = fixed<&AgentConfig::events>(Restart::events)},
         {.key = "watchpoints-in-vm", .names = "--watchpoints-in-vm",
          .help = "true: -e cpu,alloc in a virtual machine, where it is refused by default because a hypervisor can "
                  "hand a watchpoint's trap to the kernel without its cause, and the kernel then kills the VM with a "
@@ -322,8 +323,9 @@ void check(const AgentConfig& c) {
     in_range("native-depth", c.native_depth, 0u, static_cast<uint32_t>(BB_MAX_NATIVE_FRAMES), "frames");
     if (c.alloc_period && (c.alloc_period < 64 || c.alloc_period > 0xffffffffull))
         throw UserError(fmt::format("--alloc-period {}: 64 to 4294967295 words", c.alloc_period));
-    if (c.given.count("alloc-period") && !c.alloc) throw UserError("--alloc-period: only with -e cpu,alloc");
-    if (c.watchpoints_in_vm && !c.alloc) throw UserError("--watchpoints-in-vm: only with -e cpu,alloc");
+    if (c.given.count("alloc-period") && !c.has_event("alloc"))
+        throw UserError("--alloc-period: only with -e cpu,alloc");
+    if (c.watchpoints_in_vm && !c.has_event("alloc")) throw UserError("--watchpoints-in-vm: only with -e cpu,alloc");
     if (c.output == "none" && c.push.url.empty() && c.otlp.url.empty())
         throw UserError("--output none without --push or --otlp: the profiles would go nowhere");
     for (const char* k : {"output-group", "retention", "retention-bytes", "retention-age"})
@@ -368,10 +370,11 @@ void check(const AgentConfig& c) {
                 fmt::format("{}: the URL holds credentials (user@ or user:password@): put them in a file named "
                             "by {}-auth",
                             option, option));
-        if (has_control(push->url) || push->url.size() > 2048) throw UserError(fmt::format("{}: not a URL", option));
+        if (has_control_byte(push->url) || push->url.size() > 2048)
+            throw UserError(fmt::format("{}: not a URL", option));
         // A header is one line: no byte that could end it and start another.
         for (const std::string& h : push->headers)
-            if (h.find(':') == std::string::npos || h.find(':') == 0 || has_control(h))
+            if (h.find(':') == std::string::npos || h.find(':') == 0 || has_control_byte(h))
                 throw UserError(fmt::format("{} header '{}': one line 'Name: value'", option, h));
     }
     for (const auto& [k, v] : c.labels)
@@ -380,7 +383,8 @@ void check(const AgentConfig& c) {
             }))
             throw UserError(fmt::format("label.{}: a key of letters, digits and _ (at most 64)", k));
     for (const std::string* s : {&c.host, &c.service})
-        if (has_control(*s) || s->size() > 256) throw UserError("--host and --service: one line of at most 256 bytes");
+        if (has_control_byte(*s) || s->size() > 256)
+            throw UserError("--host and --service: one line of at most 256 bytes");
 }
 
 AgentConfig load_config(const std::string& file, const GivenOptions& given) {
@@ -423,9 +427,10 @@ std::string describe(const AgentConfig& c) {
     auto or_none = [](const std::string& s) { return s.empty() ? std::string("(none)") : s; };
     line("every", c.every);
     line("frequency", c.frequency);
-    line("events", std::string("cpu") + (c.alloc ? ",alloc" : "") + (c.wall ? ",wall" : "") + (c.offcpu ? ",offcpu" : ""));
-    if (c.alloc) line("watchpoints-in-vm", c.watchpoints_in_vm ? "true" : "false");
-    if (c.alloc) line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
+    line("events", fmt::format("cpu{}{}", c.events.empty() ? "" : ",", fmt::join(c.events, ",")));
+    if (c.has_event("alloc")) line("watchpoints-in-vm", c.watchpoints_in_vm ? "true" : "false");
+    if (c.has_event("alloc"))
+        line("alloc-period", c.alloc_period ? std::to_string(c.alloc_period) : "65536 (-e alloc's default)");
     line("native-depth", c.native_depth);
     line("unwind-rows", c.unwind_rows);
     line("output", c.output);

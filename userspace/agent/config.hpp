@@ -1,7 +1,9 @@
 // beam-bpf-agent's configuration: the command line, over a key=value file (--config) that
 // SIGHUP re-reads. The file's keys are the long options' names (see docs/agent.md).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <string_view>
 #include <map>
 #include <set>
 #include <string>
@@ -23,15 +25,15 @@ struct AgentConfig {
     // 99 Hz per VM thread while it runs (see docs/agent.md, Why 99 Hz).
     uint64_t frequency = 99;
     uint32_t native_depth = 64;  // native frames below the Erlang ones (0: the native leaf only)
-    // -e cpu,alloc: an allocation profile per VM and interval too (beam-bpf-sample -e alloc's
-    // watchpoints: a debug register of each CPU per VM, so at most a few VMs at once).
-    bool alloc = false;
-    // -e cpu,wall: a wall-clock profile of every Erlang process per VM and interval too
-    // (beam-bpf-sample -e wall's, at its default rate and reads).
-    bool wall = false;
-    // -e cpu,offcpu: an off-CPU profile per VM and interval too (beam-bpf-sample -e offcpu's,
-    // at its default threshold): a second walker per VM, on its threads' switches and calls.
-    bool offcpu = false;
+    // -e: the kinds of profile made per VM and interval besides its CPU one, by their -e words
+    // (profile/kinds.hpp), in that list's order: alloc (beam-bpf-sample -e alloc's watchpoints,
+    // a debug register of each CPU per VM, so at most a few VMs at once), wall (-e wall's, at
+    // its default rate and reads), offcpu (-e offcpu's at its default threshold: a walker of
+    // its own per VM, on its threads' switches and calls).
+    std::vector<std::string> events;
+    bool has_event(std::string_view kind) const {
+        return std::find(events.begin(), events.end(), kind) != events.end();
+    }
     uint64_t alloc_period = 0;  // words per allocation sample on average (0: -e alloc's default)
     // Unwind rows the agent's shared store holds, all VMs together (native/unwind_store.hpp):
     // 2M rows (16 MiB, and 4 MiB of buckets) in the kernel from the first VM on. Debian's OTP 25

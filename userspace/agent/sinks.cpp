@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
+#include "profile/kinds.hpp"
 
 namespace bb::agent {
 
@@ -54,18 +56,15 @@ std::string url_escape(CURL* curl, const std::string& s) {
     return out;
 }
 
-// What Pyroscope should make of the profile's sample types (report/pprof.cpp): the CPU time, or
-// the bytes allocated (alloc_space, as Go's heap profiles), summed, sampled.
-constexpr const char* kCpuSampleTypeConfig =
-    R"({"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}})";
-constexpr const char* kAllocSampleTypeConfig =
-    R"({"alloc_space":{"units":"bytes","aggregation":"sum","display-name":"alloc_space","sampled":true}})";
-// -e cpu,wall: nanoseconds of process time, summed as the CPU's are.
-constexpr const char* kWallSampleTypeConfig =
-    R"({"wall":{"units":"samples","aggregation":"sum","display-name":"wall","sampled":true}})";
-// -e cpu,offcpu: nanoseconds a thread blocked, the same.
-constexpr const char* kOffcpuSampleTypeConfig =
-    R"({"offcpu":{"units":"samples","aggregation":"sum","display-name":"offcpu","sampled":true}})";
+// What Pyroscope should make of the profile's sample type (report/pprof.cpp): the CPU time,
+// the bytes allocated (alloc_space, as Go's heap profiles), the nanoseconds of process time or
+// of threads blocked; summed, sampled (profile/kinds.hpp names them).
+std::string sample_type_config(const std::string& kind) {
+    const ProfileKind* k = agent_kind(kind);
+    if (!k) k = &kind_of("samples");
+    return fmt::format(R"({{"{0}":{{"units":"{1}","aggregation":"sum","display-name":"{0}","sampled":true}}}})",
+                       k->pyroscope_type, k->pyroscope_units);
+}
 
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -106,12 +105,7 @@ public:
         part = curl_mime_addpart(mime);
         curl_mime_name(part, "sample_type_config");
         curl_mime_filename(part, "sample_type_config.json");
-        curl_mime_data(part,
-                       it.kind == "alloc"    ? kAllocSampleTypeConfig
-                       : it.kind == "wall"   ? kWallSampleTypeConfig
-                       : it.kind == "offcpu" ? kOffcpuSampleTypeConfig
-                                             : kCpuSampleTypeConfig,
-                       CURL_ZERO_TERMINATED);
+        curl_mime_data(part, sample_type_config(it.kind).c_str(), CURL_ZERO_TERMINATED);  // copied
         curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
         return mime;
     }
@@ -135,14 +129,6 @@ std::string read_secret(const std::string& path, size_t limit, std::string& out)
     return {};
 }
 
-// A header value with a control byte would end the header and start another (header injection).
-bool has_control_byte(const std::string& s) {
-    return std::any_of(s.begin(), s.end(), [](char c) {
-        auto u = static_cast<unsigned char>(c);
-        return (u < 0x20 && c != '\t') || u == 0x7f;
-    });
-}
-
 // The headers of a --push-headers-file: "Name: value" lines; blank lines and "#" comments
 // skipped. "" when all were added to `headers`, else why not (a line's number, never its value).
 std::string add_file_headers(const std::string& path, curl_slist*& headers) {
@@ -153,7 +139,9 @@ std::string add_file_headers(const std::string& path, curl_slist*& headers) {
     for (int n = 1; std::getline(in, line); n++) {
         if (line.ends_with('\r')) line.pop_back();
         if (trimmed(line).empty() || trimmed(line).starts_with('#')) continue;
-        if (has_control_byte(line)) return fmt::format("line {} of {} holds a control byte", n, path);
+        // A control byte would end the header and start another (header injection); a tab is
+        // a header's own whitespace.
+        if (has_control_byte(line, true)) return fmt::format("line {} of {} holds a control byte", n, path);
         size_t colon = line.find(':');
         if (colon == 0 || colon == std::string::npos || line.find_first_of(" \t") < colon)
             return fmt::format("line {} of {} is not \"Name: value\"", n, path);
@@ -376,7 +364,7 @@ Pusher::Sent Pusher::send(const Item& it, const PushConfig& cfg) {
         std::string why = read_secret(cfg.auth_file, 4096, auth);
         auth = trimmed(auth);
         if (why.empty() && auth.empty()) why = cfg.auth_file + " is empty";
-        if (why.empty() && has_control_byte(auth)) why = cfg.auth_file + " holds a control byte";
+        if (why.empty() && has_control_byte(auth, true)) why = cfg.auth_file + " holds a control byte";
         if (!why.empty()) return {.cause = "credentials file", .detail = why};
         if (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0) {
             add("Authorization: Bearer " + trimmed(auth.substr(7)));

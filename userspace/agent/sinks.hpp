@@ -19,7 +19,7 @@ namespace bb::agent {
 
 // One finished interval of one VM, as both sinks take it.
 struct FinishedProfile {
-    std::string kind = "cpu";  // or "alloc" (-e cpu,alloc), "wall" (-e cpu,wall): its file names and Pyroscope's sample types
+    std::string kind = "cpu";  // its -e word (profile/kinds.hpp): its file names and Pyroscope's sample type
     std::string dir_name;      // the VM's subdirectory: "<service>-<os pid>", cleaned
     std::string service;       // Pyroscope's application name
     std::vector<std::pair<std::string, std::string>> labels;  // host, os_pid, node, ...

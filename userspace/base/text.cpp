@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,13 @@ std::string escape(std::string_view s, char quote) {
 }
 
 }  // namespace
+
+bool has_control_byte(std::string_view s, bool tab_allowed) {
+    return std::any_of(s.begin(), s.end(), [&](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return (u < 0x20 && !(tab_allowed && c == '\t')) || u == 0x7f;
+    });
+}
 
 bool is_printable(std::string_view s) {
     std::string scratch;

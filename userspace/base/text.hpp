@@ -45,4 +45,8 @@ size_t output_columns();
 // clean names are not copied).
 bool is_printable(std::string_view bytes);
 
+// Whether a setting's text holds an ASCII control byte (DEL too), which would end a line or a
+// header and start another (header injection); a tab only where `tab` is not allowed.
+bool has_control_byte(std::string_view s, bool tab_allowed = false);
+
 }  // namespace bb

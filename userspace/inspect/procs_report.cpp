@@ -47,7 +47,6 @@ std::string ProcsContext::function(uint64_t mfa, uint64_t addr) {
 
 namespace {
 
-
 struct Row {
     const ProcessEntry* p;
     std::string pid, name, initial, current;
@@ -199,9 +198,9 @@ int procs_table(ProcsContext& c, const ProcsOptions& o) {
                read_ns / 1e6);
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
-    static const std::vector<Column> cols{{"PID", 14, false, true}, {"MEMORY", 9},       {"BINARY", 9, true},
-                                          {"HEAP", 10, true},         {"STACK", 7, true}, {"MSGQ", 7},
-                                          {"REDS", 12},               {"STATUS", 18, false, true}};
+    static const std::vector<Column> cols{
+        {"PID", 14, false, true}, {"MEMORY", 9}, {"BINARY", 9, true}, {"HEAP", 10, true},
+        {"STACK", 7, true},       {"MSGQ", 7},   {"REDS", 12},        {"STATUS", 18, false, true}};
     const Layout l = lay_out(cols, name_width(rows), o.columns);
     fmt::print("{}\n", table_line(cols, l, headings(cols), "NAME", "CURRENT"));
     for (const Row& r : rows) {
@@ -299,8 +298,8 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
             if (!busy.empty())
                 fmt::print("{}\n", fit("schedulers busy (spinning not counted): " + SchedUtil::line(busy), o.columns));
             static const std::vector<Column> cols{
-                {"PID", 14, false, true}, {"MEMORY", 9, true}, {"+MEMORY", 10}, {"BINARY", 9, true},
-                {"+BINARY", 10, true},    {"MSGQ", 7, true},   {"+MSGQ", 7},    {"+REDS", 12},
+                {"PID", 14, false, true},   {"MEMORY", 9, true}, {"+MEMORY", 10}, {"BINARY", 9, true},
+                {"+BINARY", 10, true},      {"MSGQ", 7, true},   {"+MSGQ", 7},    {"+REDS", 12},
                 {"STATUS", 18, false, true}};
             // NAME as wide as it may be, whatever this refresh's names: the columns stay put.
             const Layout l = lay_out(cols, kNameWidthMax, o.columns);

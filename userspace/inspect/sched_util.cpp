@@ -111,7 +111,6 @@ uint64_t SchedUtil::next_gap_ns(std::mt19937_64& rng, int hz) {
     return std::uniform_int_distribution<uint64_t>(500'000'000ull / hz, 1'500'000'000ull / hz)(rng);
 }
 
-
 std::vector<SchedBusy> SchedUtil::watch(double seconds, const std::function<bool()>& stop) {
     take();  // the interval starts now
     std::thread sampler([&] {

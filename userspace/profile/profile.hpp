@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "profile/kinds.hpp"
+
 namespace bb {
 
 enum class FrameKind : uint8_t {
@@ -51,11 +53,10 @@ struct Profile {
     std::vector<Function> functions;
     std::vector<Location> locations;
     std::vector<Sample> samples;
-    // or "calls" (beam-bpf-blame --count), "words" (-e alloc), "wall" (-e wall: counts are
-    // nanoseconds of process time, shown as process-seconds)
+    // What the counts are: names its entry in profile/kinds.hpp ("samples", "words", "wall", ...).
     std::string unit = "samples";
-    uint64_t period_ns = 0;        // CPU time one sample stands for; 0 when counts are not time
-    uint64_t start_unix_ns = 0;    // wall clock at the start of the profiled interval
+    uint64_t period_ns = 0;      // CPU time one sample stands for; 0 when counts are not time
+    uint64_t start_unix_ns = 0;  // wall clock at the start of the profiled interval
     uint64_t duration_ns = 0;
     std::string title;  // "beam.smp 1234 (OTP 27)": shown by viewers
     // Labels of the whole profile, which pprof can only carry on each sample (beam-bpf-agent:
@@ -73,10 +74,7 @@ struct Profile {
         const Location& l = locations[location];
         return lines && l.line ? l.line : functions[l.function].start_line;
     }
-    // Counts of process time in nanoseconds (-e wall): its own top table.
-    bool wall() const { return unit == "wall"; }
-    // Counts that are nanoseconds: of process time (-e wall) or of threads blocked (-e offcpu).
-    bool timed() const { return unit == "wall" || unit == "offcpu"; }
+    const ProfileKind& kind() const { return kind_of(unit); }
     uint64_t total() const {
         uint64_t n = 0;
         for (const Sample& s : samples) n += s.count;

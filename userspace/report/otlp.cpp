@@ -103,9 +103,10 @@ std::string otlp_request(const Profile& profile, const std::vector<OtlpAttribute
     sp->mutable_scope()->set_name("beam-bpf");
     pb::Profile* op = sp->add_profiles();
 
-    const bool cpu = p.period_ns > 0 && p.unit == "samples";
-    op->mutable_sample_type()->set_type_strindex(dict.str(cpu ? "cpu" : p.unit));
-    op->mutable_sample_type()->set_unit_strindex(dict.str(cpu || p.timed() ? "nanoseconds" : "count"));
+    const ProfileKind& kind = kind_of(p.unit);
+    const bool cpu = p.period_ns > 0 && !kind.period_type.empty();
+    op->mutable_sample_type()->set_type_strindex(dict.str(cpu ? std::string(kind.period_type) : p.unit));
+    op->mutable_sample_type()->set_unit_strindex(dict.str(cpu || kind.timed ? "nanoseconds" : "count"));
     if (cpu) {
         *op->mutable_period_type() = op->sample_type();
         op->set_period(static_cast<int64_t>(p.period_ns));

@@ -53,24 +53,24 @@ void write_pprof(const Profile& p, std::ostream& out) {
     Strings str(pp);
 
     // The count first, by convention; CPU time when a sample stands for a fixed amount of it.
-    bool cpu = p.period_ns > 0 && p.unit == "samples";
+    const ProfileKind& kind = kind_of(p.unit);
+    const bool cpu = p.period_ns > 0 && !kind.period_type.empty();
     auto add_type = [&](pb::ValueType* t, const char* type, const char* unit) {
         t->set_type(str(type));
         t->set_unit(str(unit));
     };
     // An allocation profile (-e alloc) counts words: as pprof's heap profiles do, space in
-    // bytes, the default view.
-    const bool words = p.unit == "words";
-    // A wall profile's counts are nanoseconds of process time: go tool pprof shows them as
-    // durations (Go's own "wall" profiles are the same).
-    add_type(pp.add_sample_type(), words ? "alloc_words" : p.unit.c_str(), p.timed() ? "nanoseconds" : "count");
+    // bytes, the default view. Nanoseconds (-e wall, -e offcpu): go tool pprof shows durations.
+    const bool words = kind.words;
+    add_type(pp.add_sample_type(), std::string(kind.sample_type).c_str(), kind.timed ? "nanoseconds" : "count");
     if (words) {
         add_type(pp.add_sample_type(), "alloc_space", "bytes");
         pp.set_default_sample_type(str("alloc_space"));
     }
     if (cpu) {
-        add_type(pp.add_sample_type(), "cpu", "nanoseconds");
-        add_type(pp.mutable_period_type(), "cpu", "nanoseconds");
+        const std::string type(kind.period_type);
+        add_type(pp.add_sample_type(), type.c_str(), "nanoseconds");
+        add_type(pp.mutable_period_type(), type.c_str(), "nanoseconds");
         pp.set_period(static_cast<int64_t>(p.period_ns));
     }
     pp.set_time_nanos(static_cast<int64_t>(p.start_unix_ns));

@@ -46,7 +46,7 @@ void write_speedscope(const Profile& p, std::ostream& out) {
 
     // Weights are CPU time when a sample stands for a known period, so speedscope shows
     // milliseconds; otherwise plain counts ("none").
-    const bool timed = p.period_ns > 0 || p.timed();
+    const bool timed = p.period_ns > 0 || p.kind().timed;
     // The samples of one scheduler kind, or all of them (kind empty).
     auto profile = [&](const std::string& name, const std::string& kind) {
         // The order of the samples is speedscope's time axis (its "Time Order" view), but our

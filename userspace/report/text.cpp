@@ -95,8 +95,8 @@ void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, do
     width = std::min<size_t>(width, 72);
     fmt::print(out, "{:>6}  {:<20} {:<{}}  {}\n", "SHARE%", "STATE", "FUNCTION < CALLER", width, "WAITING ON");
     for (const auto& [n, place] : rows) {
-        std::string row = fmt::format("{:6.1f}  {:<20} {:<{}}  {}", 100.0 * n / all, place->state, place->where,
-                                      width, place->waits);
+        std::string row = fmt::format("{:6.1f}  {:<20} {:<{}}  {}", 100.0 * n / all, place->state, place->where, width,
+                                      place->waits);
         row.erase(row.find_last_not_of(' ') + 1);
         fmt::print(out, "{}\n", row);
     }
@@ -137,7 +137,7 @@ std::vector<TopRow> top_rows(const Profile& p, size_t n, bool by_total, bool erl
 void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     uint64_t total = p.total();
     double all = total ? static_cast<double>(total) : 1.0;
-    if (p.wall()) {
+    if (p.kind().process_time) {
         write_wall_top(p, out, o, all);
         return write_processes(p, out, o, all);
     }

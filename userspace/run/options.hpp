@@ -62,12 +62,12 @@ struct CommonOptions {
     bool kernel = false;         // the kernel's frames of samples in system calls
     std::string output;          // empty: stdout
     std::string offsets_file;
-    std::string process;      // "<0.85.0>" or a registered name: only this Erlang process
-    bool by_process = false;  // a root frame per process name (how many processes had it)
-    bool by_pid = false;      // a root frame per process: name, then pid
-    std::string stats_file;   // JSON figures of the run, for the bench
-    double every = 0;         // --every: one report per this many seconds, -o names them by %t
-    bool verbose = false;     // -v: the attach line in full (build-id, where offsets and symbols came from)
+    std::string process;        // "<0.85.0>" or a registered name: only this Erlang process
+    bool by_process = false;    // a root frame per process name (how many processes had it)
+    bool by_pid = false;        // a root frame per process: name, then pid
+    std::string stats_file;     // JSON figures of the run, for the bench
+    double every = 0;           // --every: one report per this many seconds, -o names them by %t
+    bool verbose = false;       // -v: the attach line in full (build-id, where offsets and symbols came from)
     bool wait_for_boot = true;  // the agent: false (Vm::attach)
 
     // Resolved by resolve(), from the above:

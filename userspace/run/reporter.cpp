@@ -14,7 +14,7 @@ Reporter::Reporter(Session& s, const CommonOptions& o, const char* unit, TopOpti
     : s_(s),
       o_(o),
       unit_(unit),
-      weigh_words_(std::string_view(unit) == "words"),
+      weigh_words_(kind_of(unit).words),
       top_(top),
       strata_(alloc_interval(o), s.alloc_exits),
       interval_start_ns_(s.start_ns) {}
@@ -61,7 +61,7 @@ void Reporter::write(uint64_t now_ns) {
     ProfileMeta m;
     m.title = fmt::format("{} {} (OTP {})", s_.vm.exe(), s_.vm.pid(), s_.vm.release().major);
     m.unit = unit_;
-    if (m.unit == "samples") m.period_ns = o_.ns_per_sample;  // 0: counts only (cycles)
+    if (!kind_of(unit_).period_type.empty()) m.period_ns = o_.ns_per_sample;  // 0: counts only (cycles)
     m.start_unix_ns = s_.start_unix_ns + (interval_start_ns_ - s_.start_ns);
     m.duration_ns = now_ns - interval_start_ns_;
     m.lines = o_.lines;
@@ -101,8 +101,8 @@ void Reporter::write(uint64_t now_ns) {
     // Every file written, -o FILE's too: which file, and what it holds. (None for stdout.)
     for (const auto& path : s_.out.paths())
         fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path,
-                   std::string_view(unit_) == "wall" ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
-                                                     : fmt::format("{} {}", agg_.total(), unit_));
+                   kind_of(unit_).process_time ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
+                                               : fmt::format("{} {}", agg_.total(), unit_));
     agg_.clear();
     interval_start_ns_ = now_ns;
 }

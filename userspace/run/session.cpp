@@ -26,14 +26,12 @@ const Vm& after(StageTimes& t, const Vm& vm, const char* step) {
 }
 }  // namespace
 
-void print_attached(const Vm& vm, std::string_view native, std::string_view what,
-                    std::string_view events_note) {
+void print_attached(const Vm& vm, std::string_view native, std::string_view what, std::string_view events_note) {
     const char* tool = tool_name();
     auto p = read_beam("/proc", vm.pid());
     const std::string node = p ? labels_of(*p).node : "";
     fmt::print(stderr, "{}\n",
-               printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}); {}{}", tool,
-                                     vm.exe_name(), vm.pid(),
+               printable(fmt::format("{}: attached to {} (pid {}, {}OTP {}); {}{}", tool, vm.exe_name(), vm.pid(),
                                      node.empty() ? "" : node + ", ", vm.release().major, what, native)));
     // Not the common case: its own line, as it changes what the run costs the host.
     if (!events_note.empty()) fmt::print(stderr, "{}: sampled through {}\n", tool, printable(events_note));
@@ -112,8 +110,7 @@ void Session::start(SamplerConfig cfg, const std::string& what, SharedSampling* 
                        vm.symbols_origin().empty() ? "" : ", globals from the " + vm.symbols_origin(),
                        sym.jit().module_count(), cfg.frame_layout == 1 ? " (frame pointers)" : "", native, what,
                        sampler->events_note().empty() ? "" : "; sampled through " + sampler->events_note())));
-    else
-        print_attached(vm, unwind ? "" : ", Erlang frames only", what, sampler->events_note());
+    else print_attached(vm, unwind ? "" : ", Erlang frames only", what, sampler->events_note());
     if (verbose) {
         std::string steps;
         double all = 0;

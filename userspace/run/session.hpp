@@ -59,8 +59,7 @@ public:
 // it samples) and `native` (", Erlang frames only" where no native frame is walked, else "");
 // `events_note` (Sampler::events_note()), when not empty, on a line of its own. -v gives the
 // rest: path, build-id, where the offsets and symbols came from, JIT modules, unwind tables.
-void print_attached(const Vm& vm, std::string_view native, std::string_view what,
-                    std::string_view events_note = {});
+void print_attached(const Vm& vm, std::string_view native, std::string_view what, std::string_view events_note = {});
 
 // An entry probe on a native function, for SamplerConfig::entry_probes.
 SamplerConfig::Probe entry_probe(const Vm& vm, const NativeMatch& m);

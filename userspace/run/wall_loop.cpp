@@ -66,12 +66,11 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                                          "processes read a tick (of {} process table slots)",
                                          tool, vm.exe(), vm.pid(), vm.build().describe(), vm.offsets().origin,
                                          s.sym.jit().module_count(), describe_event(o), per_tick, wall.table_slots())));
-    else
-        print_attached(vm, "",
-                       fmt::format("{}, {} processes a tick", describe_event(o), per_tick));
+    else print_attached(vm, "", fmt::format("{}, {} processes a tick", describe_event(o), per_tick));
     if (!vm.caveat().empty()) fmt::print(stderr, "{}: warning: {}\n", tool, printable(vm.caveat()));
     if (!s.names.unavailable().empty())
-        fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool, printable(s.names.unavailable()));
+        fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool,
+                   printable(s.names.unavailable()));
 
     Reporter rep(s, o, "wall", {.rows = o.top, .flat = o.flat});
     auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
@@ -114,11 +113,12 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     const WallCounts& n = wall.counts();
     const double cpu_s = cpu_seconds_self() - cpu_start;
     if (o.every == 0)
-        rep.set_heading(fmt::format(
-            "{:.1f} process-seconds of {:.0f} processes on average over {:.1f} s, estimated from {} processes read at "
-            "{} ticks a second; shares of process time:",
-            static_cast<double>(n.weight_ns) / 1e9, n.ticks ? static_cast<double>(n.live) / n.ticks : 0.0, seconds,
-            n.kept, o.frequency));
+        rep.set_heading(
+            fmt::format("{:.1f} process-seconds of {:.0f} processes on average over {:.1f} s, estimated from {} "
+                        "processes read at "
+                        "{} ticks a second; shares of process time:",
+                        static_cast<double>(n.weight_ns) / 1e9, n.ticks ? static_cast<double>(n.live) / n.ticks : 0.0,
+                        seconds, n.kept, o.frequency));
     rep.finish(monotonic_ns());
     // One line within a terminal's width; what the reads cost and how each process was read,
     // a second line with -v.

@@ -169,8 +169,9 @@ Sampler::Sampler(const Vm& vm, const SamplerConfig& cfg, std::shared_ptr<Walker>
             impl_->links.emplace_back(l);
         }
         if (!impl_->session_links.empty())
-            impl_->events_note = "uprobe sessions (a collection's return is probed only when it can change the "
-                                 "profile)";
+            impl_->events_note =
+                "uprobe sessions (a collection's return is probed only when it can change the "
+                "profile)";
     }
 
     if (cfg.alloc && cfg.alloc_interval) {

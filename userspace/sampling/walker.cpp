@@ -171,10 +171,11 @@ int Walker::Impl::load(const SamplerConfig& cfg, uint32_t slots, bool fast_progs
     bpf_program__set_autoload(s->progs.on_wakeup, cfg.offcpu);
     bpf_program__set_autoload(s->progs.on_sys_exit, cfg.offcpu && !fast);
     bpf_program__set_autoload(s->progs.on_sys_exit_fast, cfg.offcpu && fast);
-    // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time).
-    if (getenv("BB_LIBBPF_DEBUG")) {
+    // BB_LIBBPF_DEBUG=1 also shows the verifier's statistics of each program (its load time);
+    // BB_LIBBPF_DEBUG=2 the verifier's log of a program it refuses.
+    if (const char* debug = getenv("BB_LIBBPF_DEBUG")) {
         bpf_program* p;
-        bpf_object__for_each_program(p, s->obj) bpf_program__set_log_level(p, 4);
+        bpf_object__for_each_program(p, s->obj) bpf_program__set_log_level(p, std::string_view(debug) == "2" ? 1 : 4);
     }
 
     s->rodata->max_frames = cfg.max_frames;
@@ -234,9 +235,14 @@ Walker::Walker(const SamplerConfig& cfg, uint32_t slots) : impl_(std::make_uniqu
     int err = impl_->load(cfg, slots, fast, session);
     if (err && session && err != -EPERM) err = impl_->load(cfg, slots, fast, session = false);
     if (err && fast && err != -EPERM) err = impl_->load(cfg, slots, false, session);
+    // EFAULT from a load is the verifier failing on its own ("verifier bug" in its log), not a
+    // refusal of the program: kernel 6.18.44's refuses beam-bpf-blame's (docs/validation.md).
     if (err)
         throw UserError(fmt::format("cannot load the BPF program into the kernel: {}{}", errno_text(err),
-                                    err == -EPERM ? " (need root, or CAP_BPF and CAP_PERFMON)" : ""));
+                                    err == -EPERM    ? " (need root, or CAP_BPF and CAP_PERFMON)"
+                                    : err == -EFAULT ? " (a bug of this kernel's verifier, not of the program; "
+                                                       "BB_LIBBPF_DEBUG=2 shows its log)"
+                                                     : ""));
     impl_->slot_tgid.assign(slots, 0);
     impl_->ring.reset(ring_buffer__new(bpf_map__fd(impl_->skel->maps.records), Impl::on_ring, impl_.get(), nullptr));
     if (!impl_->ring) throw UserError(fmt::format("cannot open the ring buffer: {}", errno_text(errno)));

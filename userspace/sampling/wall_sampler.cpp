@@ -95,8 +95,8 @@ WallTick WallSampler::tick() {
         // while it is being filled or emptied (process_table.cpp).
         const uint32_t chunks = (table_.max + kSlotChunk - 1) / kSlotChunk;
         // All of it at the first tick: each chunk has been read once from then on.
-        const uint32_t per_tick =
-            chunks_.empty() ? chunks : std::clamp<uint32_t>(cfg_.slots_per_tick / kSlotChunk, 1, chunks);
+        const uint32_t per_tick = chunks_.empty() ? chunks
+                                                  : std::clamp<uint32_t>(cfg_.slots_per_tick / kSlotChunk, 1, chunks);
         chunks_.resize(chunks);
         for (uint32_t n = 0; n < per_tick; n++, next_chunk_ = (next_chunk_ + 1) % chunks) {
             const uint32_t first = next_chunk_ * kSlotChunk;

@@ -65,8 +65,8 @@ struct VmLabels {
     // "" when neither names it.
     std::string node;
     bool node_from_command_line = false;  // `node` is the command line's, not yet the VM's
-    std::string release;       // an Elixir or rebar3 release's name; "" when none
-    std::string container_id;  // 64 hex digits found in the cgroup path; "" when none
+    std::string release;                  // an Elixir or rebar3 release's name; "" when none
+    std::string container_id;             // 64 hex digits found in the cgroup path; "" when none
     std::string cgroup;
     std::string pod_uid;                  // a Kubernetes pod's uid from the cgroup path (kubelet's); "" when none
     std::string pod_name, pod_namespace;  // POD_NAME, POD_NAMESPACE in its environment; "" when unset

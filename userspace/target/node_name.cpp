@@ -37,7 +37,8 @@ std::optional<std::string> parse_node_name(std::string_view buffer) {
     } else {
         name = text;
     }
-    if (std::count(name.begin(), name.end(), '@') != 1 || name.front() == '@' || name.back() == '@') return std::nullopt;
+    if (std::count(name.begin(), name.end(), '@') != 1 || name.front() == '@' || name.back() == '@')
+        return std::nullopt;
     for (unsigned char c : name)
         if (c < 0x20 || c >= 0x7f) return std::nullopt;
     return name == "nonode@nohost" ? "" : name;
@@ -81,8 +82,8 @@ Result<uint64_t> scan_for_buffer(const RemoteMemory& mem, const ElfFile& elf, ui
     auto text_at = [&](uint64_t v) -> std::optional<std::string> {
         for (const Range& r : ranges)
             if (v >= r.start && v < r.end && r.end - v >= kNodeNameBuffer)  // no v + 256 that wraps
-                return parse_node_name(std::string_view(reinterpret_cast<const char*>(r.bytes.data()) + (v - r.start),
-                                                        kNodeNameBuffer));
+                return parse_node_name(
+                    std::string_view(reinterpret_cast<const char*>(r.bytes.data()) + (v - r.start), kNodeNameBuffer));
         return std::nullopt;
     };
     std::set<uint64_t> found;

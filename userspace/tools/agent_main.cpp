@@ -41,12 +41,14 @@ int run(int argc, char** argv) {
     }
     auto load = [&] { return agent::load_config(config_file, given); };
     agent::AgentConfig cfg = load();
-    const std::string summary =
-        fmt::format("every {} s, {} Hz{}, {}{}{}{}", cfg.every, cfg.frequency, cfg.alloc ? " and allocation" : "",
-                    cfg.output == "none" ? "no files" : "files in " + cfg.output,
-                    cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url,
-                    cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
-                    cfg.match.empty() ? ", every VM" : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
+    const std::string summary = fmt::format("every {} s, {} Hz, profiles cpu{}{}, {}{}{}{}", cfg.every, cfg.frequency,
+                                            cfg.events.empty() ? "" : ",", fmt::join(cfg.events, ","),
+                                            cfg.output == "none" ? "no files" : "files in " + cfg.output,
+                                            cfg.push.url.empty() ? "" : ", pushing to " + cfg.push.url,
+                                            cfg.otlp.url.empty() ? "" : ", OTLP to " + cfg.otlp.url,
+                                            cfg.match.empty()
+                                                ? ", every VM"
+                                                : fmt::format(", VMs matching {}", fmt::join(cfg.match, " or ")));
     const std::vector<std::string> warnings = agent::secret_file_warnings(cfg);
     if (check_only) {
         fmt::print("beam-bpf-agent: configuration ok: {}\n{}", summary, agent::describe(cfg));

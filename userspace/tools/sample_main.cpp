@@ -79,9 +79,9 @@ int run(int argc, char** argv) {
             fmt::print(stderr, "{}: warning: {} has no {}: the words allocated through them are not counted\n",
                        tool_name(), s.vm.exe(), missing);
     }
-    s.start(cfg, alloc ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
-                       : o.verbose ? fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o))
-                                   : describe_event(o));
+    s.start(cfg, alloc       ? fmt::format("{} GC entry probes, {}", cfg.entry_probes.size(), describe_event(o))
+                 : o.verbose ? fmt::format("{} scheduler threads, {}", scheds.size(), describe_event(o))
+                             : describe_event(o));
     if (pstack) return run_pstack(s, o, scheds);
 
     Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top, .flat = o.flat});

@@ -51,8 +51,9 @@ int run(int argc, char** argv) {
                    v.labels.container_id.empty() ? "-" : v.labels.container_id.substr(0, 12));
     }
     if (marked)
-        fmt::print("* from the command line (-name, -sname): the VM is not distributed yet, or its memory is not "
-                   "this user's to read\n");
+        fmt::print(
+            "* from the command line (-name, -sname): the VM is not distributed yet, or its memory is not "
+            "this user's to read\n");
     return 0;
 }
 
