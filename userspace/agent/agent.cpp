@@ -252,7 +252,6 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     f->names.emplace(f->s->vm, false);
     f->sched = std::make_shared<SchedUtil>(f->s->vm);
     sched_.add(p.pid, f->sched);
-    f->dir_name = dir_safe(service_of(l)) + "-" + std::to_string(p.pid);
     f->interval_start_ns = f->s->start_ns;
     f->interval_start_unix_ns = f->s->start_unix_ns;
     f->last_check_ns = monotonic_ns();
@@ -302,6 +301,9 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
         f.labels.node = clean(*node);
         f.labels.node_from_command_line = false;
     }
+    // Named at its first profile, not at attach: a VM attached as it boots (before its
+    // distribution is up, or RabbitMQ's) is filed under the name node() gives it.
+    if (f.dir_name.empty()) f.dir_name = dir_safe(service_of(f.labels)) + "-" + std::to_string(f.proc.pid);
     ship(f, kind_of("samples"), *f.s, f.agg, now_ns);
     f.agg.clear();
     for (auto& [type, part] : f.parts) {
@@ -601,7 +603,8 @@ void Agent::run(const std::atomic<bool>& stop, std::atomic<bool>& reload,
         if (dir_ && now - last_sweep >= kSweepNs) {
             last_sweep = now;
             std::set<std::string> live;
-            for (const auto& [pid, f] : vms_) live.insert(f->dir_name);
+            for (const auto& [pid, f] : vms_)
+                if (!f->dir_name.empty()) live.insert(f->dir_name);  // none before its first profile
             dir_->sweep(live, static_cast<int64_t>(unix_now_ns() / kSecond));
         }
         // Rings hold seconds of samples at these rates: a drain every 100 ms is plenty. The wall

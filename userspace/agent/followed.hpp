@@ -54,7 +54,8 @@ std::span<const VmPartType> vm_part_types();
 struct Followed {
     BeamProcess proc;
     VmLabels labels;
-    std::string dir_name;  // its subdirectory, named at attach: a reload does not move its files
+    // Its subdirectory, named at its first profile: a reload or a later name does not move its files.
+    std::string dir_name;
     CommonOptions o;
     std::unique_ptr<Session> s;
     // Process names of this interval only: the session's own table keeps every pid it ever named,
