@@ -56,7 +56,7 @@ test_vms() {
   done
   return $rc
 }
-stage "test VMs (OTP 25 debug, 27, 29 at once)" test_vms
+stage "test VMs (OTP 25 debug, 27, 29)" test_vms
 
 run_ctest() { (cd build && ctest --output-on-failure --timeout 600 "$@"); }
 if [ -n "$quick" ]; then

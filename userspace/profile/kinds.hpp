@@ -19,6 +19,7 @@ struct ProfileKind {
     bool process_time = false;      // nanoseconds of Erlang process time: process-seconds, its own top table
     bool words = false;             // counts are heap words: also as bytes (alloc_space), the default view
     std::string_view time_of = {};  // timed: what the nanoseconds are, after a duration ("of process time")
+    std::string_view seconds = {};  // timed: what their sum is in seconds ("process-seconds")
     std::string_view title = {};    // what the agent's profile title adds: ", words allocated"
     // Pyroscope's sample_type_config for the agent's pushes: the type it shows, and its units.
     std::string_view pyroscope_type = {}, pyroscope_units = {};

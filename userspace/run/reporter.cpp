@@ -99,10 +99,11 @@ void Reporter::write(uint64_t now_ns) {
     }
     s_.out.commit();
     // Every file written, -o FILE's too: which file, and what it holds. (None for stdout.)
-    for (const auto& path : s_.out.paths())
-        fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path,
-                   kind_of(unit_).process_time ? fmt::format("{:.1f} process-seconds", agg_.total() / 1e9)
-                                               : fmt::format("{} {}", agg_.total(), unit_));
+    const ProfileKind& kind = kind_of(unit_);
+    const double seconds = static_cast<double>(agg_.total()) / 1e9;
+    const std::string held = kind.timed ? fmt::format("{:.1f} {}", seconds, kind.seconds)
+                                        : fmt::format("{} {}", agg_.total(), unit_);
+    for (const auto& path : s_.out.paths()) fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path, held);
     agg_.clear();
     interval_start_ns_ = now_ns;
 }
