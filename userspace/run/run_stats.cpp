@@ -27,12 +27,12 @@ void RunStats::count(const bb_record& r) {
     if (r.flags & BB_F_OFFCPU) {
         offcpu_ns_by_tid[r.tid] += r.BB_OFFCPU_NS;
     } else if (r.flags & BB_F_WATCH) {
-        watch_samples++;
-        watch_samples_by_heap[r.heap_owner]++;
-        frag_words += r.frag_words;
+        alloc_samples++;
+        alloc_samples_by_heap[r.heap_owner]++;
+        message_words += r.frag_words;
     } else {
         alloc_words += r.alloc_words;
-        frag_words += r.frag_words;
+        message_words += r.frag_words;
     }
     if (r.flags & BB_F_TRUNCATED) truncated++;
     if (r.flags & BB_F_BAD_PROC) unreadable++;
@@ -79,8 +79,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"attributed_exiting", s.exiting},
         {"not_running", s.not_running},
         {"alloc_words", s.alloc_words},
-        {"message_words", s.frag_words},
-        {"alloc_samples", s.watch_samples},
+        {"message_words", s.message_words},
+        {"alloc_samples", s.alloc_samples},
         {"handler_errors", c.handler_errors},
         {"fp_walked", s.fp_walked},
         {"native_frames", s.native_frames},
@@ -118,8 +118,8 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
     }
     if (c.alloc_watch) {
         // The 10 heaps with the most samples.
-        std::vector<std::pair<uint64_t, uint64_t>> heaps(s.watch_samples_by_heap.begin(),
-                                                         s.watch_samples_by_heap.end());
+        std::vector<std::pair<uint64_t, uint64_t>> heaps(s.alloc_samples_by_heap.begin(),
+                                                         s.alloc_samples_by_heap.end());
         std::sort(heaps.begin(), heaps.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
         heaps.resize(std::min<size_t>(heaps.size(), 10));
         nlohmann::json by_heap = nlohmann::json::object();

@@ -28,11 +28,11 @@ struct RunStats {
     uint64_t native_frames = 0, native_no_row = 0, native_bad = 0, native_truncated = 0, blame_scan = 0;
     // -e alloc: words allocated by the code on the records' stacks, and the words of other heap
     // fragments (received messages, NIF environments) counted apart.
-    uint64_t alloc_words = 0, frag_words = 0;
-    uint64_t watch_samples = 0;  // -e alloc: records of its watchpoints (their words are estimates)
+    uint64_t alloc_words = 0, message_words = 0;
+    uint64_t alloc_samples = 0;  // -e alloc: records of its watchpoints (their words are estimates)
     // ... by the process whose heap they sampled (pid term): how many stand behind the split of
     // each heap's exact words (profile/alloc_strata.hpp). One entry per process sampled.
-    std::unordered_map<uint64_t, uint64_t> watch_samples_by_heap;
+    std::unordered_map<uint64_t, uint64_t> alloc_samples_by_heap;
     // -e offcpu: ns blocked by VM thread (tid), records and the blocks still open at the end.
     std::unordered_map<uint32_t, uint64_t> offcpu_ns_by_tid;
     uint64_t offcpu_from_ns = 0, offcpu_to_ns = 0;  // ... over this window (CLOCK_MONOTONIC)

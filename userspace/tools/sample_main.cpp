@@ -93,14 +93,14 @@ int run(int argc, char** argv) {
             fmt::format("{} words ({}) allocated on process heaps by the code on these stacks; {} more "
                         "arrived in received messages and other heap fragments (counted apart); shares "
                         "of words:",
-                        st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words));
+                        st.alloc_words, human_bytes(8 * st.alloc_words), st.message_words));
     else if (alloc && o.every == 0)
         rep.set_heading(fmt::format(
             "{} words ({}) allocated on process heaps (exact, from the VM's GC entries and process exits); {} "
             "more arrived in received messages and other heap fragments (counted apart). "
             "Shares of words from {} samples where the words were allocated (hardware "
             "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
-            st.alloc_words, human_bytes(8 * st.alloc_words), st.frag_words, st.watch_samples, cfg.alloc_interval));
+            st.alloc_words, human_bytes(8 * st.alloc_words), st.message_words, st.alloc_samples, cfg.alloc_interval));
     rep.finish(monotonic_ns());
     return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }
