@@ -24,14 +24,19 @@ namespace bb::agent {
 
 namespace {
 
-// The agent's -e words besides cpu (profile/kinds.hpp), as a list: "alloc, wall and offcpu".
-std::string extra_events(const char* sep, const char* last) {
-    std::vector<std::string_view> words;
+// The agent's -e words besides cpu (profile/kinds.hpp), in the list's order.
+std::vector<std::string> extra_kinds() {
+    std::vector<std::string> words;
     for (const ProfileKind& k : profile_kinds())
-        if (!k.agent_name.empty() && k.agent_name != "cpu") words.push_back(k.agent_name);
+        if (!k.agent_name.empty() && k.agent_name != "cpu") words.emplace_back(k.agent_name);
+    return words;
+}
+
+// ... as a list: "alloc, wall and offcpu".
+std::string extra_events(const char* sep, const char* last) {
+    const std::vector<std::string> words = extra_kinds();
     std::string out;
-    for (size_t i = 0; i < words.size(); i++)
-        out += (i == 0 ? "" : i + 1 == words.size() ? last : sep) + std::string(words[i]);
+    for (size_t i = 0; i < words.size(); i++) out += (i == 0 ? "" : i + 1 == words.size() ? last : sep) + words[i];
     return out;
 }
 
@@ -118,9 +123,8 @@ const std::vector<Setting>& settings() {
                          "events={}: cpu, and any of {}, each once: cpu,{} (CPU profiles are always made)", v,
                          extra_events(", ", " and "), extra_events(",", ",")));
                  c.events.clear();  // in the list's order, whatever the setting's
-                 for (const ProfileKind& k : profile_kinds())
-                     if (!k.agent_name.empty() && k.agent_name != "cpu" && events.count(std::string(k.agent_name)))
-                         c.events.emplace_back(k.agent_name);
+                 for (const std::string& kind : extra_kinds())
+                     if (events.count(kind)) c.events.push_back(kind);
              },
          .reload = fixed<&AgentConfig::events>(Restart::events)},
         {.key = "watchpoints-in-vm", .names = "--watchpoints-in-vm",

@@ -132,7 +132,7 @@ void write_html(const Profile& p, std::ostream& out) {
 
     json data = {{"title", p.title},
                  {"unit", p.unit},
-                 {"time_of", p.kind().timed ? p.kind().time_of : ""},
+                 {"time_of", p.kind().time_of},  // set for timed kinds only
                  {"period_ns", p.period_ns},
                  {"start_unix_ns", p.start_unix_ns},
                  {"duration_ns", p.duration_ns},
