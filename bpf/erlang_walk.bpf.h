@@ -17,19 +17,24 @@ struct scan {
 	__u32 limit;    /* the record's frames end here */
 	__u32 ring0;    /* from here on, a ring of the root-most frames; == limit: no ring */
 	__u32 n;        /* frames found (beyond limit when the ring turned) */
-	__u32 past;     /* words scanned since the record was full, up to BB_ROOT_SCAN_WORDS */
 	__u32 flags;
+	/* Where the scan was when the record was full; it goes on BB_ROOT_SCAN_WORDS past it. An
+	 * address, not a count of words from 0: a count is a constant at each iteration to the
+	 * verifier, so no two of its 16,384 iterations are alike and it gives up ("sequence of
+	 * jumps is too complex", kernel 6.18.44). */
+	__u64 full_at;
 	bool found;     /* blame: a return address into FUNC */
 };
 
-/* Past max_frames, the scan goes on for the root-most frames within BB_ROOT_SCAN_WORDS; false
- * (and BB_F_SCAN_LIMIT) when that ran out. */
-static __always_inline bool may_scan_on(struct scan *c, __u32 words)
+/* Past max_frames, the scan of `words` at addr goes on for the root-most frames within
+ * BB_ROOT_SCAN_WORDS; false (and BB_F_SCAN_LIMIT) when that ran out. */
+static __always_inline bool may_scan_on(struct scan *c, __u64 addr, __u32 words)
 {
 	if (c->mode != SCAN_ERLANG_STACK || c->n < c->limit)
 		return true;
-	c->past += words;
-	if (c->past <= BB_ROOT_SCAN_WORDS)
+	if (!c->full_at)
+		c->full_at = addr;
+	if (addr + (__u64)words * 8 - c->full_at <= BB_ROOT_SCAN_WORDS * 8)
 		return true;
 	c->flags |= BB_F_SCAN_LIMIT;
 	return false;
@@ -48,12 +53,12 @@ static __always_inline bool keep_frame(struct bb_record *rec, __u64 n, __u64 lim
 static long scan_word(__u32 i, struct scan *c)
 {
 	__u32 j = i & (BB_STACK_CHUNK_WORDS - 1);
+	__u64 addr = c->lo + (__u64)i * 8;
 	__u64 w;
 
-	if (!may_scan_on(c, 1))
+	if (!may_scan_on(c, addr, 1))
 		return 1;
 	if (j == 0) {
-		__u64 addr = c->lo + (__u64)i * 8;
 		__u64 len = c->hi - addr;
 
 		if (len > sizeof(c->s->words))
@@ -139,7 +144,7 @@ static long scan_chunk(__u32 k, struct scan *c)
 
 	if (len > sizeof(s->words))
 		len = sizeof(s->words);
-	if (!may_scan_on(c, len / 8))
+	if (!may_scan_on(c, addr, len / 8))
 		return 1;
 	if (bpf_probe_read_user(s->words, len, (void *)addr)) {
 		c->flags |= BB_F_READ_FAULT;
