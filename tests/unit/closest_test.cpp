@@ -13,6 +13,9 @@ TEST(ClosestTest, NearestFirstTiesByName) {
     EXPECT_EQ(near[0], "bb_queue");
     EXPECT_EQ(near[1], "bb_quux");
     EXPECT_EQ(bb::join({"a", "b"}), "a, b");
+    EXPECT_EQ(bb::join({"a", "b", "c"}, ", ", " and "), "a, b and c");
+    EXPECT_EQ(bb::join({"a"}, ", ", " and "), "a");
+    EXPECT_EQ(bb::join({}, ", ", " and "), "");
     EXPECT_TRUE(bb::closest("x", {}, 3).empty());
 }
 

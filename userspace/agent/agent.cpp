@@ -231,7 +231,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         if (now_ns - it->second < kAttachRetryNs && p.pid != getpid()) return;  // young: next scan
         refused_.insert(k);
         first_failure_ns_.erase(k);
-        c_.refused++;
+        c_.vms_refused++;
         log(fmt::format("refused pid {} (node {}): {}", p.pid, l.node.empty() ? "-" : l.node, clean(e.what(), 1024)));
         return;
     }
@@ -255,7 +255,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
     f->interval_start_ns = f->s->start_ns;
     f->interval_start_unix_ns = f->s->start_unix_ns;
     f->last_check_ns = monotonic_ns();
-    c_.attached++;
+    c_.vms_attached++;
     vms_.emplace(p.pid, std::move(f));
 }
 
@@ -396,7 +396,7 @@ void Agent::detach(pid_t pid, const std::string& why) {
     c_.ring_dropped += dropped;
     c_.samples += f.st.records;
     for (const VmPartType& t : vm_part_types()) c_.counted[t.counter] += f.counted(t);
-    c_.detached++;
+    c_.vms_detached++;
     const std::string line = fmt::format("detached pid {} (node {}): {}; {} samples, {} dropped, in {} profiles{}", pid,
                                          f.labels.node.empty() ? "-" : f.labels.node, why, f.st.records, dropped,
                                          f.profiles, err);
@@ -456,20 +456,15 @@ void Agent::write_stats() const {
     getrusage(RUSAGE_SELF, &ru);
     nlohmann::json j = {
         {"vms_followed", vms_.size()},
-        {"vms_attached", c.attached},
-        {"vms_detached", c.detached},
-        {"vms_refused", c.refused},
-        {"samples", c.samples},
-        {"ring_dropped", c.ring_dropped},
-        {"orphaned", c.orphaned},
-        {"profiles", c.profiles},
-        {"write_errors", c.write_errors},
         {"rss_kib", rss_kib()},
         {"peak_rss_kib", ru.ru_maxrss},
         {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},
         {"sys_cpu_s", ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6},
         {"vms", vms},
     };
+#define BB_AGENT_COUNTER_JSON(name, help) j[#name] = c.name;
+    BB_AGENT_COUNTERS(BB_AGENT_COUNTER_JSON)
+#undef BB_AGENT_COUNTER_JSON
     for (const VmPartType& t : vm_part_types()) j[t.counter] = c.counted[t.counter];
     // The unwind rows every VM shares (native/unwind_store.hpp); none before the first attach.
     UnwindStore::Stats us = shared_.unwind ? shared_.unwind->store->stats() : UnwindStore::Stats{};
@@ -501,15 +496,11 @@ void Agent::write_stats() const {
                             name, help, type, v.dump());
         };
         metric("vms_followed", "gauge", "VMs followed now", j["vms_followed"]);
-        metric("vms_attached_total", "counter", "VMs attached since the start", j["vms_attached"]);
-        metric("vms_detached_total", "counter", "VMs detached since the start", j["vms_detached"]);
-        metric("vms_refused_total", "counter", "VMs that could not be attached", j["vms_refused"]);
-        metric("samples_total", "counter", "samples aggregated", j["samples"]);
+#define BB_AGENT_COUNTER_METRIC(name, help) metric(#name "_total", "counter", help, j[#name]);
+        BB_AGENT_COUNTERS(BB_AGENT_COUNTER_METRIC)
+#undef BB_AGENT_COUNTER_METRIC
         for (const VmPartType& t : vm_part_types())
             metric(std::string(t.counter) + "_total", "counter", t.help, j[t.counter]);
-        metric("ring_dropped_total", "counter", "samples lost in a full ring buffer", j["ring_dropped"]);
-        metric("profiles_total", "counter", "profiles finished", j["profiles"]);
-        metric("write_errors_total", "counter", "profiles the directory could not take", j["write_errors"]);
         for (const auto& [p, pusher] : stores) {
             const std::string store = p.empty() ? "Pyroscope" : "the OTLP receiver";
             metric(p + "pushes_total", "counter", "profiles accepted by " + store, j[p + "pushes"]);

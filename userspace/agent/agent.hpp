@@ -40,16 +40,25 @@ namespace bb::agent {
 
 struct Followed;
 
+// The agent's counters since its start, all VMs, in one list: each is a field of AgentCounters,
+// its --stats key (the same name) and a Prometheus counter (NAME_total) with this help.
+#define BB_AGENT_COUNTERS(X)                                                    \
+    X(vms_attached, "VMs attached since the start")                             \
+    X(vms_detached, "VMs detached since the start")                             \
+    X(vms_refused, "VMs that could not be attached")                            \
+    X(samples, "samples aggregated")                                            \
+    X(ring_dropped, "samples lost in a full ring buffer")                       \
+    X(orphaned, "records of a VM taken as it was detached, no longer followed") \
+    X(profiles, "profiles finished")                                            \
+    X(write_errors, "profiles the directory could not take")
+
 struct AgentCounters {
-    uint64_t attached = 0, detached = 0, refused = 0;  // VMs, since the start
-    uint64_t samples = 0;                              // records aggregated, all VMs
+#define BB_AGENT_COUNTER_FIELD(name, help) uint64_t name = 0;
+    BB_AGENT_COUNTERS(BB_AGENT_COUNTER_FIELD)
+#undef BB_AGENT_COUNTER_FIELD
     // Each VmPartType's counter (agent/followed.hpp) of the VMs detached: allocation samples,
     // processes read into wall profiles, off-CPU blocks.
     std::map<std::string, uint64_t, std::less<>> counted;
-    uint64_t ring_dropped = 0;  // samples the BPF side could not hand over (ring full), all VMs
-    uint64_t orphaned = 0;      // records of a VM no longer followed (taken as it was detached)
-    uint64_t profiles = 0;      // profiles finished (written and/or queued), of every kind
-    uint64_t write_errors = 0;  // profiles the directory sink could not write
 };
 
 // --process-labels registered: the `process` sample label of each registered process (pid term ->

@@ -33,12 +33,7 @@ std::vector<std::string> extra_kinds() {
 }
 
 // ... as a list: "alloc, wall and offcpu".
-std::string extra_events(const char* sep, const char* last) {
-    const std::vector<std::string> words = extra_kinds();
-    std::string out;
-    for (size_t i = 0; i < words.size(); i++) out += (i == 0 ? "" : i + 1 == words.size() ? last : sep) + words[i];
-    return out;
-}
+std::string extra_events(const char* sep, const char* last) { return join(extra_kinds(), sep, last); }
 
 template <typename T>
 T number(const std::string& key, const std::string& v) {

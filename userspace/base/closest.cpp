@@ -33,11 +33,11 @@ std::vector<std::string> closest(std::string_view typed, std::vector<std::string
     return out;
 }
 
-std::string join(const std::vector<std::string>& items, std::string_view sep) {
+std::string join(const std::vector<std::string>& items, std::string_view sep, std::string_view last) {
     std::string out;
-    for (const auto& s : items) {
-        if (!out.empty()) out += sep;
-        out += s;
+    for (size_t i = 0; i < items.size(); i++) {
+        if (i > 0) out += i + 1 == items.size() && !last.empty() ? last : sep;
+        out += items[i];
     }
     return out;
 }

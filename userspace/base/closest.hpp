@@ -18,7 +18,7 @@ std::vector<std::string> closest(std::string_view typed, std::vector<std::string
 // edit per four bytes, two at least), for "did you mean NAME?"; "" when none is.
 std::string slip_of(std::string_view typed, std::vector<std::string> names);
 
-// "a, b, c": for a message.
-std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
+// "a, b, c" (or "a, b and c" with last " and "): for a message.
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ", std::string_view last = {});
 
 }  // namespace bb

@@ -9,6 +9,7 @@
 
 #include "base/clock.hpp"
 #include "base/text.hpp"
+#include "run/events.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "target/discovery.hpp"
@@ -174,7 +175,7 @@ void OffcpuStacks::unwalked(uint32_t tid, std::vector<uint32_t>& out) {
 int run_offcpu(Session& s, const CommonOptions& o) {
     s.start(sampler_config(o), describe_event(o));
     OffcpuStacks stacks(s);
-    Reporter rep(s, o, "offcpu", {.rows = o.top, .flat = o.flat});
+    Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
     std::vector<uint32_t> stack;
     uint64_t idle_ns = 0, all_ns = 0;  // for the heading (one report: without --every)
     // The top table alone ranks what is not idle: a quiet VM's threads wait for work nearly all

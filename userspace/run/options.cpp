@@ -8,21 +8,12 @@
 
 #include <algorithm>
 
+#include "run/events.hpp"
 #include "sampling/wall_sampler.hpp"
 
 namespace bb {
 
-const char* event_name(Event e) {
-    switch (e) {
-    case Event::cpu_clock: return "cpu-clock";
-    case Event::cycles: return "cycles";
-    case Event::alloc: return "alloc";
-    case Event::alloc_gc: return "alloc-gc";
-    case Event::wall: return "wall";
-    case Event::offcpu: return "offcpu";
-    }
-    return "?";
-}
+const char* event_name(Event e) { return mode_of(e).name; }
 
 void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::string& node) {
     // Several words are taken (and refused in one line by find_vm) rather than left to CLI11:
@@ -55,20 +46,11 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option_function<std::string>(
         "-e,--event",
         [&o](const std::string& name) {
-            for (Event e : {Event::cpu_clock, Event::cycles, Event::alloc, Event::alloc_gc, Event::wall, Event::offcpu})
-                if (name == event_name(e)) return void(o.event = e);
-            throw UserError("-e " + name + ": the events are cpu-clock, cycles, alloc, alloc-gc, wall and offcpu");
+            const EventMode* m = mode_named(name);
+            if (!m) throw UserError(fmt::format("-e {}: the events are {}", name, event_names()));
+            o.event = m->event;
         },
-        "what counts towards a sample: cpu-clock (default: CPU time, works everywhere), cycles "
-        "(CPU cycles from the hardware PMU, with the most precise IP the PMU gives; not in most "
-        "VMs), alloc (beam-bpf-sample: an allocation profile, the stacks that allocate words on "
-        "process heaps, sampled where they allocate by hardware watchpoints; alloc-gc: the stack "
-        "at each garbage collection instead, biased on periodic code; see docs/allocation-profiling.md), "
-        "or wall (beam-bpf-sample: where every Erlang process spends wall-clock time, running or not: "
-        "waiting, runnable, ...; a random subset of the processes read each tick, weighed in "
-        "process-seconds; see docs/wall-profiling.md), or offcpu (beam-bpf-sample: where the VM's threads "
-        "block, in system calls, on locks (ETS tables and run queues named) or idle, with the Erlang stack "
-        "of the process a scheduler ran, weighed by the time blocked; see docs/offcpu-profiling.md)");
+        "what counts towards a sample: " + events_help());
     app.add_option("--threshold", o.threshold_us,
                    fmt::format("-e offcpu: blocks of this many microseconds or more are each walked; a shorter one "
                                "is walked with probability (its time / this) and weighed by this, which keeps "
@@ -176,36 +158,13 @@ std::vector<Format> formats_of(const CommonOptions& o) {
 }  // namespace
 
 void resolve(CommonOptions& o) {
-    if (o.event == Event::wall) {
-        if (!o.frequency_given) o.frequency = kWallHz;
-        if (o.frequency == 0 || o.frequency > 1000)
-            throw UserError(fmt::format("-F {}: -e wall ticks 1 to 1000 times a second", o.frequency));
-        if (o.period) throw UserError("--period: -e wall ticks -F times a second, it has no period");
-        if (o.per_cpu || o.kernel)
-            throw UserError(fmt::format("{}: -e wall reads processes from user space, on no CPU's events",
-                                        o.per_cpu ? "--per-cpu" : "--kernel"));
-    }
-    if (o.threshold_us && o.event != Event::offcpu) throw UserError("--threshold: only with -e offcpu");
-    if (o.event == Event::offcpu) {
-        if (!o.threshold_us) o.threshold_us = kOffcpuThresholdUs;
-        if (o.period || o.frequency_given || o.per_cpu || o.kernel)
-            throw UserError(fmt::format("{}: -e offcpu records each block as it ends, on no sampling event",
-                                        o.period            ? "--period"
-                                        : o.frequency_given ? "-F"
-                                        : o.per_cpu         ? "--per-cpu"
-                                                            : "--kernel"));
-    }
+    const EventMode& mode = mode_of(o.event);
+    for (const auto& m : event_modes())
+        if (&m != &mode && m.own_option && m.own_option_given(o))
+            throw UserError(fmt::format("{}: only with -e {}", m.own_option, m.name));
+    mode.resolve(o);
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
         throw UserError(fmt::format("-F {}: the frequency must be 1 to 100000 Hz", o.frequency));
-    if (o.watchpoints_in_vm && o.event != Event::alloc)
-        throw UserError("--watchpoints-in-vm: only with -e alloc (the only event that uses watchpoints)");
-    if (o.event == Event::alloc_gc && o.period)
-        throw UserError("--period: -e alloc-gc takes every collection, it has no period");
-    if (o.event == Event::alloc && o.period && (o.period < 64 || o.period > 0xffffffffull))
-        throw UserError(fmt::format("--period {}: -e alloc samples every 64 to 4294967295 words", o.period));
-    if (!is_alloc(o.event) && o.period && o.period < 10000)
-        throw UserError(
-            fmt::format("--period {}: at least 10000 {}", o.period, o.event == Event::cycles ? "cycles" : "ns"));
     if (o.max_depth < 2 || o.max_depth > BB_MAX_FRAMES)
         throw UserError(fmt::format("--max-depth {}: must be 2 to {}", o.max_depth, BB_MAX_FRAMES));
     if (o.duration_given && !(o.duration >= kMinDuration))
@@ -227,34 +186,10 @@ void resolve(CommonOptions& o) {
         throw UserError(fmt::format("--format {} writes binary data: give -o FILE or redirect stdout", o.format));
     // A cpu-clock sample stands for 1/F s (or --period ns) of CPU time; cycles and allocation
     // records are counts only.
-    o.ns_per_sample = o.event != Event::cpu_clock ? 0 : o.period ? o.period : 1'000'000'000ull / o.frequency;
+    o.ns_per_sample = !mode.cpu_time ? 0 : o.period ? o.period : 1'000'000'000ull / o.frequency;
 }
 
-std::string describe_event(const CommonOptions& o) {
-    if (!o.verbose) {  // the attach line's short form
-        if (o.event == Event::alloc) return fmt::format("alloc: a sample every ~{} words allocated", alloc_interval(o));
-        if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at each GC";
-        if (o.event == Event::wall) return fmt::format("wall: {} ticks a second", o.frequency);
-        if (o.event == Event::offcpu) return fmt::format("offcpu: blocks of {} us or more", o.threshold_us);
-    }
-    if (o.event == Event::alloc)
-        return fmt::format(
-            "alloc: words allocated, a sample every ~{} words where they are allocated (hardware "
-            "watchpoints), totals at every GC entry and exit",
-            alloc_interval(o));
-    if (o.event == Event::alloc_gc) return "alloc-gc: words allocated, at every GC entry";
-    if (o.event == Event::wall)
-        return fmt::format("wall: every process's state and stack, {} ticks a second", o.frequency);
-    if (o.event == Event::offcpu)
-        return fmt::format(
-            "offcpu: the VM's threads' blocked system calls, every one of {} us or more, shorter ones "
-            "sampled",
-            o.threshold_us);
-    std::string rate = o.period
-                           ? fmt::format("every {} {}", o.period, o.event == Event::cycles ? "cycles" : "ns of CPU")
-                           : fmt::format("{} Hz", o.frequency);
-    return fmt::format("{} {} {}", event_name(o.event), rate, o.per_cpu ? "per CPU" : "per VM thread");
-}
+std::string describe_event(const CommonOptions& o) { return mode_of(o.event).describe(o, o.verbose); }
 
 uint64_t alloc_interval(const CommonOptions& o) {
     return o.event != Event::alloc ? 0 : o.period ? o.period : kAllocIntervalWords;
@@ -265,16 +200,11 @@ SamplerConfig sampler_config(const CommonOptions& o) {
     c.frequency_hz = o.frequency;
     c.period_ns = o.period;
     c.per_cpu = o.per_cpu;
-    c.cycles = o.event == Event::cycles;
-    c.alloc = is_alloc(o.event);
-    c.alloc_interval = alloc_interval(o);
-    c.offcpu = o.event == Event::offcpu;
-    c.offcpu_threshold_ns = 1000 * (o.threshold_us ? o.threshold_us : kOffcpuThresholdUs);
-    c.watchpoints_in_vm = o.watchpoints_in_vm;
     c.max_frames = o.max_depth;
     c.max_native_frames = o.only_erlang ? 0 : o.native_depth;
     c.kernel_stacks = o.kernel;
     c.measure_walk = !o.stats_file.empty();
+    mode_of(o.event).configure(o, c);
     return c;
 }
 

@@ -10,6 +10,7 @@
 #include "base/clock.hpp"
 #include "base/text.hpp"
 #include "run/output.hpp"
+#include "run/events.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/wall_profile.hpp"
@@ -72,7 +73,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
         fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool,
                    printable(s.names.unavailable()));
 
-    Reporter rep(s, o, "wall", {.rows = o.top, .flat = o.flat});
+    Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
     auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
         rep.add(r, stack, weight);
     };

@@ -6,6 +6,7 @@
 #include "target/target_file.hpp"
 #include "target/debug_file.hpp"
 #include "target/offsets_dwarf.hpp"
+#include "base/closest.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -92,12 +93,10 @@ void Vm::identify() {
                                     elf_->machine_name()));
     release_ = find_release(build_.otp_release);
     if (!release_) {
-        std::vector<int> majors;
+        std::vector<std::string> majors;
         for (const OtpRelease& r : known_releases())
-            if (r.support == Support::Tested) majors.push_back(r.major);
-        std::string tested;
-        for (size_t i = 0; i < majors.size(); i++)
-            tested += fmt::format("{}{}", i == 0 ? "" : i + 1 == majors.size() ? " and " : ", ", majors[i]);
+            if (r.support == Support::Tested) majors.push_back(std::to_string(r.major));
+        std::string tested = join(majors, ", ", " and ");
         throw UserError(fmt::format("process {} runs {} (build-id {}): beam-bpf supports {} (tested: {})", pid_,
                                     build_.describe(), id, supported_range(), tested));
     }

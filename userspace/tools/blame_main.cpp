@@ -9,6 +9,7 @@
 #include "base/text.hpp"
 #include "base/usage.hpp"
 #include "find/find_vm.hpp"
+#include "run/events.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
 #include "run/session.hpp"
@@ -42,12 +43,10 @@ int run(int argc, char** argv) {
     app.add_option_function<std::string>(
         "-e,--event",
         [&o](const std::string& name) {
-            for (Event e : {Event::cpu_clock, Event::cycles})
-                if (name == event_name(e)) return void(o.event = e);
-            throw UserError(fmt::format("-e {}: beam-bpf-blame samples cpu-clock or cycles{}", name,
-                                        name == "alloc" || name == "alloc-gc" || name == "wall" || name == "offcpu"
-                                            ? fmt::format("; -e {} is beam-bpf-sample's", name)
-                                            : ""));
+            const EventMode* m = mode_named(name);
+            if (m && m->perf_sampled) return void(o.event = m->event);
+            throw UserError(fmt::format("-e {}: beam-bpf-blame samples {}{}", name, event_names(true, "or"),
+                                        m ? fmt::format("; -e {} is beam-bpf-sample's", name) : ""));
         },
         "what counts towards a sample: cpu-clock (default: CPU time, works everywhere) or cycles (CPU cycles from "
         "the hardware PMU; not in most VMs)");

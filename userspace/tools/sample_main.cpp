@@ -8,6 +8,7 @@
 #include "base/text.hpp"
 #include "base/usage.hpp"
 #include "find/find_vm.hpp"
+#include "run/events.hpp"
 #include "run/pstack.hpp"
 #include "run/reporter.hpp"
 #include "run/run_loop.hpp"
@@ -56,7 +57,7 @@ int run(int argc, char** argv) {
     resolve(o);
     const bool alloc = is_alloc(o.event);
     if (per_tick_option->count() && o.event != Event::wall) throw UserError("--per-tick: only with -e wall");
-    if ((alloc || o.event == Event::wall || o.event == Event::offcpu) && pstack)
+    if (!mode_of(o.event).perf_sampled && pstack)
         throw UserError(fmt::format("--pstack shows where schedulers are now: not with -e {}", event_name(o.event)));
     o.pid = find_vm(o.targets, o.node);
     if (o.event == Event::wall) {
@@ -84,7 +85,7 @@ int run(int argc, char** argv) {
                              : describe_event(o));
     if (pstack) return run_pstack(s, o, scheds);
 
-    Reporter rep(s, o, alloc ? "words" : "samples", {.rows = o.top, .flat = o.flat});
+    Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
