@@ -6,9 +6,10 @@
 %%         NIFs (in beam.smp) calling the system's libz
 %%   gc    a process building and dropping 100-cell lists: its time goes to the collector,
 %%         entered from the JIT's heap test in build/1
-%%   late_crypto  (OTP builds with crypto) a process that waits 3 s, then hashes 1 MiB with
-%%         crypto:hash/2 in a loop: the crypto module's on_load then dlopen()s the crypto NIF
-%%         library and libcrypto, which a profiler attached in those 3 s has not seen mapped
+%%   late_crypto  (OTP builds with crypto) a process that waits for the `go` command, then
+%%         hashes 1 MiB with crypto:hash/2 in a loop: the crypto module's on_load then dlopen()s
+%%         the crypto NIF library and libcrypto, which a profiler attached before has not seen
+%%         mapped
 %%   blame a process alternating encode/1 (term_to_binary/1) and decode/1 (binary_to_term/1)
 %%         of the same 20,000-element list: both BIFs start at the same depth of the
 %%         scheduler's C stack, so decode's frames lie where encode's were and may hold stale
@@ -76,7 +77,7 @@ decode(B) ->
     ok.
 
 crypto_root(Never) ->
-    timer:sleep(3000),
+    receive go -> ok end,
     Data = binary:copy(<<"0123456789abcdef">>, 65536),
     crypto_loop(Data, 0, Never),
     stopped.

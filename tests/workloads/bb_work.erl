@@ -55,6 +55,9 @@ command_loop(Pids, Tracer) ->
         "info" ++ _ ->
             print_info(Pids),
             command_loop(Pids, Tracer);
+        "go" ++ _ ->                   % for workers that wait to start (bb_native's late_crypto)
+            [P ! go || P <- Pids],
+            command_loop(Pids, Tracer);
         "runtime_stop" ++ _ when is_pid(Tracer) ->
             Tracer ! {stop, self()},
             receive {Tracer, Us} ->
