@@ -12,7 +12,6 @@ namespace bb {
 
 namespace {
 
-bool no_option(const CommonOptions&) { return false; }
 void configure_nothing(const CommonOptions&, SamplerConfig&) {}
 
 // A perf event's rate: -F, or --period in its unit.
@@ -33,7 +32,6 @@ const std::array<EventMode, 6> kModes{{
      .perf_sampled = true,
      .cpu_time = true,
      .own_option = nullptr,
-     .own_option_given = no_option,
      .resolve = [](CommonOptions& o) { check_perf_period(o, "ns"); },
      .describe = [](const CommonOptions& o, bool) { return perf_rate(o, "cpu-clock", "ns of CPU"); },
      .configure = configure_nothing},
@@ -44,7 +42,6 @@ const std::array<EventMode, 6> kModes{{
      .perf_sampled = true,
      .cpu_time = false,
      .own_option = nullptr,
-     .own_option_given = no_option,
      .resolve = [](CommonOptions& o) { check_perf_period(o, "cycles"); },
      .describe = [](const CommonOptions& o, bool) { return perf_rate(o, "cycles", "cycles"); },
      .configure = [](const CommonOptions&, SamplerConfig& c) { c.cycles = true; }},
@@ -84,7 +81,6 @@ const std::array<EventMode, 6> kModes{{
      .perf_sampled = false,
      .cpu_time = false,
      .own_option = nullptr,
-     .own_option_given = no_option,
      .resolve =
          [](CommonOptions& o) {
              if (o.period) throw UserError("--period: -e alloc-gc takes every collection, it has no period");
@@ -104,7 +100,6 @@ const std::array<EventMode, 6> kModes{{
      .perf_sampled = false,
      .cpu_time = false,
      .own_option = nullptr,  // --per-tick is beam-bpf-sample's own (tools/sample_main.cpp)
-     .own_option_given = no_option,
      .resolve =
          [](CommonOptions& o) {
              if (!o.frequency_given) o.frequency = kWallHz;

@@ -21,9 +21,9 @@ struct EventMode {
     // --pstack take.
     bool perf_sampled;
     bool cpu_time;  // a sample stands for 1/F s (or --period ns) of CPU time (CommonOptions::ns_per_sample)
-    // The option that only this event takes, and whether it was given (nullptr: none).
+    // The option that only this event takes, and whether it was given (both nullptr: none).
     const char* own_option;
-    bool (*own_option_given)(const CommonOptions&);
+    bool (*own_option_given)(const CommonOptions&) = nullptr;
     // Checks the options this event refuses and sets its defaults; throws UserError.
     void (*resolve)(CommonOptions&);
     // Its words on the attach line: short, or in full (-v).

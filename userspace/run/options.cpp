@@ -160,7 +160,7 @@ std::vector<Format> formats_of(const CommonOptions& o) {
 void resolve(CommonOptions& o) {
     const EventMode& mode = mode_of(o.event);
     for (const auto& m : event_modes())
-        if (&m != &mode && m.own_option && m.own_option_given(o))
+        if (&m != &mode && m.own_option_given && m.own_option_given(o))
             throw UserError(fmt::format("{}: only with -e {}", m.own_option, m.name));
     mode.resolve(o);
     if (o.period == 0 && (o.frequency == 0 || o.frequency > 100000))
