@@ -390,9 +390,14 @@ const std::vector<TestVm>& release_vms() {
     return vms;
 }
 
+const std::vector<TestVm>& layout_vms() {
+    static const std::vector<TestVm> vms = vms_named({"otp25", "otp27_lcnt_fp", "otp29", "otp29_dwarf_fp"});
+    return vms;
+}
+
 const std::vector<TestVm>& probe_vms() {
     static const std::vector<TestVm> vms = [] {
-        auto v = test_vms();
+        auto v = layout_vms();
         std::erase_if(v, [](const TestVm& t) { return !t.functions_named; });
         return v;
     }();

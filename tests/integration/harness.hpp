@@ -46,13 +46,19 @@ struct TestVm {
 //  - test_vms(): a test of what differs between releases and builds (the stack walk and its
 //    shares, struct offsets, pids, process names and memory, the JIT index, native frames,
 //    perf maps). Every release, both forms of 29, frame pointers on and off, lock counting.
+//  - layout_vms(): for the long statistical runs of the Erlang stack walk (shares, deep
+//    recursion, --pstack): each release, each frame layout, lock counting and both forms of 29,
+//    each at least once (otp25, otp27_lcnt_fp, otp29, otp29_dwarf_fp); otp25_fp and otp27 add
+//    no layout, offset or way of finding the VM's globals that these four leave out, and run
+//    every test_vms() suite.
 //  - probe_vms(): the same for tests that need the VM's own C functions by name (uprobes for
-//    blame and -e alloc, a native frame checked by name): all but the stripped 29, which has no
-//    symbol for them (DebugFileTest covers it: refused in one line, then profiled with its
-//    debug file from a local debuginfod).
+//    blame and -e alloc, a native frame checked by name): layout_vms() but the stripped 29,
+//    which has no symbol for them (DebugFileTest covers it: refused in one line, then profiled
+//    with its debug file from a local debuginfod).
 //  - release_vms(): one VM of each release, for the rest (hostile input, churn, reloads,
 //    reports): what they test does not depend on the build beyond its release.
 const std::vector<TestVm>& test_vms();
+const std::vector<TestVm>& layout_vms();
 const std::vector<TestVm>& probe_vms();
 const std::vector<TestVm>& release_vms();
 // Every VM above and the combinations the matrix leaves out (otp27_fp, otp27_lcnt, otp29_fp,

@@ -103,9 +103,10 @@ void expect_error(const ToolResult& r, const std::vector<std::string>& needles) 
 }
 
 class SampleTest : public RootTest {};
-// Run on every test VM of harness.hpp's matrix (test_vms()): OTP 25, 27 and 29, both forms of 29.
+// The walk's long statistical runs: on layout_vms() (harness.hpp), each release, frame layout,
+// lock counting and both forms of 29 at least once.
 class SampleVmTest : public VmTest {};
-INSTANTIATE_TEST_SUITE_P(Vms, SampleVmTest, ::testing::ValuesIn(test_vms()), test_vm_name);
+INSTANTIATE_TEST_SUITE_P(Vms, SampleVmTest, ::testing::ValuesIn(layout_vms()), test_vm_name);
 // Checks of what the tool does around the walk (which threads it samples, what it makes of a
 // scheduler's stale current process, a VM that dies): the same on a build with frame pointers or
 // lock counting as without, so one VM per release (release_vms(): OTP 25, 27, 29) is enough.
