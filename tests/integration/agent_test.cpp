@@ -888,9 +888,8 @@ TEST_F(AgentTest, OffcpuProfilesBesideTheCpuOnes) {
     const SchedStats rq_before = schedstat(vm.os_pid());
     const double steal0 = steal_ns();
     vm.send_line("sleeper 10 200");
-    vm.wait_line("sleeper");
+    vm.wait_line("sleeper_done", 20s);
     const double run_queue = run_queue_waits(rq_before, schedstat(vm.os_pid())), steal = steal_ns() - steal0;
-    std::this_thread::sleep_for(3500ms);
     const double nif = slept() - before;
     kill(agent.pid, SIGTERM);
     ToolResult r = finish_tool(agent, false, 30s);

@@ -187,16 +187,19 @@ TEST_P(OffcpuVmTest, PerThreadTotalsAgreeWithTheKernel) {
 TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
     ErlVm erl(vm(), start_expr(), {"+S", "2"});
     erl.wait_line("ready", 60s);
-    // 200 calls of 10 ms, all inside the tool's run: the NIF's own total is the truth.
+    // 200 calls of 10 ms, all inside the tool's run (checked): the NIF's own total is the truth.
     RunningTool t = start_tool(kTool, {"-e", "offcpu", "-d", "5", "--folded", std::to_string(erl.os_pid())});
     std::string err;
     ASSERT_TRUE(wait_stderr(t, "attached to", 60s, &err)) << err;
+    const auto attached = std::chrono::steady_clock::now();  // the tool's 5 s began just before
     erl.send_line("slept");
     const double before = std::stod(erl.wait_line("slept").substr(6));
     const auto rq_before = schedstat(erl.os_pid());
     const double steal0 = steal_ns();
     erl.send_line("sleeper 10 200");
-    erl.wait_line("sleeper");
+    erl.wait_line("sleeper_done", 20s);
+    // The NIF's clock is the truth only if every call was inside the tool's run.
+    const double to_end = 5.0 - std::chrono::duration<double>(std::chrono::steady_clock::now() - attached).count();
     ToolResult r = finish_tool(t, false, 60s);
     const auto rq_after = schedstat(erl.os_pid());
     erl.send_line("slept");
@@ -221,6 +224,7 @@ TEST_P(OffcpuVmTest, ABlockingNifIsChargedToItsCaller) {
               << run_queue / 1e9 << " s on a run queue; the host took " << steal / 1e9 << " s of the CPUs\n";
     // Within 3% of the NIF's clock, less the run-queue waits its clock counts and a block does not.
     EXPECT_GT(slept, 1.9e9);
+    ASSERT_GT(to_end, 0.2) << "the 200 calls ended " << -to_end << " s after the tool's 5 s";
     EXPECT_LE(caller, slept + 0.03 * slept) << r.out;
     // ... and less what the host took meanwhile (the NIF's clock runs on through it).
     EXPECT_GE(caller, slept - run_queue - steal - 0.03 * slept) << r.out;

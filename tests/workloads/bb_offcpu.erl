@@ -2,7 +2,8 @@
 %%   erl -noshell -pa DIR -eval 'bb_offcpu:main("PATH/sleep_nif")'
 %% loads the blocking NIF (tests/fixtures/sleep_nif.c), prints `ready`, then reads commands:
 %%   - `sleeper MS N`: one process calls the NIF N times, MS ms a call, from sleeper/2: the
-%%     scheduler running it blocks in nanosleep (as a badly written NIF makes it), then it ends;
+%%     scheduler running it blocks in nanosleep (as a badly written NIF makes it), then it prints
+%%     `sleeper_done` and ends;
 %%   - `churn N M`: N pairs of processes ping-pong a message M times, then wait 2 ms, forever:
 %%     schedulers that block and wake hundreds to thousands of times a second;
 %%   - `ets N`: N processes insert into one named public table, bb_hot, without
@@ -77,7 +78,7 @@ loop() ->
         _ -> loop()
     end.
 
-sleeper(_Ms, 0) -> ok;
+sleeper(_Ms, 0) -> io:format("sleeper_done~n");
 sleeper(Ms, N) ->
     nif_sleep(Ms),
     sleeper(Ms, N - 1).

@@ -70,11 +70,12 @@ struct SamplerConfig {
     int frame_layout = 0;       // the JIT's (JitEmulator): 1 = frame pointers to follow
 
     // Perf events (on_sample) on each VM thread or CPU, rather than probed functions: what the
-    // walker loads and the thread follower attaches both go by it. -e offcpu has them too, beside
-    // the scheduler's tracepoints, as it always had: without them CI's
-    // AgentTest.OffcpuProfilesBesideTheCpuOnes got one off-CPU profile of two and 1.77 s of the
-    // NIF's 2.02 s. Why, and whether -e offcpu should sample the CPU at all, is open (issue 48).
-    bool perf_events() const { return entry_probes.empty(); }
+    // walker loads and the thread follower attaches both go by it. Not -e offcpu's: with them,
+    // 30 to 60 ms of a NIF's 200 sleeps of 10 ms were lost between the blocks' walks and the
+    // report, the likeliest way a CPU sample's walk in the timer's interrupt over a system
+    // call's return walking a block (both build their record in the one per-CPU scratch);
+    // without them the report has every block (docs/offcpu-profiling.md).
+    bool perf_events() const { return entry_probes.empty() && !offcpu; }
 };
 
 struct SamplerCounters {
