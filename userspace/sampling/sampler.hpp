@@ -72,9 +72,9 @@ struct SamplerConfig {
     // Perf events (on_sample) on each VM thread or CPU, rather than probed functions: what the
     // walker loads and the thread follower attaches both go by it. Not -e offcpu's: with them,
     // 30 to 60 ms of a NIF's 200 sleeps of 10 ms were lost between the blocks' walks and the
-    // report, the likeliest way a CPU sample's walk in the timer's interrupt over a system
-    // call's return walking a block (both build their record in the one per-CPU scratch);
-    // without them the report has every block (docs/offcpu-profiling.md).
+    // report; without them the report has every block (docs/offcpu-profiling.md). Likeliest: a
+    // CPU sample walked in the timer's interrupt while a system call's return walked a block on
+    // that CPU, both building their record in the one per-CPU scratch.
     bool perf_events() const { return entry_probes.empty() && !offcpu; }
 };
 
