@@ -617,14 +617,24 @@ TEST_F(AppsTest, ElixirGenServers) {
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     std::map<std::string, long> roots;
     for (const auto& [stack, n] : parse_folded(r.out)) roots[split_frames(stack).front()] += n;
-    std::string tasks, stream_tasks;
-    long stream_samples = 0, proc_lib_samples = 0;
+    std::string tasks, stream_tasks, other_client_roots;
+    long stream_samples = 0, proc_lib_samples = 0, tasks_samples = 0;
     for (const auto& [root, n] : roots) {
-        if (root.find("(task of BbShop.Clients)") != std::string::npos) tasks = root;
+        // The clients' group is their root with the most samples. One client has once had a root
+        // of its own in a clean-clone run (`proc_lib:init_p/5 (task of BbShop.Clients)`, its
+        // dictionary's initial call not read): shown, and allowed for by the 4 to 6 below.
+        if (root.find("(task of BbShop.Clients)") != std::string::npos) {
+            std::string other = root;
+            if (n > tasks_samples) std::swap(other, tasks), tasks_samples = n;
+            if (!other.empty()) other_client_roots += (other_client_roots.empty() ? "" : "; ") + other;
+            continue;
+        }
         if (root.find("(task of BbShop.Report)") != std::string::npos) stream_tasks = root, stream_samples += n;
+        // The stream's tasks left unnamed.
         if (root.starts_with("proc_lib:init_p/5")) proc_lib_samples += n;
     }
-    std::cout << "[          ] the client tasks' root: " << (tasks.empty() ? "none" : tasks) << "\n";
+    std::cout << "[          ] the client tasks' root: " << (tasks.empty() ? "none" : tasks)
+              << (other_client_roots.empty() ? "" : ", others: " + other_client_roots) << "\n";
     // All six when each was sampled in the 3 s; a local CI run beside a compile once sampled 5.
     static const std::regex group(R"(\(task of BbShop\.Clients\) \(([456]) processes\)$)");
     EXPECT_TRUE(std::regex_search(tasks, group)) << r.out.substr(0, 4000);
