@@ -611,6 +611,14 @@ RunningTool start_tool(const std::string& tool, const std::vector<std::string>& 
     return start(tool, args, std::nullopt);
 }
 
+RunningTool start_tool_under(const std::vector<std::string>& wrapper, const std::string& tool,
+                             const std::vector<std::string>& args) {
+    std::vector<std::string> argv = wrapper;
+    argv.push_back(tool_path(tool));
+    argv.insert(argv.end(), args.begin(), args.end());
+    return start_argv(argv, std::nullopt);
+}
+
 bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout,
                  std::string* err_so_far) {
     const auto deadline = Clock::now() + timeout;

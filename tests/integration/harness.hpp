@@ -154,6 +154,9 @@ struct RunningTool {
     ~RunningTool();
 };
 RunningTool start_tool(const std::string& tool, const std::vector<std::string>& args);
+// The same, run by `wrapper` (a program that execs the rest of its arguments: setpriv, say).
+RunningTool start_tool_under(const std::vector<std::string>& wrapper, const std::string& tool,
+                             const std::vector<std::string>& args);
 // Waits until the tool's stderr shows `marker` (e.g. the "attached" line); false on timeout/exit.
 bool wait_stderr(RunningTool& t, const std::string& marker, std::chrono::milliseconds timeout, std::string* err_so_far);
 // `seconds` counts from start_tool().

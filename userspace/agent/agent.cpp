@@ -313,6 +313,13 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
         part->clear();
     }
     f.util = f.sched->take();
+    if (!told_sched_priority_ && !preempts_at_once(sched_.priority())) {
+        told_sched_priority_ = true;
+        log(
+            fmt::format("warning: scheduler utilization is sampled at {} priority (real time is refused here): on "
+                        "CPUs the busy schedulers fill it may read a few points low",
+                        wakeup_priority_name(sched_.priority())));
+    }
     f.names.emplace(f.s->vm, false);
     f.registered.clear();
     f.interval_start_unix_ns += now_ns - f.interval_start_ns;
@@ -456,6 +463,7 @@ void Agent::write_stats() const {
     getrusage(RUSAGE_SELF, &ru);
     nlohmann::json j = {
         {"vms_followed", vms_.size()},
+        {"sched_sampler", wakeup_priority_name(sched_.priority())},
         {"rss_kib", rss_kib()},
         {"peak_rss_kib", ru.ru_maxrss},
         {"user_cpu_s", ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6},

@@ -129,6 +129,7 @@ private:
     std::map<pid_t, std::unique_ptr<Followed>> vms_;
     // Declared after vms_: destroyed first, its thread gone before the VMs it samples.
     SchedSampler sched_;
+    bool told_sched_priority_ = false;  // the sampler's lower priority logged once
     std::set<Key> refused_;
     // VMs no --match wants, with the node name they had then: one that takes a name later
     // (RabbitMQ starts distribution after its boot) is looked at again.

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "base/clock.hpp"
-#include "base/realtime.hpp"
 
 namespace bb::agent {
 
@@ -29,7 +28,7 @@ void SchedSampler::remove(pid_t pid) {
 }
 
 void SchedSampler::run() {
-    run_at_realtime_priority();
+    priority_ = raise_wakeup_priority();
     std::mt19937_64 rng(std::random_device{}());
     uint64_t next = monotonic_ns();
     std::vector<std::shared_ptr<SchedUtil>> now;

@@ -25,12 +25,15 @@ public:
 
     void add(pid_t pid, std::shared_ptr<SchedUtil> util);
     void remove(pid_t pid);
+    // What the sampling thread got (base/realtime.hpp); realtime until it has started.
+    WakeupPriority priority() const { return priority_; }
 
 private:
     void run();
     std::mutex mu_;
     std::map<pid_t, std::shared_ptr<SchedUtil>> vms_;
     std::atomic<bool> stop_{false};
+    std::atomic<WakeupPriority> priority_{WakeupPriority::realtime};
     std::thread thread_;
 };
 

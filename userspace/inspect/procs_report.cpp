@@ -280,6 +280,7 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                              {"processes_total", table.processes.size()},
                              {"unreadable", table.unreadable},
                              {"schedulers", sched_json(busy)},
+                             {"sched_sampler", wakeup_priority_name(util.sampler_priority())},
                              {"processes", nlohmann::json::array()}};
             for (const Row& r : rows) {
                 auto p = row_json(r, proc_size);
@@ -297,6 +298,11 @@ int procs_watch(ProcsContext& c, const ProcsOptions& o) {
                        table.processes.size(), printable(c.vm.exe_name()), c.vm.pid(), o.watch, o.sort);
             if (!busy.empty())
                 fmt::print("{}\n", fit("schedulers busy (spinning not counted): " + SchedUtil::line(busy), o.columns));
+            if (!busy.empty() && !preempts_at_once(util.sampler_priority()))
+                fmt::print("{}\n", fit(fmt::format("  (sampled at {} priority, real time being refused here: on CPUs "
+                                                   "the busy schedulers fill these may read a few points low)",
+                                                   wakeup_priority_name(util.sampler_priority())),
+                                       o.columns));
             static const std::vector<Column> cols{
                 {"PID", 14, false, true},   {"MEMORY", 9, true}, {"+MEMORY", 10}, {"BINARY", 9, true},
                 {"+BINARY", 10, true},      {"MSGQ", 7, true},   {"+MSGQ", 7},    {"+REDS", 12},

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "base/clock.hpp"
-#include "base/realtime.hpp"
 #include "beam_bpf.h"
 
 namespace bb {
@@ -114,11 +113,13 @@ uint64_t SchedUtil::next_gap_ns(std::mt19937_64& rng, int hz) {
 std::vector<SchedBusy> SchedUtil::watch(double seconds, const std::function<bool()>& stop) {
     take();  // the interval starts now
     std::thread sampler([&] {
-        run_at_realtime_priority();
+        priority_ = raise_wakeup_priority();
         std::mt19937_64 rng(std::random_device{}());
         const uint64_t t0 = monotonic_ns(), end = t0 + static_cast<uint64_t>(seconds * 1e9);
+        // A wakeup that came late is one sample, not a burst of those it missed: they would all
+        // read the one instant it could run at.
         for (uint64_t next = t0 + next_gap_ns(rng, 1000); next < end && !(stop && stop());
-             next += next_gap_ns(rng, 1000)) {
+             next = std::max(next + next_gap_ns(rng, 1000), monotonic_ns())) {
             timespec ts{static_cast<time_t>(next / 1'000'000'000ull), static_cast<long>(next % 1'000'000'000ull)};
             clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
             sample();

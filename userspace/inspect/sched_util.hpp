@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/realtime.hpp"
 #include "target/remote_memory.hpp"
 #include "target/vm.hpp"
 
@@ -62,13 +63,15 @@ public:
     // Each scheduler's busy share since the last take() (or the construction), normal ones first,
     // by number; then starts the next interval. A scheduler whose memory stops reading is left out.
     std::vector<SchedBusy> take();
-    // Samples for `seconds` (or until `stop` says so) on a thread of its own at real-time priority
-    // (base/realtime.hpp: at normal priority, on a host whose CPUs the busy schedulers fill, the
-    // sampler's wakeups waited for a scheduler to go idle and read it idle, 2 to 5 points low at
-    // 10% load on 2 CPUs), 1,000 times a second
+    // Samples for `seconds` (or until `stop` says so) on a thread of its own raised as far as it
+    // may be (base/realtime.hpp: at normal priority, on a host whose CPUs the busy schedulers
+    // fill, the sampler's wakeups waited for a scheduler to go idle and read it idle, 2 to 5
+    // points low at 10% load on 2 CPUs), 1,000 times a second
     // (1,000 samples a second: 1.6 points at 3 sd in 1 s at 50% busy, under 1 in 4 s), then
     // takes. `stop` is called on that thread.
     std::vector<SchedBusy> watch(double seconds, const std::function<bool()>& stop = {});
+    // What the last watch()'s sampler got (realtime before the first).
+    WakeupPriority sampler_priority() const { return priority_; }
     // "normal 1 45%  2 51% | dirty cpu 1 0%  2 0% | dirty io 0% (10)": one line.
     static std::string line(const std::vector<SchedBusy>& s);
     // The time to the next of `hz` samples a second at jittered instants: uniform in 0.5 to 1.5
@@ -92,6 +95,7 @@ private:
     std::mutex mu_;
     std::vector<Watched> w_;
     uint64_t t0_ = 0;
+    WakeupPriority priority_ = WakeupPriority::realtime;
 };
 
 }  // namespace bb

@@ -155,7 +155,7 @@ void AllocWatch::run(Armer& a) {
     CPU_ZERO(&set);
     for (int c : a.cpus) CPU_SET(c, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    run_at_realtime_priority();
+    raise_wakeup_priority();
     while (!stopping_) {
         ring_buffer__poll(a.ring.get(), 20);
         expire_if_old();
