@@ -32,7 +32,7 @@ std::vector<std::string> words_of(const std::string& line) {
     return words;
 }
 
-// The symbols of the `beam-bpf-blame: watching A, B, C (FILE)` line; fails if there is none.
+// The symbols of -v's `beam-bpf-blame: watching A, B, C (FILE)` line; fails if there is none.
 std::vector<std::string> watched(const ToolResult& r) {
     static const std::regex re(R"(^beam-bpf-blame: watching (.+) \(([^()]+)\)$)");
     for (const auto& line : lines_of(r.err)) {
@@ -106,7 +106,7 @@ TEST_P(BlameVmTest, BlameRanksAllocatorFirst) {
     // `ready`: a CI run caught its collections, and one of the arithmetic process, in the window.
     std::this_thread::sleep_for(1s);
 
-    ToolResult r = run_tool(kTool, {"-d", "5", kGc, pid_arg(vm)}, 60s);
+    ToolResult r = run_tool(kTool, {"-v", "-d", "5", kGc, pid_arg(vm)}, 60s);
     std::cout << r.out;
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     const long samples = stat(r, "records").value_or(-1);
@@ -184,7 +184,7 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
     ErlVm vm("bb_work:main(idle)");
     vm.wait_line("ready");
 
-    ToolResult r = run_tool(kTool, {"-d", "1", kGc, pid_arg(vm)}, 30s);
+    ToolResult r = run_tool(kTool, {"-v", "-d", "1", kGc, pid_arg(vm)}, 30s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     auto names = watched(r);
     std::cout << "prefix " << kGc << " matched:";
@@ -193,14 +193,22 @@ TEST_F(BlameTest, BlamePrintsMatchedSymbols) {
     for (const auto& want : {kGc, kGc + "_nobump"})
         EXPECT_TRUE(std::count(names.begin(), names.end(), want)) << want << " not matched\n" << describe(r);
     for (const auto& n : names) EXPECT_TRUE(n.starts_with(kGc)) << n << " is no prefix match";
+    // Without -v the line fits ~120 columns: the first names, and how many more.
+    ToolResult brief = run_tool(kTool, {"-d", "1", kGc, pid_arg(vm)}, 30s);
+    ASSERT_EQ(brief.exit_code, 0) << describe(brief);
+    const std::string more = " and " + std::to_string(names.size() - 2) + " more (-v lists them)";
+    EXPECT_NE(brief.err.find("beam-bpf-blame: watching " + names[0] + ", " + names[1] + more + "\n"), std::string::npos)
+        << describe(brief);
+    for (const auto& line : lines_of(brief.err)) EXPECT_LE(line.size(), 120u) << line;
 
-    ToolResult e = run_tool(kTool, {"-d", "1", "--exact", kGc, pid_arg(vm)}, 30s);
+    ToolResult e = run_tool(kTool, {"-v", "-d", "1", "--exact", kGc, pid_arg(vm)}, 30s);
     ASSERT_EQ(e.exit_code, 0) << describe(e);
     EXPECT_EQ(watched(e), std::vector<std::string>{kGc}) << describe(e);
 
     // A comma list: each name matched as alone (GC after a BIF has an entry of its own), a
     // function two of them match watched once; an empty name is an error.
-    ToolResult both = run_tool(kTool, {"-d", "1", "--exact", kGc + ",erts_gc_after_bif_call_lhf," + kGc, pid_arg(vm)},
+    ToolResult both = run_tool(kTool,
+                               {"-v", "-d", "1", "--exact", kGc + ",erts_gc_after_bif_call_lhf," + kGc, pid_arg(vm)},
                                30s);
     ASSERT_EQ(both.exit_code, 0) << describe(both);
     EXPECT_EQ(watched(both), (std::vector<std::string>{kGc, "erts_gc_after_bif_call_lhf"})) << describe(both);
@@ -274,7 +282,7 @@ TEST_F(BlameTest, NeverCalledFunctionReportsZero) {
     ErlVm vm("bb_work:main(alloc_arith)");
     vm.wait_line("ready");
     for (bool count : {false, true}) {
-        std::vector<std::string> args{"-d", "2", "--exact", fn, pid_arg(vm)};
+        std::vector<std::string> args{"-v", "-d", "2", "--exact", fn, pid_arg(vm)};
         if (count) args.insert(args.begin(), "--count");
         const std::string unit = count ? "calls" : "samples";
         ToolResult r = run_tool(kTool, args, 30s);

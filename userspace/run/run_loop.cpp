@@ -52,16 +52,14 @@ void explain_few(const CommonOptions& o, const RunStats& st, const SamplerCounte
     if (st.records == 0 && seen > 0 && filtered > 0 && !o.process.empty()) {
         fmt::print(stderr, "{}: 0 {}: --process {} did not run during the {:.1f} s ({} samples of other processes)\n",
                    tool, what, o.process, st.seconds, filtered);
-    } else if (seen == 0 && st.vm_cpu_s >= 0.05) {
+    } else if (seen == 0 && st.vm_cpu_s >= 0.05 && c.perf_events) {
         fmt::print(stderr,
-                   "{}: {} {} although the VM's threads used {:.0f} ms of CPU in {:.1f} s: the sampling events "
-                   "did not fire ({} open); --stats has the counters\n",
+                   "{}: {} {}, though the VM used {:.0f} ms of CPU in {:.1f} s: no sampling event fired ({} open; "
+                   "see --stats)\n",
                    tool, st.records, what, ms, st.seconds, c.events);
     } else if (st.vm_cpu_s >= 0 && st.vm_cpu_s < 0.05) {
-        fmt::print(stderr,
-                   "{}: {} {}: the VM's schedulers were idle for the whole {:.1f} s (its threads used {:.0f} ms "
-                   "of CPU: next to no Erlang code ran)\n",
-                   tool, st.records, what, st.seconds, ms);
+        fmt::print(stderr, "{}: {} {}: the VM's schedulers were idle for the whole {:.1f} s ({:.0f} ms of CPU)\n", tool,
+                   st.records, what, st.seconds, ms);
     }
 }
 }  // namespace

@@ -466,6 +466,7 @@ SamplerCounters Sampler::counters() const {
     out.bpf = w.counters(impl_->slot);
     out.prog_run_cnt = w.prog_run_cnt();
     out.events = impl_->events_opened;
+    out.perf_events = impl_->cfg.perf_events();
     out.walk_hist = w.walk_hist();
     out.handler_errors = w.handler_errors();
     out.first_handler_error = w.first_handler_error();

@@ -83,6 +83,7 @@ struct SamplerCounters {
     BpfCounters bpf{};
     uint64_t prog_run_cnt = 0;        // the kernel's runs of the program (bpf_stats_enabled), all events
     size_t events = 0;                // perf events open (one per CPU or per VM thread)
+    bool perf_events = true;          // SamplerConfig::perf_events(): else no event is meant to open
     std::vector<uint64_t> walk_hist;  // log2(ns) buckets, with measure_walk
     uint64_t handler_errors = 0;      // records the handler threw on (counted, skipped)
     std::string first_handler_error;

@@ -75,10 +75,18 @@ int run(int argc, char** argv) {
                 found.push_back(std::move(m));
         at = comma + 1;
     }
+    // "watching A, B and 3 more": within ~120 columns, as the attach line is; -v names every
+    // function and the file. The binary's text: printable wherever it goes (base/text.hpp).
     std::string names;
-    // The binary's text: printable wherever it goes (base/text.hpp).
-    for (const auto& m : found) names += (names.empty() ? "" : ", ") + printable(m.sym.name);
-    std::string where = printable(found.front().file);
+    for (size_t i = 0; i < found.size(); i++) {
+        const std::string name = printable(found[i].sym.name);
+        const std::string more = fmt::format(" and {} more (-v lists them)", found.size() - i);
+        if (!o.verbose && i > 0 && names.size() + name.size() + more.size() > 80) {
+            names += more;
+            break;
+        }
+        names += (i ? ", " : "") + name;
+    }
 
     SamplerConfig cfg = sampler_config(o);
     for (const auto& m : found) {
@@ -90,7 +98,8 @@ int run(int argc, char** argv) {
     }
     s.start(cfg, count_calls ? fmt::format("{} entry probes", found.size()) : "sampling " + describe_event(o));
     // After attaching: an error before then is the run's only line.
-    fmt::print(stderr, "beam-bpf-blame: watching {} ({})\n", names, where);
+    fmt::print(stderr, "beam-bpf-blame: watching {}{}\n", names,
+               o.verbose ? " (" + printable(found.front().file) + ")" : "");
     Sampler& sampler = *sampler_slot;
 
     const char* unit = count_calls ? "calls" : "samples";
@@ -119,12 +128,12 @@ int run(int argc, char** argv) {
         },
         {}, [&](uint64_t now) { rep.tick(now); });
     const uint64_t seen = sampler.counters().bpf[BB_C_SEEN];
+    const std::string which = found.size() == 1 ? names : fmt::format("the {} functions", found.size());
     if (st.records == 0) {
-        fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, names,
+        fmt::print(stderr, "beam-bpf-blame: 0 {}: {} did not run{} during the {:.1f} s\n", unit, which,
                    o.process.empty() ? "" : " for " + o.process, st.seconds);
     } else if (!count_calls) {
-        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n",
-                   found.size() == 1 ? names : fmt::format("the {} functions", found.size()), st.records, seen,
+        fmt::print(stderr, "beam-bpf-blame: {} ran in {} of the VM's {} samples ({:.1f}%)\n", which, st.records, seen,
                    seen ? 100.0 * st.records / seen : 0.0);
     }
     if (st.records && o.every == 0) {
