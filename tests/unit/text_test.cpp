@@ -14,6 +14,7 @@ using bb::escaped;
 using bb::has_control_byte;
 using bb::is_printable;
 using bb::printable;
+using bb::wrap_words;
 
 // No byte below 0x20, no DEL, no C1 control (UTF-8 C2 80..C2 9F), valid UTF-8 (json dump
 // throws on invalid UTF-8 with the default error handler).
@@ -114,6 +115,17 @@ TEST(Text, IdempotentAndSafeOnEveryByte) {
             std::string p = printable(s);
             ASSERT_TRUE(is_printable(p)) << a << " " << b;
         }
+}
+
+TEST(Text, WrapWordsBreaksAtSpacesWithinTheWidth) {
+    EXPECT_EQ(wrap_words("one two three four", 0), "one two three four");
+    EXPECT_EQ(wrap_words("one two three four", 9), "one two\nthree\nfour");
+    EXPECT_EQ(wrap_words("one two three four", 13), "one two three\nfour");
+    // A word longer than the width stands alone; lines already broken stay so; indents stay.
+    EXPECT_EQ(wrap_words("a verylongword b", 5), "a\nverylongword\nb");
+    EXPECT_EQ(wrap_words("first line\n  second one", 8), "first\nline\n  second\none");
+    EXPECT_EQ(wrap_words("", 10), "");
+    EXPECT_EQ(wrap_words("ends\n", 10), "ends\n");
 }
 
 }  // namespace

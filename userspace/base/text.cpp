@@ -26,6 +26,33 @@ size_t output_columns() {
     return 0;
 }
 
+std::string wrap_words(std::string_view text, size_t columns) {
+    if (columns == 0) return std::string(text);
+    std::string out;
+    for (size_t at = 0; at <= text.size();) {
+        const size_t nl = std::min(text.find('\n', at), text.size());
+        std::string_view line = text.substr(at, nl - at);
+        size_t width = 0;  // of the output line being filled
+        for (size_t w = 0; w < line.size();) {
+            const size_t sp = std::min(line.find(' ', w), line.size());
+            const std::string_view word = line.substr(w, sp - w);
+            if (width > 0 && width + 1 + word.size() > columns) {
+                out += '\n';
+                width = 0;
+            } else if (width > 0 || w > 0) {
+                out += ' ';
+                width++;
+            }
+            out += word;
+            width += word.size();
+            w = sp + 1;
+        }
+        if (nl < text.size()) out += '\n';
+        at = nl + 1;
+    }
+    return out;
+}
+
 std::string human_bytes(uint64_t b) {
     if (b < 10 * 1024) return fmt::format("{} B", b);
     if (b < 10 * 1024 * 1024) return fmt::format("{} KiB", b / 1024);

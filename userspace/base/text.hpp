@@ -41,6 +41,10 @@ std::string json_text(const nlohmann::json& j, int indent = -1);
 // width when stdout is one, else 0 (piped: no limit).
 size_t output_columns();
 
+// `text` with each of its lines broken at spaces into lines of at most `columns` (a word longer
+// than that alone on its line); 0: unchanged. For prose headings; tables fit by their columns.
+std::string wrap_words(std::string_view text, size_t columns);
+
 // True when printable(bytes) == bytes: nothing to escape (the common case, checked first so
 // clean names are not copied).
 bool is_printable(std::string_view bytes);

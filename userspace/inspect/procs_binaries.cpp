@@ -114,11 +114,11 @@ int procs_binaries(ProcsContext& c, const ProcsOptions& o) {
         std::cout << json_text(j, 1) << "\n";
         return 0;
     }
-    fmt::print(
-        "beam-bpf-procs: {} off-heap binaries, {} in all, referenced by {} of {} processes of {} {}; read in "
-        "{:.1f} ms\n",
-        binaries.size(), human_bytes(total), holders.size(), table.processes.size(), printable(c.vm.exe()), c.vm.pid(),
-        read_ms);
+    fmt::print("{}\n", wrap_words(fmt::format("beam-bpf-procs: {} off-heap binaries, {} in all, referenced by {} of {} "
+                                              "processes of {} {}; read in {:.1f} ms",
+                                              binaries.size(), human_bytes(total), holders.size(),
+                                              table.processes.size(), printable(c.vm.exe_name()), c.vm.pid(), read_ms),
+                                  o.columns));
     if (table.partial)
         fmt::print("beam-bpf-procs: {} processes changed while read: their lists may be incomplete\n", table.partial);
     fmt::print("{:<18} {:>10} {:>6} {:>9}  {}\n", "BINARY", "BYTES", "REFC", "ELSEWHERE", "HELD BY");

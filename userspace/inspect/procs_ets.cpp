@@ -139,7 +139,7 @@ int ets_snapshot(ProcsContext& c, const ProcsOptions& o) {
         return 0;
     }
     fmt::print("beam-bpf-procs: {} ETS tables, {} in all, of {} {}; read in {:.1f} ms\n", order.size(),
-               human_bytes(uint64_t(total)), printable(c.vm.exe()), c.vm.pid(), r.read_ms);
+               human_bytes(uint64_t(total)), printable(c.vm.exe_name()), c.vm.pid(), r.read_ms);
     print_notes(r);
     const size_t iw = id_width(r, std::span(order.data(), shown), [](const EtsTable* t) { return t; });
     fmt::print(kHeader, "TABLE", iw, "NAME", "TYPE", "ACCESS", "OBJECTS", "MEMORY", "CONCURRENCY", "OWNER");
@@ -206,7 +206,7 @@ int ets_watch(ProcsContext& c, const ProcsOptions& o) {
             fmt::print(
                 "beam-bpf-procs: {} ETS tables of {} {}, growth in the last {} s by memory (new tables: all they "
                 "hold; {} deleted)\n",
-                r.read.tables.size(), printable(c.vm.exe()), c.vm.pid(), o.watch, deleted);
+                r.read.tables.size(), printable(c.vm.exe_name()), c.vm.pid(), o.watch, deleted);
             print_notes(r);
             const size_t iw = id_width(r, rows, [](const Row& w) { return w.t; });
             fmt::print("{:<{}} {:<13} {:>10} {:>10} {:>10} {:>11}  {}\n", "TABLE", iw, "TYPE", "OBJECTS", "+OBJECTS",

@@ -461,10 +461,13 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o) {
     }
     fmt::print("beam-bpf-procs: {} {}, {} in {}\n", row.pid, row.name.empty() ? "(no name)" : row.name, p.status(),
                row.current.empty() ? "?" : row.current);
-    fmt::print(
-        "  heap {} words{}, old heap {}, heap fragments {}, stack {}; {} messages queued; copied {} at attempt {}\n",
-        p.heap_sz, p.abandoned_heap ? " (abandoned until a pending collection)" : "", p.old_heap_sz, p.mbuf_sz,
-        p.stack_sz, p.msgq_len, human_bytes(snap.bytes_copied()), snap.attempts);
+    fmt::print("{}\n",
+               wrap_words(fmt::format("  heap {} words{}, old heap {}, heap fragments {}, stack {}; {} messages "
+                                      "queued; copied {} at attempt {}",
+                                      p.heap_sz, p.abandoned_heap ? " (abandoned until a pending collection)" : "",
+                                      p.old_heap_sz, p.mbuf_sz, p.stack_sz, p.msgq_len,
+                                      human_bytes(snap.bytes_copied()), snap.attempts),
+                          o.columns));
     fmt::print("{:>10} {:>9}  {:<44} {}\n", "WORDS", "OFF-HEAP", "ROOT", "TERM");
     for (size_t i = 0; i < shown_rows; i++) {
         const Root& r = rows[i];
@@ -474,14 +477,15 @@ int procs_inspect(ProcsContext& c, const ProcsOptions& o) {
         if (r.sharers) fmt::print("{:>22}  the same term held by {} more: {}\n", "", r.sharers, also(r));
     }
     if (shown_rows < rows.size()) fmt::print("  ... {} more (--all, or -t N)\n", rows.size() - shown_rows);
-    fmt::print("totals (flat sizes, shared terms counted per reference; distinct: each heap word once):");
+    std::string sums = "totals (flat sizes, shared terms counted per reference; distinct: each heap word once):";
     for (int kind = 0; kind < 3; kind++)
-        fmt::print("{} {} {} terms, {} words ({} distinct){}", kind ? ";" : "",
-                   kind_name(static_cast<Root::Kind>(kind)), totals[kind].terms, totals[kind].words,
-                   sizes.distinct_words[kind],
-                   totals[kind].off_heap_bytes ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes))
-                                               : "");
-    fmt::print("\n");
+        sums += fmt::format("{} {} {} terms, {} words ({} distinct){}", kind ? ";" : "",
+                            kind_name(static_cast<Root::Kind>(kind)), totals[kind].terms, totals[kind].words,
+                            sizes.distinct_words[kind],
+                            totals[kind].off_heap_bytes
+                                ? fmt::format(" + {} off heap", human_bytes(totals[kind].off_heap_bytes))
+                                : "");
+    fmt::print("{}\n", wrap_words(sums, o.columns));
     if (snap.undecoded_messages)
         fmt::print("  {} distribution messages not yet decoded (no term to show)\n", snap.undecoded_messages);
     if (!sizes.partial.empty()) fmt::print(stderr, "beam-bpf-procs: partial: {}\n", sizes.partial);

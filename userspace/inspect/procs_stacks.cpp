@@ -163,11 +163,12 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
         return 0;
     }
 
-    fmt::print(
-        "beam-bpf-procs: {} processes of {} {} ({}), {} unreadable; {} stacks read in {:.1f} ms ({} words), {} "
-        "groups\n",
-        table.processes.size(), printable(c.vm.exe()), c.vm.pid(), c.vm.build().describe(), table.unreadable, n.read,
-        read_ns / 1e6, n.words, groups.size());
+    fmt::print("{}\n", wrap_words(fmt::format("beam-bpf-procs: {} processes of {} {} (OTP {}), {} unreadable; {} "
+                                              "stacks read in {:.1f} ms ({} words), {} groups",
+                                              table.processes.size(), printable(c.vm.exe_name()), c.vm.pid(),
+                                              c.vm.release().major, table.unreadable, n.read, read_ns / 1e6, n.words,
+                                              groups.size()),
+                                  o.columns));
     std::string also;
     if (n.busy)
         also += fmt::format(", {} running, collecting or exiting (not walked: the function the VM names)", n.busy);
@@ -177,7 +178,10 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
     if (n.not_read) also += fmt::format(", {} not read (this run's {} words spent)", n.not_read, kRunWords);
     if (n.stray)
         also += fmt::format(", {} stack words tagged as return addresses into no known code (skipped)", n.stray);
-    fmt::print("beam-bpf-procs: {} processes changed while read (read twice, then left out){}\n", n.changed, also);
+    fmt::print("{}\n", wrap_words(fmt::format("beam-bpf-procs: {} processes changed while read (read twice, then left "
+                                              "out){}",
+                                              n.changed, also),
+                                  o.columns));
     if (!c.names.unavailable().empty())
         fmt::print("beam-bpf-procs: warning: no names: {}\n", printable(c.names.unavailable()));
     const size_t width = groups.empty() ? 1 : fmt::formatted_size("{}", groups.front().count);
@@ -189,7 +193,8 @@ int procs_stacks(ProcsContext& c, const ProcsOptions& o) {
                 auto [pid, name] = member(i);
                 who += fmt::format("{}{}{}{}", who.empty() ? "  " : ", ", pid, name.empty() ? "" : " ", name);
             }
-        fmt::print("\n{:>{}}  [{}]{}\n", group.count, width, group.key.state, who);
+        fmt::print("\n{}\n",
+                   wrap_words(fmt::format("{:>{}}  [{}]{}", group.count, width, group.key.state, who), o.columns));
         for (auto [f, times] : frame_runs(group.key.frames)) {
             if (times > 1) fmt::print("{:{}}    {} x{}\n", "", width, names.name(f), times);
             else fmt::print("{:{}}    {}\n", "", width, names.name(f));

@@ -91,7 +91,8 @@ void Reporter::write(uint64_t now_ns) {
     if (o_.every > 0) s_.out.open(m.start_unix_ns);
     for (Format f : s_.out.formats()) {
         std::ostream& os = s_.out.stream(f);
-        if (f == Format::top && !heading_.empty()) os << heading_ << "\n";
+        // Prose, wrapped to a terminal's width (COLUMNS, or stdout's tty; a file: one line).
+        if (f == Format::top && !heading_.empty()) os << wrap_words(heading_, output_columns()) << "\n";
         write_report(p, f, os, top_);
         os.flush();
         if (!os)
