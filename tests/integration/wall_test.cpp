@@ -299,6 +299,40 @@ TEST(WallTest, ReadsPerTickAreBounded) {
     EXPECT_NEAR(calls / all, 200 / processes, 0.05);
 }
 
+// The table ranks what is not idle: the 50 receivers with an empty queue and the VM's own idle
+// servers are the heading's idle figure (the processes that are neither the 200 clients, the 20
+// busy loops, the 50 receivers with a queue nor the server, of all), and the first row is the
+// clients waiting for the server.
+TEST(WallTest, TheTableRanksWhatIsNotIdle) {
+    ErlVm erl(vm_named("otp25"), "bb_wall:main()", {"+S", "2"});
+    std::istringstream ready(erl.wait_line("ready", 60s));
+    std::string word, server;
+    double processes = 0;
+    ready >> word >> server >> processes;
+    ToolResult r = run_tool(kTool, {"-e", "wall", "-d", "4", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(^([0-9.]+) process-seconds .*; ([0-9.]+) of them idle)")))
+        << r.out;
+    const double all = std::stod(m[1]), idle = std::stod(m[2]);
+    const double want = (processes - 200 - 20 - 50 - 1) / processes;
+    std::cout << "[          ] idle " << 100 * idle / all << "% of process time, " << 100 * want
+              << "% of the processes idle by construction\n";
+    EXPECT_NEAR(idle / all, want, 0.03) << r.out;
+    std::vector<std::string> rows;
+    bool in_table = false;
+    for (const auto& line : lines_of(r.out)) {
+        if (line.starts_with("SHARE%")) in_table = true;
+        else if (in_table) rows.push_back(line);
+    }
+    ASSERT_FALSE(rows.empty()) << r.out;
+    EXPECT_NE(rows.front().find("[waiting for bb_wall_server, pid"), std::string::npos) << r.out;
+    for (const auto& row : rows) {
+        EXPECT_EQ(row.find("[receive, queue 0]"), std::string::npos) << row;
+        EXPECT_EQ(row.find("[hibernated]"), std::string::npos) << row;
+    }
+}
+
 // What -e wall cannot be asked for: one line each, before any VM is read.
 TEST(WallErrors, OneLine) {
     ErlVm erl("bb_work:main(idle)");

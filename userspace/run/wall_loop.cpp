@@ -74,8 +74,15 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                    printable(s.names.unavailable()));
 
     Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
+    // The top table alone ranks what is not idle: most of a node's processes are servers waiting
+    // in a receive with nothing queued, whose rows would bury the one waiting for a busy pool.
+    // Every other format keeps them, and so does the table of one --process.
+    const bool top_only = o.formats.size() == 1 && o.formats.front() == Format::top && o.process.empty();
+    uint64_t idle_ns = 0;
     auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
-        rep.add(r, stack, weight);
+        const bool idle = wall.idle(stack);
+        idle_ns += idle ? weight : 0;
+        if (!(idle && top_only)) rep.add(r, stack, weight);
     };
 
     catch_stop_signals();
@@ -117,9 +124,11 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
         rep.set_heading(
             fmt::format("{:.1f} process-seconds of {:.0f} processes on average over {:.1f} s, estimated from {} "
                         "processes read at "
-                        "{} ticks a second; shares of process time:",
+                        "{} ticks a second; {:.1f} of them idle (in a receive with an empty queue, or hibernated). {}",
                         static_cast<double>(n.weight_ns) / 1e9, n.ticks ? static_cast<double>(n.live) / n.ticks : 0.0,
-                        seconds, n.kept, o.frequency));
+                        seconds, n.kept, o.frequency, static_cast<double>(idle_ns) / 1e9,
+                        top_only ? "Shares of the time not idle (the idle time is in the other formats):"
+                                 : "Shares of all the process time:"));
     rep.finish(monotonic_ns());
     // One line within a terminal's width; what the reads cost and how each process was read,
     // a second line with -v.

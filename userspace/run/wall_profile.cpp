@@ -56,6 +56,8 @@ WallProfile::WallProfile(Session& s, uint32_t per_tick, uint32_t max_frames, con
       table_(process_table_ref(s.vm.mem(), s.vm.offsets(), s.vm.symbol_address("erts_proc"))),
       truncated_(s.sym.pseudo_frame(fmt::format("[truncated: stack deeper than {} words]", kStackWordsPerProcess))),
       not_read_(s.sym.pseudo_frame("[stack not read: the tick's word budget was spent]")),
+      idle_receive_(s.sym.pseudo_frame(receive_frame(0))),
+      hibernated_(s.sym.pseudo_frame("[hibernated]")),
       record_(std::make_unique<bb_record>()) {
     Symbolizer& sym = s.sym;
     const CodeView code{.in_code =

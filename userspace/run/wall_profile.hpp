@@ -41,6 +41,11 @@ public:
     // reads (the VM is gone).
     void tick(uint64_t now_ns, const OnStack& on_stack);
     const WallCounts& counts() const { return n_; }
+    // Whether a stack of this profile's is an idle process's: waiting in a receive with nothing
+    // queued, or hibernated (an idle server, as most of a node's processes are).
+    bool idle(std::span<const uint32_t> stack) const {
+        return !stack.empty() && (stack.back() == idle_receive_ || stack.back() == hibernated_);
+    }
     uint32_t table_slots() const { return table_.max; }
 
 private:
@@ -52,7 +57,7 @@ private:
     uint64_t now_ = 0;  // the tick's time: code lookups are of the code live then
     std::unique_ptr<WallSampler> sampler_;
     std::unordered_map<std::string, uint32_t> roots_;  // state -> its root frame
-    uint32_t truncated_, not_read_;
+    uint32_t truncated_, not_read_, idle_receive_, hibernated_;
     std::unique_ptr<bb_record> record_;
     std::vector<uint32_t> frames_, stack_;
     uint64_t last_tick_ = 0;
