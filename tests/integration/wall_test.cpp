@@ -333,6 +333,43 @@ TEST(WallTest, TheTableRanksWhatIsNotIdle) {
     }
 }
 
+// The callee of a wait in dets:req/2 (20 clients of one dets table) and in io:execute_request/3
+// (10 writers to a slow I/O server) is named from the caller's monitor as gen:do_call/4's is:
+// the table's server and the I/O server, by pid, for at least 99% of their waiters' time (a
+// wait caught as it ends is "[waiting for ?]": the workload's inserts are long enough, 2,000
+// elements, that few are; with 100 elements, 0.4 to 0.7% of the dets clients' time).
+TEST(WallTest, DetsAndIoCallsNameTheirCallee) {
+    ErlVm erl(vm_named("otp25"), "bb_wall_calls:main()", {"+S", "2"});
+    std::istringstream ready(erl.wait_line("ready", 60s));
+    std::string word, dets_server, io_server;
+    ready >> word >> dets_server >> io_server;
+    auto bare = [](const std::string& pid) { return pid.substr(1, pid.size() - 2); };  // pprof-safe, as shown
+    ToolResult r = run_tool(
+        kTool, {"-e", "wall", "-d", "3", "--per-tick", "200", "-f", "folded", std::to_string(erl.os_pid())}, 60s);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    struct Waits {
+        std::string leaf, callee;
+        double all = 0, named = 0;
+    } waits[] = {{";dets:insert/2;dets:req/2;", "pid " + bare(dets_server) + "]"},
+                 {";io:format/3;io:execute_request/3;", "pid " + bare(io_server) + "]"}};
+    for (const auto& [stack, ns] : parse_folded(r.out)) {
+        if (!stack.starts_with("[waiting];")) continue;
+        for (Waits& w : waits) {
+            const size_t at = stack.rfind(w.leaf);
+            // The leaf Erlang frame, then only its pseudo-frame.
+            if (at == std::string::npos || stack.find(';', at + w.leaf.size()) != std::string::npos) continue;
+            w.all += static_cast<double>(ns);
+            if (stack.ends_with(w.callee)) w.named += static_cast<double>(ns);
+        }
+    }
+    for (const Waits& w : waits) {
+        std::cout << "[          ] " << w.leaf << ": " << w.all / 1e9 << " process-seconds waiting, "
+                  << 100 * w.named / std::max(w.all, 1.0) << "% with " << w.callee << "\n";
+        EXPECT_GT(w.all, 1e9) << w.leaf << "\n" << r.out;
+        EXPECT_GE(w.named, 0.99 * w.all) << w.leaf << "\n" << r.out;
+    }
+}
+
 // What -e wall cannot be asked for: one line each, before any VM is read.
 TEST(WallErrors, OneLine) {
     ErlVm erl("bb_work:main(idle)");

@@ -146,9 +146,10 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
                    tool, n.read, n.busy,
                    n.not_read ? fmt::format(", {} without their stacks (the tick's word budget)", n.not_read) : "",
                    n.truncated ? fmt::format(", {} truncated at {} words", n.truncated, kStackWordsPerProcess) : "",
-                   n.calls_named + n.calls_unknown ? fmt::format(", {} of {} in gen:do_call/4 with their callee named",
-                                                                 n.calls_named, n.calls_named + n.calls_unknown)
-                                                   : "",
+                   n.calls_named + n.calls_unknown
+                       ? fmt::format(", {} of {} in a monitored call (gen:do_call/4, ...) with their callee named",
+                                     n.calls_named, n.calls_named + n.calls_unknown)
+                       : "",
                    n.exited, n.changed, n.unreadable, static_cast<double>(n.slot_bytes) / 1e6 / seconds,
                    static_cast<double>(n.process_reads) / seconds, static_cast<double>(n.words) / seconds);
     if (vm_exited) fmt::print(stderr, "{}: the VM exited\n", tool);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "inspect/process_table.hpp"
 
 namespace bb {
@@ -67,17 +70,17 @@ WallProfile::WallProfile(Session& s, uint32_t per_tick, uint32_t max_frames, con
                             },
                         .normal_exit = sym.emulator() ? sym.emulator()->normal_exit : 0};
     const Vm& vm = s.vm;
-    sampler_ = std::make_unique<WallSampler>(vm.mem(), vm.offsets(), table_, code,
-                                             WallConfig{.per_tick = per_tick,
-                                                        // gen:do_call/4 as the VM names it, whatever --raw-names says.
-                                                        .in_gen_call =
-                                                            [this, &sym](uint64_t addr) {
-                                                                auto hit = sym.jit().lookup(addr, now_);
-                                                                return hit && hit->range &&
-                                                                       hit->range->name == "gen:do_call/4";
-                                                            },
-                                                        .slot_of =
-                                                            [&vm](uint64_t pid) { return vm.process_slot(pid); }});
+    sampler_ = std::make_unique<WallSampler>(
+        vm.mem(), vm.offsets(), table_, code,
+        WallConfig{.per_tick = per_tick,
+                   // As the VM names them, whatever --raw-names says.
+                   .in_monitored_call =
+                       [this, &sym](uint64_t addr) {
+                           auto hit = sym.jit().lookup(addr, now_);
+                           return hit && hit->range &&
+                                  std::ranges::find(kMonitoredCalls, hit->range->name) != std::end(kMonitoredCalls);
+                       },
+                   .slot_of = [&vm](uint64_t pid) { return vm.process_slot(pid); }});
     if (s.only_pid) {
         // Its Process, found once in the table; each tick reads it alone.
         // only_pid is masked (the bits that name the process, as the walker compares them).

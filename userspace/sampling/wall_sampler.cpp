@@ -61,8 +61,8 @@ std::optional<ProcessEntry> WallSampler::process_of(uint64_t pid) {
 
 void WallSampler::keep(WallTick& t, WallProcess w) {
     read_reg_name(mem_, o_, w.stack.proc);
-    if (w.stack.outcome == ProcessStack::Outcome::read && cfg_.in_gen_call &&
-        std::string_view(w.stack.proc.status()) == "waiting" && cfg_.in_gen_call(w.stack.proc.i)) {
+    if (w.stack.outcome == ProcessStack::Outcome::read && cfg_.in_monitored_call &&
+        std::string_view(w.stack.proc.status()) == "waiting" && cfg_.in_monitored_call(w.stack.proc.i)) {
         find_callee(t, w);
         (w.call == WallProcess::Call::named ? t.calls_named : t.calls_unknown)++;
     }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "inspect/process_stack.hpp"
@@ -43,7 +44,7 @@ std::vector<uint32_t> pick_uniform(uint32_t n, uint32_t k, std::mt19937_64& rng)
 struct WallProcess {
     ProcessStack stack;     // its outcome: read, busy (running, collecting, exiting), or a drop
     bool not_read = false;  // the tick's word budget was spent: its state and function only
-    // Waiting in gen:do_call/4: whom it calls (inspect/call_target.hpp).
+    // Waiting in a monitored call (gen:do_call/4, ...): whom it calls (inspect/call_target.hpp).
     enum class Call { none, named, unknown } call = Call::none;
     // Call::named: the callee's pid, and when its Process read, its Process (c_p != 0; its
     // registered name read).
@@ -58,7 +59,7 @@ struct WallTick {
     // Process, a stack that moved during both reads, a stack that did not read). They are
     // left out; the others' weights cover their share (each read process weighs live / kept).
     uint32_t exited = 0, changed = 0, unreadable = 0;
-    // Of the processes waiting in gen:do_call/4: whose callee was named, and not.
+    // Of the processes waiting in a monitored call: whose callee was named, and not.
     uint32_t calls_named = 0, calls_unknown = 0;
     uint64_t slot_bytes = 0, process_reads = 0, words = 0;  // what the tick read of the target
     // The processes profiled (read or busy, with or without their stacks).
@@ -73,13 +74,25 @@ struct ProcessTableRef {
 // UserError when the table cannot be read.
 ProcessTableRef process_table_ref(const RemoteMemory& mem, const VmOffsets& o, uint64_t erts_proc);
 
+// The functions of OTP 25 to 29 that monitor the process they call, send it the request and
+// wait in their own receive for its reply or its 'DOWN' (the reference live in a Y register of
+// their frame while they wait), as the VM names them: gen_server, gen_statem and gen_event
+// calls (gen:do_call/4), dets' requests to a table's server (dets:req/2: dets:insert/2,
+// lookup/2, ...), io requests to an I/O server (io:execute_request/3: io:format/2 to a slow
+// group leader, file:read/2 on a file's server), disk_log's (disk_log:monitor_request/2) and
+// the code server's (code_server:call/1: code loading). Checked against their sources.
+inline constexpr std::string_view kMonitoredCalls[] = {"gen:do_call/4", "dets:req/2", "io:execute_request/3",
+                                                       "disk_log:monitor_request/2", "code_server:call/1"};
+
 struct WallConfig {
     uint32_t per_tick = kWallProcessesPerTick;
     uint64_t words_per_tick = kWallWordsPerTick;
     uint32_t slots_per_tick = kWallSlotsPerTick;
     uint64_t seed = std::random_device{}();
-    // True when `addr` is in gen:do_call/4's code: a process waiting there is in a call.
-    std::function<bool(uint64_t addr)> in_gen_call;
+    // True when `addr` is in the code of a function that monitors the process it calls before
+    // it waits for the reply (gen:do_call/4 and the others of kMonitoredCalls): a process
+    // waiting there is in a call, whose callee its monitor names.
+    std::function<bool(uint64_t addr)> in_monitored_call;
     // The process-table slot of a pid term (Vm::process_slot()).
     std::function<uint64_t(uint64_t pid)> slot_of;
 };
