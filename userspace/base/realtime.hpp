@@ -4,13 +4,14 @@
 // reads a scheduler that has meanwhile gone idle: on 2 CPUs that two busy schedulers fill,
 // 2 to 5 points low at 10% load.
 //   - realtime:    SCHED_FIFO 1; preempts any fair thread at once.
-//   - short_slice: where real time is refused: without CAP_SYS_NICE, or as root in a cpu cgroup
-//                  that has no real-time runtime (cgroup v1 with RT group scheduling: a child
-//                  group's cpu.rt_runtime_us is 0, as in containers whose runtime gives it none). The
-//                  fair class at nice -20 where allowed, with the shortest slice the kernel
-//                  takes (0.1 ms, sched_attr.sched_runtime, Linux 6.12 on): a waking thread
-//                  whose slice is shorter preempts the running one. As close to the VM's
-//                  counts as real time, on 2 CPUs the schedulers fill (SchedUtilFallbackTest).
+//   - short_slice: where real time is refused: without CAP_SYS_NICE, or as root in a cpu
+//                  cgroup that has no real-time runtime (cgroup v1 with RT group scheduling:
+//                  a child group's cpu.rt_runtime_us is 0, as in containers whose runtime
+//                  gives it none). The fair class at nice -20 where allowed, with the shortest
+//                  slice the kernel takes (0.1 ms, sched_attr.sched_runtime, Linux 6.12 on): a
+//                  waking thread whose slice is shorter preempts the running one. As close to
+//                  the VM's counts as real time, on 2 CPUs the schedulers fill
+//                  (SchedUtilFallbackTest).
 //   - nice:        the same on a kernel that ignores the slice (before 6.12): nice -20 only.
 //   - normal:      none of it was allowed; the thread stays as it was.
 #pragma once
