@@ -26,10 +26,12 @@ const std::string kTool = "beam-bpf-sample";
 // says "running" of runnable processes: both are one state here ("active"), named by the
 // function only (the tool names a running process by the function it was scheduled in at). The
 // waiting ones: state, the top two frames and the queue's length bucket (but in a call, where
-// the tool names the callee instead).
+// the tool names the callee instead: the clients' gen:do_call/4, and the io:execute_request/3
+// of the workload's main process reading its input with io:get_line/1).
 std::string place(const std::string& state, const std::string& f1, const std::string& f2, const std::string& bucket) {
     if (state == "running" || state == "runnable") return "active " + f1;
-    return state + " " + f1 + " " + f2 + (f1 == "gen:do_call/4" ? "" : " " + bucket);
+    const bool call = f1 == "gen:do_call/4" || f1 == "io:execute_request/3";
+    return state + " " + f1 + " " + f2 + (call ? "" : " " + bucket);
 }
 
 struct Shares {
@@ -42,8 +44,8 @@ struct Shares {
 };
 
 // The tool's folded profile: "[state];root;...;leaf;[receive, queue B] NANOSECONDS" lines, or
-// "...;gen:do_call/4;[waiting for NAME, pid 0.N.0]". The weights by state and by callee go to
-// `by_state` and `callees`.
+// "...;gen:do_call/4;[waiting for NAME, pid 0.N.0]". The weights by state and by callee of
+// gen:do_call/4 go to `by_state` and `callees`.
 Shares tool_places(const std::string& folded, std::map<std::string, double>& by_state,
                    std::map<std::string, double>& callees) {
     Shares s;
@@ -58,7 +60,7 @@ Shares tool_places(const std::string& folded, std::map<std::string, double>& by_
             bucket = f.back().substr(16, f.back().size() - 17);
             f.pop_back();
         } else if (f.back().starts_with("[waiting for ")) {
-            callees[f.back()] += static_cast<double>(ns);
+            if (f.size() >= 2 && f[f.size() - 2] == "gen:do_call/4") callees[f.back()] += static_cast<double>(ns);
             f.pop_back();
         }
         EXPECT_FALSE(f.empty()) << stack;
