@@ -305,8 +305,8 @@ TEST(WallTest, ReadsPerTickAreBounded) {
 // servers are the heading's idle figure (the processes that are neither the 200 clients, the 20
 // busy loops, the 50 receivers with a queue nor the server, of all), and the first row is the
 // clients waiting for the server.
-TEST(WallTest, TheTableRanksWhatIsNotIdle) {
-    ErlVm erl(vm_named("otp25"), "bb_wall:main()", {"+S", "2"});
+TEST_P(WallVmTest, TheTableRanksWhatIsNotIdle) {
+    ErlVm erl(vm(), "bb_wall:main()", {"+S", "2"});
     std::istringstream ready(erl.wait_line("ready", 60s));
     std::string word, server;
     double processes = 0;
@@ -340,8 +340,8 @@ TEST(WallTest, TheTableRanksWhatIsNotIdle) {
 // the table's server and the I/O server, by pid, for at least 99% of their waiters' time (a
 // wait caught as it ends is "[waiting for ?]": the workload's inserts are long enough, 2,000
 // elements, that few are; with 100 elements, 0.4 to 0.7% of the dets clients' time).
-TEST(WallTest, DetsAndIoCallsNameTheirCallee) {
-    ErlVm erl(vm_named("otp25"), "bb_wall_calls:main()", {"+S", "2"});
+TEST_P(WallVmTest, DetsAndIoCallsNameTheirCallee) {
+    ErlVm erl(vm(), "bb_wall_calls:main()", {"+S", "2"});
     std::istringstream ready(erl.wait_line("ready", 60s));
     std::string word, dets_server, io_server;
     ready >> word >> dets_server >> io_server;
