@@ -181,7 +181,7 @@ int run_offcpu(Session& s, const CommonOptions& o) {
     // The top table alone ranks what is not idle: a quiet VM's threads wait for work nearly all
     // the time, and the locks and calls worth reading would be a fraction of a percent under it.
     // Every other format keeps the idle time, under its own root frames.
-    const bool top_only = o.formats.size() == 1 && o.formats.front() == Format::top;
+    const bool top_only = top_table_only(o);
     auto add = [&](const bb_record& r, uint64_t ns) {
         const bool idle = !stack.empty() && stacks.idle(stack.front());
         all_ns += ns;

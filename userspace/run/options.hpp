@@ -75,6 +75,10 @@ struct CommonOptions {
     uint64_t ns_per_sample = 0;  // the CPU time a cpu-clock sample stands for; 0 for counts
 };
 
+// Whether the run writes the top table alone: -e offcpu and -e wall leave the idle time out of
+// it then (every other format keeps it).
+inline bool top_table_only(const CommonOptions& o) { return o.formats.size() == 1 && o.formats.front() == Format::top; }
+
 // The positional PID (any number of words: find_vm refuses more than one in one line) and
 // --node NAME, for every tool that attaches to one VM.
 void add_target_options(CLI::App& app, std::vector<std::string>& targets, std::string& node);

@@ -77,7 +77,7 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
     // The top table alone ranks what is not idle: most of a node's processes are servers waiting
     // in a receive with nothing queued, whose rows would bury the one waiting for a busy pool.
     // Every other format keeps them, and so does the table of one --process.
-    const bool top_only = o.formats.size() == 1 && o.formats.front() == Format::top && o.process.empty();
+    const bool top_only = top_table_only(o) && o.process.empty();
     uint64_t idle_ns = 0;
     auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
         const bool idle = wall.idle(stack);
