@@ -37,6 +37,34 @@ static __always_inline void read_process(struct scratch *s, const struct bb_vm *
 	}
 }
 
+/*
+ * The port whose task a normal scheduler runs (esdp->current_port, set by
+ * erts_port_task_execute for the task's length), into the record's port fields: false if none,
+ * or if it does not read as a port (common.id's tag 0111). Its connected process is kept if it
+ * reads as a local pid (tag 0011). Reads of their own: a fault here is not the process's.
+ */
+static __always_inline bool read_port(const struct bb_vm *v, const struct bb_sched *sch, struct bb_record *rec)
+{
+	__u32 fault = 0;
+	__u64 prt, id, owner, name;
+
+	if (sch->type != BB_SCHED_NORMAL)
+		return false;
+	prt = read_word(sch->esdp + v->layout.esd_current_port, &fault);
+	if (!prt || (prt & 7) || fault)
+		return false;
+	id = read_word(prt + v->layout.port_id, &fault);
+	if (fault || (id & 0xf) != 0x7)
+		return false;
+	owner = read_word(prt + v->layout.port_connected, &fault);
+	name = read_word(prt + v->layout.port_name, &fault);
+	rec->port_id = id;
+	rec->port_owner = !fault && (owner & 0xf) == 0x3 ? owner : 0;
+	if (name && !fault)
+		bpf_probe_read_user_str(rec->port_name, sizeof(rec->port_name), (void *)name);
+	return true;
+}
+
 /* --process names another process than the one of pid term `erl_pid`. */
 static __always_inline bool filtered_out(__u64 erl_pid)
 {

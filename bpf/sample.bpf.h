@@ -48,6 +48,8 @@ static __always_inline void init_record(struct bb_record *rec, __u64 ip, __u32 t
 	rec->heap_owner = 0;
 	rec->x0 = 0;
 	rec->bif_export = 0;
+	rec->port_id = rec->port_owner = 0;
+	__builtin_memset(rec->port_name, 0, sizeof(rec->port_name));
 	rec->sched_type = sch ? sch->type : BB_SCHED_NONE;
 	rec->sched_no = sch ? sch->no : 0;
 }
@@ -71,7 +73,7 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	struct native_walk *nw;
 	struct proc_view p = {};
 	__u64 c_p = 0;
-	bool jit;
+	bool jit, port = false;
 
 	if (!s)
 		return 0;
@@ -95,13 +97,28 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	} else if (sch) {
 		rec->where = BB_WHERE_SCHED_C;
 		c_p = read_word(sch->esdp + v->layout.esd_current_process, &flags);
+		port = read_port(v, sch, rec);
 	} else {
 		rec->where = BB_WHERE_OTHER;
 	}
-	/* --process: decided before any walk, from the process's own pid. */
 	if (c_p)
 		read_process(s, v, c_p, jit, sp, &p, &flags);
-	if (only_pid_mask && (!c_p || filtered_out(p.id))) {
+	/* A port task's sample is the port's, unless a process runs here: one that calls a port
+	 * (port_command/2) runs its driver with current_port set. A stale current_process
+	 * (between a process's time slices) is not one. */
+	if (port && c_p && !(flags & BB_F_READ_FAULT) && process_runs_here(sch, p.state, p.sched_data)) {
+		port = false;
+		rec->port_id = rec->port_owner = 0;
+		rec->port_name[0] = 0;
+	}
+	if (port) {
+		c_p = 0;
+		flags = (flags & ~BB_F_READ_FAULT) | BB_F_PORT;  /* a stale process's read is not this sample's */
+		count(BB_C_PORT);
+	}
+	/* --process: decided before any walk, from the process's own pid, or for a port task its
+	 * connected process's. */
+	if (only_pid_mask && (port ? !rec->port_owner || filtered_out(rec->port_owner) : !c_p || filtered_out(p.id))) {
 		count(BB_C_FILTERED);
 		return 0;
 	}

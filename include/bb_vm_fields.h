@@ -26,6 +26,9 @@
  * are an ErtsFlxCtr: two words in the table, or for a table with decentralized counters a
  * pointer to an array of one cache-line element per counter group (erl_flxctr.h, OTP 25 to 29).
  * A table id is a magic reference: the numbers in its magic binary.
+ * A normal scheduler running a port task (erts_port_task_execute) has the port in
+ * esdp->current_port, NULL between tasks (erl_port_task.c, OTP 25 to 29); a port's connected
+ * process is an erts_atomic_t word, its name the char * its open_port/2 gave ("tcp_inet").
  * Kept C: the BPF program and a C test fixture include it too.
  */
 #ifndef BB_VM_FIELDS_H
@@ -123,7 +126,11 @@
 	X(ptab_pix_cl_mask, "ErtsPTab", "r.o.pix_cl_mask")                       \
 	X(ptab_pix_cl_shift, "ErtsPTab", "r.o.pix_cl_shift")                     \
 	X(ptab_pix_cli_mask, "ErtsPTab", "r.o.pix_cli_mask")                     \
-	X(ptab_pix_cli_shift, "ErtsPTab", "r.o.pix_cli_shift")
+	X(ptab_pix_cli_shift, "ErtsPTab", "r.o.pix_cli_shift")                   \
+	X(esd_current_port, "ErtsSchedulerData", "current_port")                 \
+	X(port_id, "struct _erl_drv_port", "common.id")                          \
+	X(port_connected, "struct _erl_drv_port", "connected")                   \
+	X(port_name, "struct _erl_drv_port", "name")
 
 #define BB_VM_FIELD_PLUS_ONE(field, type, member) +1
 enum { BB_VM_FIELD_COUNT = 0 BB_VM_FIELDS(BB_VM_FIELD_PLUS_ONE) };

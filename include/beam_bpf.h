@@ -24,6 +24,8 @@
  * 100,000-deep recursion scanned to its bottom cost 200 us a sample, 3,000 deep costs 7. */
 #define BB_ROOT_SCAN_WORDS 16384
 #define BB_ROOT_SLOT(i, ring0) ((i) < (ring0) ? (i) : (ring0) + (((i) - (ring0)) & (BB_ROOT_FRAMES - 1)))
+/* The bytes of a port's name a record keeps, its NUL included. */
+#define BB_PORT_NAME_MAX 24
 /* Executable JIT mappings the walker accepts continuation pointers from. */
 #define BB_MAX_CODE_RANGES 16
 /* Address ranges of the native function beam-bpf-blame looks for. */
@@ -83,6 +85,7 @@ enum bb_flags {
 	BB_F_WATCH = 1u << 20,        /* -e alloc: a watchpoint's sample (bpf/alloc_watch.bpf.h), weighed by alloc_words */
 	BB_F_ALLOC_TOTAL = 1u << 21,  /* -e alloc: a GC entry's exact words, no stack (watchpoints attribute them) */
 	BB_F_OFFCPU = 1u << 22,       /* -e offcpu: a system call's time blocked (bpf/offcpu.bpf.h), weighed by BB_OFFCPU_NS */
+	BB_F_PORT = 1u << 23,         /* a scheduler running a port task, no process: see bb_record.port_id */
 };
 
 struct bb_record {
@@ -135,6 +138,13 @@ struct bb_record {
 	/* ... and the scheduler's second TMP_MEM word, where the JIT's call_light_bif_shared keeps
 	 * the Export entry of the BIF it calls (which BIF, on a stripped build too). */
 	__u64 bif_export;
+	/* A scheduler running a port task (BB_F_PORT, never with BB_F_PROC): the port's id (a port
+	 * term, tag 0111), its connected process (a pid term, 0 if it reads as none) and the name
+	 * it was opened with ("tcp_inet", a spawned command), NUL-terminated, cut to fit. All 0
+	 * otherwise. */
+	__u64 port_id;
+	__u64 port_owner;
+	char port_name[BB_PORT_NAME_MAX];
 	/* Kernel frames, native frames, then the Erlang stack's continuation pointers (return
 	 * addresses into JIT code), each part leaf-most first. The bottom continuation pointer,
 	 * if reached, is the VM's normal-exit stub. */
@@ -288,6 +298,7 @@ struct bb_vm {
 	  "code (un)registrations lost (unreadable descriptor, or ring buffer full)") \
 	X(NATIVE_NS, top, bpf_native_walk_ns_total, \
 	  "with measure_walk: ns of the handler's spent unwinding native frames") \
+	X(PORT, top, port_tasks, "samples of a scheduler running a port task, charged to the port (BB_F_PORT)") \
 	/* Samples whose process did not pass the checks (bpf/process.bpf.h), by the first failed: */ \
 	X(BAD_READ, unreadable_by_cause, read_fault, "the Process could not be read") \
 	X(BAD_STATE, unreadable_by_cause, state, "its state says it does not run there (BB_F_NOT_RUNNING)") \

@@ -26,7 +26,7 @@ TEST(CountersTest, StatsKeysAreTheOnesWrittenBefore) {
         EXPECT_NE(std::string(k.help), "") << key;
     }
     EXPECT_EQ(keys, (std::set<std::string>{"seen", "emitted", "dropped", "filtered", "bpf_walk_ns_total", "code_events",
-                                           "code_events_lost", "bpf_native_walk_ns_total",
+                                           "code_events_lost", "bpf_native_walk_ns_total", "port_tasks",
                                            "unreadable_by_cause.read_fault", "unreadable_by_cause.state",
                                            "unreadable_by_cause.pid_tag", "unreadable_by_cause.heap_order",
                                            "unreadable_by_cause.stack_pointer", "alloc_watch.traps",

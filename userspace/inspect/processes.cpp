@@ -421,6 +421,11 @@ std::string ProcessNames::name_of_pid(uint64_t pid) {
 }
 
 const std::string& ProcessNames::name(const bb_record& r) {
+    if ((r.flags & BB_F_PORT) && r.port_owner) {
+        // A port's connected process, seldom sampled itself: named from the process table.
+        name_of_pid(r.port_owner);
+        return known(r.port_owner);
+    }
     if (!(r.flags & BB_F_PROC)) return kNoName;
     AtSample at{{r.dict_initial[0], r.dict_initial[1], r.dict_initial[2]}, r.dict_caller};
     return name(r.erl_pid, r.c_p, r.reg_name, {r.initial[0], r.initial[1], r.initial[2]}, at);

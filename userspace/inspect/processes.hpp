@@ -64,7 +64,8 @@ public:
     bool starting() const { return starting_; }
 
     // "my_server", "{worker,3}" (a label), "MyApp.Conn.init/1" (an initial call), or "" when
-    // none is known; for a record the walker attributed to a process (BB_F_PROC).
+    // none is known; for a record the walker attributed to a process (BB_F_PROC), or to a port
+    // task (BB_F_PORT): its connected process's.
     const std::string& name(const bb_record& r);
     // The same for any process: its pid term, Process *, registered name (atom, or 0) and
     // initial call as the VM keeps them (module, function, arity).

@@ -136,7 +136,8 @@ const std::string& OffcpuStacks::thread_name(uint32_t tid) {
 }
 
 void OffcpuStacks::stack(const bb_record& r, std::span<const uint32_t> frames, std::vector<uint32_t>& out) {
-    const bool process = r.flags & BB_F_PROC;
+    // A port task's block is its port's (the symbolizer's root, "[port tcp_inet]"): not idle.
+    const bool process = r.flags & (BB_F_PROC | BB_F_PORT);
     const uint64_t call = r.BB_OFFCPU_SYSCALL;
     const std::string lock = call == kFutex ? lock_name(r, frames) : "";
     out.clear();

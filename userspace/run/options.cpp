@@ -114,12 +114,14 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
     app.add_option("-o,--output", o.output, "write the report to FILE instead of stdout");
     app.add_option("--process", o.process,
                    "only samples of this Erlang process: a pid ('<0.85.0>') or a registered name "
-                   "(my_server, MyApp.Repo), looked up when sampling starts; filtered in the kernel");
+                   "(my_server, MyApp.Repo), looked up when sampling starts; filtered in the kernel. Includes "
+                   "the port tasks of the ports it is connected to (its sockets' [port tcp_inet] work)");
     app.add_flag("--by-process", o.by_process,
                  "group samples by Erlang process name: each stack gets a root frame naming its processes "
                  "(registered name, else process label or RabbitMQ's process_name, else initial call, with "
                  "\"(task of OWNER)\" for an Elixir task) and how many there were, in every format; the top "
-                 "table adds a table of them");
+                 "table adds a table of them. A port task's samples ([port tcp_inet]) go under the process "
+                 "the port is connected to");
     app.add_flag("--by-pid", o.by_pid, "as --by-process, a root frame per process: its name and pid");
     app.add_option("--every", o.every,
                    "continuous profiling: write a report every SECONDS, each to the files -o names "

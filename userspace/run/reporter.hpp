@@ -12,9 +12,12 @@
 
 namespace bb {
 
-// Who ran a sample: its process if the walker attributed it to one, and its scheduler.
+// Who ran a sample: its process if the walker attributed it to one (a port task's: its port's
+// connected process), and its scheduler.
 inline Who who_of(const bb_record& r) {
-    return {(r.flags & BB_F_PROC) ? r.erl_pid : 0,
+    return {(r.flags & BB_F_PROC)   ? r.erl_pid
+            : (r.flags & BB_F_PORT) ? r.port_owner
+                                    : 0,
             r.sched_type == BB_SCHED_NONE ? 0u : uint32_t{r.sched_type} << 16 | r.sched_no};
 }
 

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
+#include "base/text.hpp"
+
 namespace bb {
 
 Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
@@ -13,6 +17,12 @@ Symbolizer::Symbolizer(const Vm& vm, FrameOptions opt)
     unknown_jit_ = frames_.other(FrameKind::vm, "[unknown JIT code]", "[JIT]");
     kernel_ = frames_.other(FrameKind::kernel, "[kernel]", "[kernel]");
     no_process_ = frames_.other(FrameKind::vm, "[no Erlang process]", "beam.smp");
+    for (auto [service, name] : {std::pair{Service::port, "[port]"},
+                                 {Service::check_io, "[check_io]"},
+                                 {Service::aux, "[aux]"},
+                                 {Service::sleep, "[sleep]"},
+                                 {Service::scheduling, "[scheduling]"}})
+        service_frames_[static_cast<size_t>(service)] = frames_.other(FrameKind::vm, name, "beam.smp");
     bad_process_ = frames_.other(FrameKind::vm, "[unreadable Erlang process]", "beam.smp");
     in_gc_ = frames_.other(FrameKind::vm, "[gc]", "beam.smp");
     exiting_ = frames_.other(FrameKind::vm, "[exiting]", "beam.smp");
@@ -216,11 +226,65 @@ void Symbolizer::frames(const bb_record& r, std::vector<uint32_t>& out) {
     }
     // A process whose stack was not walked, and why, where its Erlang frames would be.
     if (r.flags & (BB_F_IN_GC | BB_F_EXITING)) out.insert(out.begin(), (r.flags & BB_F_IN_GC) ? in_gc_ : exiting_);
-    // No process: rooted under what says so (and --by-process adds no root of its own).
+    // No process: rooted under what says so (and --by-process adds no root of its own). A
+    // port task's work is its port's, under its connected process's root (reporter.hpp's who_of).
     if (!(r.flags & BB_F_PROC)) {
         if (opt_.only_erlang) out.clear();
-        else out.insert(out.begin(), (r.flags & BB_F_BAD_PROC) ? bad_process_ : no_process_);
+        else if (r.flags & BB_F_PORT) out.insert(out.begin(), port_frame(r));
+        else if (r.flags & BB_F_BAD_PROC) out.insert(out.begin(), bad_process_);
+        else out.insert(out.begin(), service_root(out));
     }
+}
+
+namespace {
+
+// The VM's own work on a thread that runs no process or port, by the leaf-most of its functions
+// on the stack, in msacc's words (erts_msacc.h's states: check_io, aux, sleep, other). Exported
+// functions, so that a stripped build names them too (but OTP 29's, built with
+// -fvisibility=hidden: its debug file names them); aux_thread and handle_aux_work only a debug
+// build names. erts_schedule, the scheduler's loop that finds the next process or port to run
+// and wakes the other threads, is msacc's "other".
+struct ServiceWork {
+    std::string_view function;
+    Symbolizer::Service service;
+};
+constexpr ServiceWork kServiceWork[] = {
+    // A port task before it takes its port or after it has let it go (popping it, putting it
+    // back on a run queue, whose lock it may wait for): about 1% of a port task's samples.
+    {"erts_port_task_execute", Symbolizer::Service::port},
+    {"erts_check_io", Symbolizer::Service::check_io},
+    {"handle_aux_work", Symbolizer::Service::aux},
+    {"aux_thread", Symbolizer::Service::aux},
+    {"erts_alloc_handle_delayed_dealloc", Symbolizer::Service::aux},
+    {"ethr_event_wait", Symbolizer::Service::sleep},
+    {"ethr_event_twait", Symbolizer::Service::sleep},
+    {"erts_schedule", Symbolizer::Service::scheduling},
+};
+
+}  // namespace
+
+uint32_t Symbolizer::service_root(const std::vector<uint32_t>& stack) {
+    for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+        auto [known, added] = service_of_.try_emplace(*it, Service::none);
+        if (added) {
+            const Function& f = frames_.function(*it);
+            for (const auto& w : kServiceWork)
+                if (f.kind == FrameKind::native && f.system_name == w.function) known->second = w.service;
+        }
+        if (known->second != Service::none) return service_frames_[static_cast<size_t>(known->second)];
+    }
+    return no_process_;
+}
+
+uint32_t Symbolizer::port_frame(const bb_record& r) {
+    // The name is the target's bytes, cut at the record's room: made printable, and one frame
+    // per name, not per port (ports come and go by the thousand; their owners tell them apart).
+    const size_t n = strnlen(r.port_name, sizeof(r.port_name));
+    std::string name = printable(std::string_view(r.port_name, n));
+    if (auto it = port_frames_.find(name); it != port_frames_.end()) return it->second;
+    uint32_t id = frames_.other(FrameKind::vm, name.empty() ? "[port]" : fmt::format("[port {}]", name), "beam.smp");
+    if (port_frames_.size() < kMaxPortFrames) port_frames_.emplace(std::move(name), id);
+    return id;
 }
 
 }  // namespace bb

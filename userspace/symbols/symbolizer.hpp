@@ -1,6 +1,7 @@
 // Turns a record's addresses into locations of the frame table, root first: Erlang frames from the JIT's
 // own symbols, the leaf from JIT or native symbols, "[kernel]" for system-call time.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -25,6 +26,9 @@ struct FrameOptions {
 
 class Symbolizer {
 public:
+    // What a VM thread that runs no process or port does, as msacc counts it (its states port:
+    // a port task whose port is not known, check_io, aux, sleep, and other: the scheduler's loop).
+    enum class Service { none, port, check_io, aux, sleep, scheduling };
     Symbolizer(const Vm& vm, FrameOptions opt);
 
     // Re-reads the JIT's module list when a second has passed since the last time; samples
@@ -61,6 +65,16 @@ private:
     uint32_t kernel_frame(uint64_t ip);
     bool in_native_module(uint64_t addr) const;
     uint32_t truncated_frame(uint32_t skipped);  // "[truncated N frames]", between leaf-most and root-most
+    uint32_t port_frame(const bb_record& r);     // "[port tcp_inet]": a port task's root (BB_F_PORT)
+    // Names seen -> their frames; the frame table interns any further ones (a hostile VM's
+    // thousands of names cost it, not this map).
+    static constexpr size_t kMaxPortFrames = 256;
+    std::unordered_map<std::string, uint32_t> port_frames_;
+    // The root of a stack of no process or port: the VM's work it does ("[check_io]"), else
+    // "[no Erlang process]"; and for each location seen, what work it is.
+    uint32_t service_root(const std::vector<uint32_t>& stack);
+    std::unordered_map<uint32_t, Service> service_of_;
+    std::array<uint32_t, 6> service_frames_{};
     const NativeUnwind* unwind_ = nullptr;
     KernelSymbols kernel_syms_;
     std::unordered_map<uint64_t, uint32_t> kernel_cache_;
