@@ -215,11 +215,15 @@ struct TopRow {
     std::string function;
 };
 
-// Default output: a header line, then `SELF% TOTAL% FUNCTION` rows.
+// Default output: the schedulers' split by msacc state, a header line, then `SELF% TOTAL%
+// FUNCTION` rows.
 std::vector<TopRow> parse_top(const std::string& out) {
     auto lines = lines_of(out);
     std::vector<TopRow> rows;
     EXPECT_FALSE(lines.empty()) << "no output";
+    if (lines.empty()) return rows;
+    EXPECT_TRUE(lines[0].starts_with("Normal schedulers (")) << "the schedulers' line: " << lines[0];
+    if (lines[0].starts_with("Normal schedulers (")) lines.erase(lines.begin());
     if (lines.empty()) return rows;
     EXPECT_TRUE(lines[0].find("SELF%") != std::string::npos && lines[0].find("TOTAL%") != std::string::npos &&
                 lines[0].find("FUNCTION") != std::string::npos)

@@ -250,6 +250,9 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         }
     }
     f->names.emplace(f->s->vm, false);
+    // The schedulers' split, as beam-bpf-sample's: cpu-clock and the VM's functions named.
+    if (f->o.ns_per_sample && f->s->vm.has_symbol("erts_check_io"))
+        for (const SchedThread& t : f->s->vm.sched_threads()) f->normal_schedulers += t.sched.type == BB_SCHED_NORMAL;
     f->sched = std::make_shared<SchedUtil>(f->s->vm);
     sched_.add(p.pid, f->sched);
     f->interval_start_ns = f->s->start_ns;
@@ -313,6 +316,10 @@ void Agent::finish_interval(Followed& f, uint64_t now_ns) {
         part->clear();
     }
     f.util = f.sched->take();
+    f.states.reset();
+    if (f.state_samples.total())
+        f.states = f.state_samples.shares(f.o.ns_per_sample, now_ns - f.interval_start_ns, f.normal_schedulers);
+    f.state_samples.clear();
     if (!told_sched_priority_ && !preempts_at_once(sched_.priority())) {
         told_sched_priority_ = true;
         log(
@@ -453,6 +460,11 @@ void Agent::write_stats() const {
                              {"events", sc.events},
                              {"unwind_rows", f->s->unwind ? f->s->unwind->rows() : 0},
                              {"schedulers", sched_json(f->util)}};
+        if (f->states) {
+            nlohmann::json states = nlohmann::json::object();
+            for (size_t i = 0; i < kSchedStates; i++) states[std::string(kSchedStateNames[i])] = (*f->states)[i];
+            vm["scheduler_states"] = states;
+        }
         for (const VmPartType& t : vm_part_types()) {
             vm[t.counter] = f->counted(t);
             c.counted[t.counter] += f->counted(t);
@@ -536,6 +548,18 @@ void Agent::write_stats() const {
                     "scheduler=\"{}\"}} {}\n",
                     vm["os_pid"].get<int>(), prometheus_label(vm["node"]), prometheus_label(vm["service"]),
                     b["type"].get<std::string>(), b["no"].get<int>(), b["busy"].get<double>());
+        text +=
+            "# HELP beam_bpf_agent_scheduler_state_ratio share of the VM's last interval its normal schedulers "
+            "spent in each of msacc's states, from the CPU samples (sleep: the rest, off the CPU)\n"
+            "# TYPE beam_bpf_agent_scheduler_state_ratio gauge\n";
+        for (const auto& vm : j["vms"])
+            if (vm.contains("scheduler_states"))
+                for (const auto& [state, share] : vm["scheduler_states"].items())
+                    text += fmt::format(
+                        "beam_bpf_agent_scheduler_state_ratio{{pid=\"{}\",node=\"{}\",service=\"{}\",state=\"{}\"}} "
+                        "{}\n",
+                        vm["os_pid"].get<int>(), prometheus_label(vm["node"]), prometheus_label(vm["service"]), state,
+                        share.get<double>());
         metric("unwind_rows_used", "gauge", "native unwind rows held for all VMs, each file's once",
                j["unwind_store"]["rows_used"]);
         metric("rss_bytes", "gauge", "the agent's resident memory",

@@ -170,6 +170,7 @@ void Followed::handle(const bb_record& r) {
     s->sym.frames(r, frames);
     const Who who = note_process(r);
     agg.add(frames, 1, who);
+    if (normal_schedulers && r.sched_type == BB_SCHED_NORMAL) state_samples.add(s->sym.sched_state(r, frames));
 }
 
 std::vector<Session*> Followed::sessions() {

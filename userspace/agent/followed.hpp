@@ -14,6 +14,7 @@
 #include "agent/config.hpp"
 #include "inspect/sched_util.hpp"
 #include "profile/aggregate.hpp"
+#include "profile/sched_states.hpp"
 #include "profile/kinds.hpp"
 #include "run/run_stats.hpp"
 #include "run/session.hpp"
@@ -73,6 +74,12 @@ struct Followed {
     // `util` is those of the last interval ended, for --stats and the metrics.
     std::shared_ptr<SchedUtil> sched;
     std::vector<SchedBusy> util;
+    // Its normal schedulers' samples of the interval by msacc state (profile/sched_states.hpp),
+    // counted where the VM names its functions (normal_schedulers > 0); `states` the last
+    // interval's shares, for --stats and the metrics.
+    size_t normal_schedulers = 0;
+    SchedStates state_samples;
+    std::optional<std::array<double, kSchedStates>> states;
 
     // Whose the record is; its process named now, while it is likely alive, and counted for
     // --process-labels registered.

@@ -25,9 +25,19 @@ void Reporter::tick(uint64_t now_ns) {
 
 void Reporter::finish(uint64_t now_ns) { write(now_ns); }
 
+std::optional<std::array<double, kSchedStates>> Reporter::run_states(uint64_t now_ns) const {
+    if (!schedulers_ || !run_states_.total()) return std::nullopt;
+    return run_states_.shares(o_.ns_per_sample, now_ns - s_.start_ns, schedulers_);
+}
+
 void Reporter::add(const bb_record& r, std::span<const uint32_t> frames, uint64_t weight) {
     Who who = who_of(r);
     if (who.erl_pid) s_.names.name(r);  // read now, while the process is likely alive
+    if (schedulers_ && r.sched_type == BB_SCHED_NORMAL) {
+        const SchedState state = s_.sym.sched_state(r, frames);
+        states_.add(state, weight);
+        run_states_.add(state, weight);
+    }
     if (weigh_words_) add_alloc(r, frames, who, strata_, agg_);
     else agg_.add(frames, weight, who);
 }
@@ -93,6 +103,12 @@ void Reporter::write(uint64_t now_ns) {
         std::ostream& os = s_.out.stream(f);
         // Prose, wrapped to a terminal's width (COLUMNS, or stdout's tty; a file: one line).
         if (f == Format::top && !heading_.empty()) os << wrap_words(heading_, output_columns()) << "\n";
+        if (f == Format::top && states_.total())
+            os << wrap_words(fmt::format("Normal schedulers ({}), their time as msacc splits it: {}", schedulers_,
+                                         SchedStates::text(states_.shares(o_.ns_per_sample, now_ns - interval_start_ns_,
+                                                                          schedulers_))),
+                             output_columns())
+               << "\n";
         write_report(p, f, os, top_);
         os.flush();
         if (!os)
@@ -106,6 +122,7 @@ void Reporter::write(uint64_t now_ns) {
                                         : fmt::format("{} {}", agg_.total(), unit_);
     for (const auto& path : s_.out.paths()) fmt::print(stderr, "{}: wrote {} ({})\n", tool_name(), path, held);
     agg_.clear();
+    states_.clear();
     interval_start_ns_ = now_ns;
 }
 

@@ -2,11 +2,13 @@
 // the end of each interval (then forgets them: memory stays flat however long it runs).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "profile/aggregate.hpp"
 #include "profile/alloc_strata.hpp"
+#include "profile/sched_states.hpp"
 #include "report/report.hpp"
 #include "run/session.hpp"
 
@@ -56,6 +58,11 @@ public:
     void finish(uint64_t now_ns);
     // A line above the top table (beam-bpf-blame's "N samples of FUNC").
     void set_heading(std::string h) { heading_ = std::move(h); }
+    // A CPU profile of the whole VM (cpu-clock, with native frames): count the `schedulers`
+    // normal schedulers' samples by msacc state, for a line above the top table and the run's
+    // shares (run_states()).
+    void count_sched_states(size_t schedulers) { schedulers_ = schedulers; }
+    std::optional<std::array<double, kSchedStates>> run_states(uint64_t now_ns) const;
 
 private:
     void write(uint64_t now_ns);
@@ -66,9 +73,11 @@ private:
     TopOptions top_;
     std::string heading_;
     Aggregator agg_;
-    AllocStrata strata_;              // -e alloc's GC entries and watchpoints
-    uint64_t interval_start_ns_ = 0;  // monotonic
-    bool hinted_unnamed_ = false;     // the line on unnamed native code, once a run
+    AllocStrata strata_;               // -e alloc's GC entries and watchpoints
+    uint64_t interval_start_ns_ = 0;   // monotonic
+    size_t schedulers_ = 0;            // count_sched_states(): 0 if not
+    SchedStates states_, run_states_;  // this interval's, the run's
+    bool hinted_unnamed_ = false;      // the line on unnamed native code, once a run
 };
 
 }  // namespace bb

@@ -105,6 +105,11 @@ void write_stats(const CommonOptions& o, const RunStats& s, const SamplerCounter
         {"vm_exited", s.vm_exited},
         {"error", s.error},
     };
+    if (s.sched_states) {
+        nlohmann::json states = nlohmann::json::object();
+        for (size_t i = 0; i < kSchedStates; i++) states[std::string(kSchedStateNames[i])] = (*s.sched_states)[i];
+        j["scheduler_states"] = states;
+    }
     if (o.event == Event::offcpu) {
         uint64_t all = 0;
         nlohmann::json by_tid = nlohmann::json::object();

@@ -1,14 +1,17 @@
 // The figures of one run: counted by the run loop, printed as the summary line and written
 // as --stats JSON (what tests and the bench read).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 #include <unordered_map>
 
 #include "beam_bpf.h"
+#include "profile/sched_states.hpp"
 #include "run/options.hpp"
 #include "sampling/sampler.hpp"
 #include "symbols/symbolizer.hpp"
@@ -36,6 +39,9 @@ struct RunStats {
     // -e offcpu: ns blocked by VM thread (tid), records and the blocks still open at the end.
     std::unordered_map<uint32_t, uint64_t> offcpu_ns_by_tid;
     uint64_t offcpu_from_ns = 0, offcpu_to_ns = 0;  // ... over this window (CLOCK_MONOTONIC)
+    // beam-bpf-sample's CPU profile: the normal schedulers' time by msacc state over the run
+    // (profile/sched_states.hpp); empty if not counted.
+    std::optional<std::array<double, kSchedStates>> sched_states;
     double seconds = 0;
     double vm_cpu_s = -1;  // CPU time the VM's threads used during the run (-1: unknown)
     bool vm_exited = false;

@@ -261,7 +261,54 @@ constexpr ServiceWork kServiceWork[] = {
     {"erts_schedule", Symbolizer::Service::scheduling},
 };
 
+// The VM's ways into a garbage collection, exported (the JIT's call of the collector is named
+// by the JIT itself): msacc's gc state is the collector's time inside them.
+constexpr std::string_view kCollector[] = {
+    "global::garbage_collect",       "erts_garbage_collect_nobump",  "erts_garbage_collect",
+    "erts_gc_after_bif_call_lhf",    "erts_gc_after_bif_call",       "erts_garbage_collect_hibernate",
+    "erts_garbage_collect_literals", "erts_garbage_collect_request",
+};
+
 }  // namespace
+
+SchedState Symbolizer::sched_state(const bb_record& r, std::span<const uint32_t> stack) {
+    if (r.flags & BB_F_PORT) return SchedState::port;
+    if (r.flags & BB_F_PROC) {
+        if (r.flags & BB_F_IN_GC) return SchedState::gc;
+        for (size_t i = 0; i < stack.size(); i++) {
+            auto [known, added] = process_state_.try_emplace(stack[i], SchedState::emulator);
+            if (added) {
+                const std::string& name = frames_.function(stack[i]).system_name;
+                for (std::string_view gc : kCollector)
+                    if (name == gc) known->second = SchedState::gc;
+                // msacc counts a process's own call of a driver's output callback
+                // (port_command/2: erts_port_output's call_driver_outputv) as port.
+                if (name == "erts_port_output") known->second = SchedState::port;
+            }
+            if (known->second == SchedState::gc) return SchedState::gc;
+            if (known->second == SchedState::port && i + 1 < stack.size()) return SchedState::port;
+        }
+        return SchedState::emulator;
+    }
+    if (stack.empty()) return SchedState::other;
+    const uint32_t root = stack.front();
+    if (root == service_frames_[static_cast<size_t>(Service::port)]) return SchedState::port;
+    if (root == service_frames_[static_cast<size_t>(Service::check_io)]) {
+        // A scheduler with nothing to run may sleep in the poll itself (scheduler_wait calls
+        // erts_check_io with a timeout): msacc counts the wait in erts_poll_wait as sleep, the
+        // rest as check_io. Called from erts_schedule itself, the poll does not wait.
+        bool from_schedule = false, waits = false;
+        for (size_t i = 1; i < stack.size(); i++) {
+            const std::string& name = frames_.function(stack[i]).system_name;
+            if (name == "erts_check_io") from_schedule = frames_.function(stack[i - 1]).system_name == "erts_schedule";
+            waits |= name == "erts_poll_wait";
+        }
+        return waits && !from_schedule ? SchedState::sleep : SchedState::check_io;
+    }
+    if (root == service_frames_[static_cast<size_t>(Service::aux)]) return SchedState::aux;
+    if (root == service_frames_[static_cast<size_t>(Service::sleep)]) return SchedState::sleep;
+    return SchedState::other;  // the scheduler's loop, or what no function names
+}
 
 uint32_t Symbolizer::service_root(const std::vector<uint32_t>& stack) {
     for (auto it = stack.rbegin(); it != stack.rend(); ++it) {

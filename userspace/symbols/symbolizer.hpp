@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,6 +13,7 @@
 
 #include "beam_bpf.h"
 #include "profile/frames.hpp"
+#include "profile/sched_states.hpp"
 #include "symbols/jit_code.hpp"
 #include "native/native_symbols.hpp"
 #include "native/unwind_table.hpp"
@@ -44,6 +46,11 @@ public:
     // Root-first location ids of `r` into `out` (cleared): Erlang frames, then native ones,
     // then the kernel's. Empty when nothing is left to show.
     void frames(const bb_record& r, std::vector<uint32_t>& out);
+    // The msacc state of a normal scheduler's record whose frames() are `stack`: a process's
+    // (emulator; gc where the collector is on its stack, port in a driver's output callback), a
+    // port task's, or the VM's own work by the root frames() gave it. Needs the native frames
+    // (not with only_erlang).
+    SchedState sched_state(const bb_record& r, std::span<const uint32_t> stack);
     // The unwind tables the sampler uses: they name native functions that have no symbol
     // ("beam.smp+0x1a2b30", the start of the function's FDE) and tell native code from JIT code.
     void set_unwind(const NativeUnwind* u) { unwind_ = u; }
@@ -74,6 +81,9 @@ private:
     // "[no Erlang process]"; and for each location seen, what work it is.
     uint32_t service_root(const std::vector<uint32_t>& stack);
     std::unordered_map<uint32_t, Service> service_of_;
+    // Location -> the msacc state a process's sample is in when it is on its stack: gc (one of
+    // the VM's ways into the collector), port (a driver's output), else emulator.
+    std::unordered_map<uint32_t, SchedState> process_state_;
     std::array<uint32_t, 6> service_frames_{};
     const NativeUnwind* unwind_ = nullptr;
     KernelSymbols kernel_syms_;

@@ -260,6 +260,8 @@ void Vm::choose_offsets(const std::string& offsets_file) {
     times_.mark("live checks");
 }
 
+bool Vm::has_symbol(const std::string& name) const { return elf_->find(name) || globals_.at.count(name); }
+
 uint64_t Vm::symbol_address(const std::string& name) const {
     if (auto s = elf_->find(name)) return s->value + load_bias_;
     if (auto it = globals_.at.find(name); it != globals_.at.end()) return it->second;

@@ -107,6 +107,9 @@ public:
         return release_->pids.pixdata ? (pid_term >> 4) & pix_.mask : pid_term >> 32;
     }
 
+    // Whether the VM's binary (or its debug file) names the function `name`.
+    bool has_symbol(const std::string& name) const;
+
 private:
     Vm(pid_t pid) : pid_(pid), mem_(pid) {}
     void identify();

@@ -1,6 +1,7 @@
 // beam-bpf-sample: where a running BEAM spends CPU, in Erlang terms, from stacks read in
 // the kernel at the instant of each sample.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
@@ -86,6 +87,12 @@ int run(int argc, char** argv) {
     if (pstack) return run_pstack(s, o, scheds);
 
     Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
+    // The schedulers' split needs every sample of theirs (no --process), each of a known time
+    // (cpu-clock), and their native frames named (which say the collector, polling, aux work:
+    // not a stripped OTP 29's without its debug file).
+    if (!alloc && o.ns_per_sample && o.process.empty() && !o.only_erlang && s.vm.has_symbol("erts_check_io"))
+        rep.count_sched_states(std::count_if(scheds.begin(), scheds.end(),
+                                             [](const SchedThread& t) { return t.sched.type == BB_SCHED_NORMAL; }));
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
@@ -102,7 +109,9 @@ int run(int argc, char** argv) {
             "Shares of words from {} samples where the words were allocated (hardware "
             "watchpoints, one per ~{} words) and the heap fragments BIFs asked for:",
             st.alloc_words, human_bytes(8 * st.alloc_words), st.message_words, st.alloc_samples, cfg.alloc_interval));
-    rep.finish(monotonic_ns());
+    const uint64_t end_ns = monotonic_ns();
+    rep.finish(end_ns);
+    st.sched_states = rep.run_states(end_ns);
     return end_run(s, o, st, alloc ? "allocation records" : "samples");
 }
 
