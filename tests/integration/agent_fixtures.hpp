@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,22 @@ inline ToolResult get_metrics(const std::string& url) {
         {"python3", "-c",
          "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())", url},
         20s);
+}
+
+// An agent that ends an interval every `every` seconds, follows the VMs `match` finds and writes
+// --stats to `stats`, with --metrics on a free port; once it has attached to `vm_pid`, its metrics
+// URL in `url` (empty if either is not seen within 30 s: the test's to fail).
+inline RunningTool start_metrics_agent(const std::string& every, const std::string& match, const fs::path& stats,
+                                       pid_t vm_pid, std::string& url) {
+    RunningTool agent = start_tool("beam-bpf-agent",
+                                   {"--every", every, "--match", match, "--stats", stats.string(), "--metrics", "0"});
+    std::string err;
+    std::smatch m;
+    url.clear();
+    if (wait_stderr(agent, "(pid " + std::to_string(vm_pid) + ",", 30s, &err) &&
+        std::regex_search(agent.err, m, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
+        url = m[1].str();
+    return agent;
 }
 
 }  // namespace bbt

@@ -245,13 +245,9 @@ TEST(SchedStatesAgentTest, StatsAndMetricsCarryTheSplit) {
     const std::filesystem::path stats = tmp.path / "stats.json";
     ErlVm erl(vm_named("otp25"), "bb_msacc:main()", {"+S", "2"});
     erl.wait_line("ready");
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "2", "--match", "bb_msacc:main", "--stats",
-                                                      stats.string(), "--metrics", "0"});
-    std::string err;
-    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(erl.os_pid()) + ",", 30s, &err)) << err;
-    std::smatch url;
-    ASSERT_TRUE(std::regex_search(agent.err, url, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
-        << agent.err;
+    std::string url;
+    RunningTool agent = start_metrics_agent("2", "bb_msacc:main", stats, erl.os_pid(), url);
+    ASSERT_FALSE(url.empty()) << agent.err;
     nlohmann::json states;
     for (int i = 0; i < 100 && states.is_null(); i++) {
         std::this_thread::sleep_for(100ms);
@@ -269,7 +265,7 @@ TEST(SchedStatesAgentTest, StatsAndMetricsCarryTheSplit) {
     EXPECT_NEAR(sum, 1.0, 1e-6) << states.dump();
     // The workload's busy loop is a fifth of its schedulers' time (msacc reads 22 to 24%).
     EXPECT_GT(states["emulator"].get<double>(), 0.1) << states.dump();
-    ToolResult metrics = get_metrics(url[1].str());
+    ToolResult metrics = get_metrics(url);
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     EXPECT_TRUE(
         std::regex_search(metrics.out,

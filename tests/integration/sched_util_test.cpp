@@ -142,13 +142,9 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
     const std::filesystem::path stats = tmp.path / "stats.json";
     ErlVm erl(vm_named("otp29"), "bb_util:main()", {"+S", "2", "-sname", "bbutil_agent"});
     erl.wait_line("ready", 60s);
-    RunningTool agent = start_tool("beam-bpf-agent", {"--every", "5", "--match", "bbutil_agent", "--stats",
-                                                      stats.string(), "--metrics", "0"});
-    std::string err;
-    ASSERT_TRUE(wait_stderr(agent, "(pid " + std::to_string(erl.os_pid()) + ",", 30s, &err)) << err;
-    std::smatch url;
-    ASSERT_TRUE(std::regex_search(agent.err, url, std::regex(R"(metrics on (http://127\.0\.0\.1:\d+/metrics))")))
-        << agent.err;
+    std::string url;
+    RunningTool agent = start_metrics_agent("5", "bbutil_agent", stats, erl.os_pid(), url);
+    ASSERT_FALSE(url.empty()) << agent.err;
     // The shares of the last interval the agent ended, once one ended after `after` did.
     auto interval_after = [&](uint64_t profiles_before) {
         for (int i = 0; i < 200; i++) {
@@ -193,7 +189,7 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
         }
         EXPECT_EQ(compared, 2) << vm.dump();
     }
-    ToolResult metrics = get_metrics(url[1].str());
+    ToolResult metrics = get_metrics(url);
     ASSERT_EQ(metrics.exit_code, 0) << describe(metrics);
     EXPECT_TRUE(std::regex_search(metrics.out,
                                   std::regex("\nbeam_bpf_agent_scheduler_busy_ratio\\{pid=\"" +
