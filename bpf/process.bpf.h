@@ -37,22 +37,29 @@ static __always_inline void read_process(struct scratch *s, const struct bb_vm *
 	}
 }
 
-/*
- * The port whose task a normal scheduler runs (esdp->current_port, set by
- * erts_port_task_execute for the task's length), into the record's port fields: false if none,
- * or if it does not read as a port (common.id's tag 0111). Its connected process is kept if it
- * reads as a local pid (tag 0011). Reads of their own: a fault here is not the process's.
- */
-static __always_inline bool read_port(const struct bb_vm *v, const struct bb_sched *sch, struct bb_record *rec)
+/* The port whose task a normal scheduler runs: esdp->current_port, set by erts_port_task_execute
+ * for the task's length (0 if none, or on a dirty scheduler, which runs no ports). */
+static __always_inline __u64 current_port(const struct bb_vm *v, const struct bb_sched *sch)
 {
 	__u32 fault = 0;
-	__u64 prt, id, owner, name;
+	__u64 prt;
 
 	if (sch->type != BB_SCHED_NORMAL)
-		return false;
+		return 0;
 	prt = read_word(sch->esdp + v->layout.esd_current_port, &fault);
-	if (!prt || (prt & 7) || fault)
-		return false;
+	return fault || (prt & 7) ? 0 : prt;
+}
+
+/*
+ * The port at `prt` into the record's port fields: false if it does not read as a port
+ * (common.id's tag 0111). Its connected process is kept if it reads as a local pid (tag 0011).
+ * Reads of their own: a fault here is not the process's.
+ */
+static __always_inline bool read_port(const struct bb_vm *v, __u64 prt, struct bb_record *rec)
+{
+	__u32 fault = 0;
+	__u64 id, owner, name;
+
 	id = read_word(prt + v->layout.port_id, &fault);
 	if (fault || (id & 0xf) != 0x7)
 		return false;

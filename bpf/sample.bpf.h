@@ -72,7 +72,7 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	struct bb_record *rec;
 	struct native_walk *nw;
 	struct proc_view p = {};
-	__u64 c_p = 0;
+	__u64 c_p = 0, prt = 0;
 	bool jit, port = false;
 
 	if (!s)
@@ -97,7 +97,7 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	} else if (sch) {
 		rec->where = BB_WHERE_SCHED_C;
 		c_p = read_word(sch->esdp + v->layout.esd_current_process, &flags);
-		port = read_port(v, sch, rec);
+		prt = current_port(v, sch);
 	} else {
 		rec->where = BB_WHERE_OTHER;
 	}
@@ -106,11 +106,8 @@ static __always_inline int walk_and_emit(const struct walk_request *req)
 	/* A port task's sample is the port's, unless a process runs here: one that calls a port
 	 * (port_command/2) runs its driver with current_port set. A stale current_process
 	 * (between a process's time slices) is not one. */
-	if (port && c_p && !(flags & BB_F_READ_FAULT) && process_runs_here(sch, p.state, p.sched_data)) {
-		port = false;
-		rec->port_id = rec->port_owner = 0;
-		rec->port_name[0] = 0;
-	}
+	if (prt && !(c_p && !(flags & BB_F_READ_FAULT) && process_runs_here(sch, p.state, p.sched_data)))
+		port = read_port(v, prt, rec);
 	if (port) {
 		c_p = 0;
 		flags = (flags & ~BB_F_READ_FAULT) | BB_F_PORT;  /* a stale process's read is not this sample's */
