@@ -250,9 +250,7 @@ void Agent::attach(const BeamProcess& p, uint64_t now_ns) {
         }
     }
     f->names.emplace(f->s->vm, false);
-    // The schedulers' split, as beam-bpf-sample's: cpu-clock and the VM's functions named.
-    if (f->o.ns_per_sample && f->s->vm.has_symbol("erts_check_io"))
-        for (const SchedThread& t : f->s->vm.sched_threads()) f->normal_schedulers += t.sched.type == BB_SCHED_NORMAL;
+    f->normal_schedulers = split_schedulers(f->s->vm, f->o);  // the schedulers' split, as beam-bpf-sample's
     f->sched = std::make_shared<SchedUtil>(f->s->vm);
     sched_.add(p.pid, f->sched);
     f->interval_start_ns = f->s->start_ns;

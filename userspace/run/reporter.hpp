@@ -46,6 +46,17 @@ inline void add_alloc(const bb_record& r, std::span<const uint32_t> frames, Who 
     else agg.add(frames, r.alloc_words, who);
 }
 
+// The normal schedulers whose time a CPU profile of `vm` splits by msacc state
+// (profile/sched_states.hpp), 0 where the split would not be right: it needs every sample of
+// theirs (no --process), each of a known time (cpu-clock), and their native frames named (which
+// say the collector, polling, aux work: not a stripped OTP 29's without its debug file).
+inline size_t split_schedulers(const Vm& vm, const CommonOptions& o) {
+    if (!o.ns_per_sample || !o.process.empty() || o.only_erlang || !vm.has_symbol("erts_check_io")) return 0;
+    size_t n = 0;
+    for (const SchedThread& t : vm.sched_threads()) n += t.sched.type == BB_SCHED_NORMAL;
+    return n;
+}
+
 class Reporter {
 public:
     // `unit`: what a sample counts ("samples", "calls", "words": -e alloc's weights).

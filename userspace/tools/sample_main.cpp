@@ -1,7 +1,6 @@
 // beam-bpf-sample: where a running BEAM spends CPU, in Erlang terms, from stacks read in
 // the kernel at the instant of each sample.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
@@ -87,12 +86,7 @@ int run(int argc, char** argv) {
     if (pstack) return run_pstack(s, o, scheds);
 
     Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
-    // The schedulers' split needs every sample of theirs (no --process), each of a known time
-    // (cpu-clock), and their native frames named (which say the collector, polling, aux work:
-    // not a stripped OTP 29's without its debug file).
-    if (!alloc && o.ns_per_sample && o.process.empty() && !o.only_erlang && s.vm.has_symbol("erts_check_io"))
-        rep.count_sched_states(std::count_if(scheds.begin(), scheds.end(),
-                                             [](const SchedThread& t) { return t.sched.type == BB_SCHED_NORMAL; }));
+    rep.count_sched_states(split_schedulers(s.vm, o));  // 0 for -e alloc: not cpu time
     auto st = run_loop(
         s, o, [&](const bb_record& r, std::span<const uint32_t> frames) { rep.add(r, frames); }, {},
         [&](uint64_t now) { rep.tick(now); });
