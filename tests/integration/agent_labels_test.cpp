@@ -22,7 +22,7 @@
 #include "harness.hpp"
 
 namespace bbt {
-namespace {
+namespace agent_labels_test {
 
 // The label sets of a profile's samples, as `go tool pprof -traces` prints them (each sample's
 // "key:value" lines before its frames), and its sample count.
@@ -166,5 +166,5 @@ TEST_F(AgentLabelsTest, TenThousandBusyProcessesMakeOneSeriesPerProfileWithoutPi
     EXPECT_LE(series_all.size(), 3u) << "series that differ between intervals of one VM";
 }
 
-}  // namespace
+}  // namespace agent_labels_test
 }  // namespace bbt

@@ -12,7 +12,7 @@
 #include "harness.hpp"
 
 namespace bbt {
-namespace {
+namespace agent_ops_test {
 
 class AgentOpsTest : public RootTest {};
 
@@ -275,5 +275,5 @@ TEST_F(AgentOpsTest, DirectoriesOfExitedVmsAgeOut) {
     EXPECT_EQ(left, 0u) << stopped.err;
 }
 
-}  // namespace
+}  // namespace agent_ops_test
 }  // namespace bbt

@@ -19,7 +19,7 @@
 #include "harness.hpp"
 
 namespace bbt {
-namespace {
+namespace agent_push_test {
 
 using bb::agent::FinishedProfile;
 using bb::agent::PushConfig;
@@ -322,5 +322,5 @@ TEST_F(PushTest, MutualTlsNeedsTheClientCertificate) {
     EXPECT_EQ(store.requests().size(), 1u);
 }
 
-}  // namespace
+}  // namespace agent_push_test
 }  // namespace bbt

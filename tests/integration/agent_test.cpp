@@ -21,7 +21,7 @@
 #include "harness.hpp"
 
 namespace bbt {
-namespace {
+namespace agent_test {
 
 namespace fs = std::filesystem;
 
@@ -972,5 +972,5 @@ TEST_F(AgentTest, AHungVmExitingMidIntervalKeepsItsLastOffcpuProfile) {
     EXPECT_GT(sleeper, 0.4e9) << "50 calls of 10 ms";
 }
 
-}  // namespace
+}  // namespace agent_test
 }  // namespace bbt

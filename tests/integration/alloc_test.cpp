@@ -18,7 +18,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace alloc_test {
 
 using namespace bbt;
 
@@ -461,4 +461,4 @@ TEST(AllocErrors, VirtualMachinesNeedTheirFlag) {
     EXPECT_EQ(kill(erl.os_pid(), 0), 0) << "the VM is gone";
 }
 
-}  // namespace
+}  // namespace alloc_test

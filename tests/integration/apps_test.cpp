@@ -30,7 +30,7 @@
 #include "target/debug_file.hpp"
 #include "target/elf_file.hpp"
 
-namespace {
+namespace apps_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -652,4 +652,4 @@ TEST_F(AppsTest, ElixirGenServers) {
     EXPECT_GE(stream_samples, 4 * proc_lib_samples) << r.out.substr(0, 4000);
 }
 
-}  // namespace
+}  // namespace apps_test

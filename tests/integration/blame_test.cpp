@@ -16,7 +16,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace blame_test {
 
 using namespace bbt;
 
@@ -328,4 +328,4 @@ TEST_F(BlameTest, BlameErrorNotABeam) {
     expect_error(r, "not a BEAM VM");
 }
 
-}  // namespace
+}  // namespace blame_test

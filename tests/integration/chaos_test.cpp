@@ -28,7 +28,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace chaos_test {
 
 using namespace bbt;
 using Clock = std::chrono::steady_clock;
@@ -426,4 +426,4 @@ TEST_P(ChaosCapsTest, BlameWithOnlyThreeCapabilities) {
     EXPECT_GT(stat(s, "records").value_or(0), 0) << describe(s);
 }
 
-}  // namespace
+}  // namespace chaos_test

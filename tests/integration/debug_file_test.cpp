@@ -20,7 +20,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace debug_file_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -155,4 +155,4 @@ TEST_F(DebugFileTest, StrippedOtp29ProbedWithItsDebugFileFromDebuginfod) {
     fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace debug_file_test

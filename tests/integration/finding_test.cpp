@@ -11,7 +11,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace finding_test {
 
 using namespace bbt;
 
@@ -228,4 +228,4 @@ TEST_P(NodeNameVmTest, AsTheVmNamesItself) {
 
 INSTANTIATE_TEST_SUITE_P(Vms, NodeNameVmTest, ::testing::ValuesIn(release_vms()), test_vm_name);
 
-}  // namespace
+}  // namespace finding_test

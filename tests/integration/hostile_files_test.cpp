@@ -25,7 +25,7 @@
 #error "BB_HOSTILE_NIF must name the built tests/fixtures/hostile_nif.c"
 #endif
 
-namespace {
+namespace hostile_files_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -245,4 +245,4 @@ TEST_F(HostileFilesTest, InstalledToolsIgnoreFaultInjection) {
     EXPECT_NE(hooked.err.find("injected fault"), std::string::npos) << hooked.err;
 }
 
-}  // namespace
+}  // namespace hostile_files_test

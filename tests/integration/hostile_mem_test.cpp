@@ -30,7 +30,7 @@
 #error "BB_HOSTILE_MEM_NIF must name the built tests/fixtures/hostile_mem_nif.c"
 #endif
 
-namespace {
+namespace hostile_mem_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -235,9 +235,9 @@ TEST_P(HostileMemTest, CorruptedMemoryIsUnreadableNotWrong) {
     fs::remove_all(dir, ec);
 }
 
-}  // namespace
+}  // namespace hostile_mem_test
 
-namespace {
+namespace hostile_mem_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -293,4 +293,4 @@ TEST_F(HostileThreadChurnTest, DescriptorsDoNotGrowWithThreadsSeen) {
     fs::remove_all(dir, ec);
 }
 
-}  // namespace
+}  // namespace hostile_mem_test

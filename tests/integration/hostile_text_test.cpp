@@ -19,7 +19,7 @@
 #include "gunzip.hpp"
 #include "harness.hpp"
 
-namespace {
+namespace hostile_text_test {
 
 using namespace bbt;
 
@@ -148,4 +148,4 @@ TEST_P(HostileTextTest, SharedDictionaryListIsWalkedOnce) {
     EXPECT_EQ(rows, 1) << j.dump(1);
 }
 
-}  // namespace
+}  // namespace hostile_text_test

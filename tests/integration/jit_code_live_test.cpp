@@ -18,7 +18,7 @@
 #include "symbols/jit_code.hpp"
 #include "native/native_symbols.hpp"
 
-namespace {
+namespace jit_code_live_test {
 
 uint64_t now_ns() {
     timespec ts;
@@ -362,4 +362,4 @@ TEST(NativeSymbolsLive, VmsOfOneBuildShareEachFilesSymbols) {
     EXPECT_EQ(bb::NativeSymbols::files_held(), 0u);
 }
 
-}  // namespace
+}  // namespace jit_code_live_test

@@ -17,7 +17,7 @@
 #include "harness.hpp"
 #include "native/unwind_table.hpp"
 
-namespace {
+namespace native_test {
 
 using namespace bbt;
 
@@ -339,4 +339,4 @@ TEST_P(NativeVmTest, OnlyErlangHasNoNativeFrames) {
     EXPECT_GT(all, 100);
 }
 
-}  // namespace
+}  // namespace native_test

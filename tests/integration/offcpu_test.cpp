@@ -32,7 +32,7 @@
 #error "BB_SLEEP_NIF must name the built tests/fixtures/sleep_nif.c"
 #endif
 
-namespace {
+namespace offcpu_test {
 
 using namespace bbt;
 
@@ -291,8 +291,6 @@ TEST_P(OffcpuVmTest, RunQueueLocksAreNamedByTheirScheduler) {
     }
 }
 
-}  // namespace
-
 // Against the VM's own lock counting: OTP 27's lock-counting emulator (-emu_type lcnt) times each
 // lock wait inside the VM, from the failed try to the lock's acquisition. The workload is the ETS
 // test's (8 processes inserting into bb_hot on 4 schedulers). The lock lcnt blames most is the one
@@ -404,3 +402,5 @@ TEST_F(OffcpuLcntTest, WaitTimeAgreesWithLcntWhereWaitsBlock) {
     ASSERT_GT(lcnt.hot_ns, 0.5e9) << "no contention: the workload no longer makes the case";
     EXPECT_NEAR(hot, lcnt.hot_ns, 0.2 * lcnt.hot_ns);
 }
+
+}  // namespace offcpu_test

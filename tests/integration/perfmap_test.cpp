@@ -15,7 +15,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace perfmap_test {
 
 using namespace bbt;
 
@@ -177,4 +177,4 @@ TEST_F(PerfmapTest, NotABeamIsOneLine) {
     EXPECT_FALSE(line.empty());
 }
 
-}  // namespace
+}  // namespace perfmap_test

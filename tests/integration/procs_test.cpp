@@ -14,7 +14,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace procs_test {
 
 using namespace bbt;
 
@@ -702,4 +702,4 @@ TEST(ProcsWidthTest, TablesFitTheTerminalAndWatchKeepsItsColumns) {
     EXPECT_NE(piped.out.find("bb_state:growing/0"), std::string::npos) << piped.out;  // CURRENT whole
 }
 
-}  // namespace
+}  // namespace procs_test

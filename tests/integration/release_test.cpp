@@ -19,7 +19,7 @@
 #include "harness.hpp"
 #include "target/vm.hpp"
 
-namespace {
+namespace release_test {
 
 using namespace bbt;
 namespace fs = std::filesystem;
@@ -327,4 +327,4 @@ TEST_F(ReleaseTest, ContainerVmByHostPid) {
     EXPECT_GT(native_named, 0) << r.out.substr(0, 3000);
 }
 
-}  // namespace
+}  // namespace release_test

@@ -20,7 +20,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace reload_test {
 
 using namespace bbt;
 
@@ -202,4 +202,4 @@ TEST_P(ReloadTest, NoSampleInCodeThatWasNotThere) {
     EXPECT_GE(loads, long(25 * seconds)) << erl.output();
 }
 
-}  // namespace
+}  // namespace reload_test

@@ -17,7 +17,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace report_test {
 
 using namespace bbt;
 
@@ -295,4 +295,4 @@ TEST_F(ReportTest, RabbitMqProcessNameInTheDictionary) {
     EXPECT_GT(named, all / 2) << r.out;
 }
 
-}  // namespace
+}  // namespace report_test

@@ -22,7 +22,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace sample_test {
 
 using namespace bbt;
 using Clock = std::chrono::steady_clock;
@@ -876,4 +876,4 @@ TEST_P(SampleReleaseTest, VmKilledMidRun) {
         << describe(r);
 }
 
-}  // namespace
+}  // namespace sample_test

@@ -22,7 +22,7 @@
 #include "agent_fixtures.hpp"
 #include "harness.hpp"
 
-namespace {
+namespace sched_util_test {
 
 using namespace bbt;
 
@@ -201,4 +201,4 @@ TEST_F(SchedUtilAgentTest, PerVmFiguresAgreeWithSchedulerWallTime) {
     EXPECT_EQ(r.exit_code, 0) << describe(r);
 }
 
-}  // namespace
+}  // namespace sched_util_test

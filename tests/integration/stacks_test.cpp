@@ -16,7 +16,7 @@
 #include "control_bytes.hpp"
 #include "harness.hpp"
 
-namespace {
+namespace stacks_test {
 
 using namespace bbt;
 
@@ -192,9 +192,9 @@ TEST_P(StacksVmTest, GroupsAgreeWithTheVm) {
     EXPECT_TRUE(named) << all.out;
 }
 
-}  // namespace
+}  // namespace stacks_test
 
-namespace {
+namespace stacks_test {
 
 // Stacks that change all the time (tests/workloads/bb_stacks.erl, main(flip)): 200 processes,
 // each woken every millisecond, alternate between waiting in wait_a/0 (from side_a/1) and in
@@ -240,4 +240,4 @@ TEST_P(StacksVmTest, ChangingStacksAreNeverShownWrong) {
     EXPECT_GT(shown, 20 * 190);  // nearly all 200 each time
 }
 
-}  // namespace
+}  // namespace stacks_test

@@ -15,7 +15,7 @@
 
 #include "harness.hpp"
 
-namespace {
+namespace wall_test {
 
 using namespace bbt;
 
@@ -396,4 +396,4 @@ TEST(WallErrors, OneLine) {
     EXPECT_NE(line.find("-e wall is beam-bpf-sample's"), std::string::npos) << line;
 }
 
-}  // namespace
+}  // namespace wall_test

@@ -12,7 +12,7 @@
 #include "inspect/process_stack.hpp"
 #include "inspect/stack_groups.hpp"
 
-namespace {
+namespace process_stack_test {
 
 using bb::CodeView;
 using bb::ProcessEntry;
@@ -307,4 +307,4 @@ TEST(StackGroups, RunsOfOneFrame) {
     EXPECT_EQ(bb::frame_runs({}), Runs{});
 }
 
-}  // namespace
+}  // namespace process_stack_test
