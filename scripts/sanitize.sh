@@ -45,7 +45,33 @@ build-san/unit_tests
 #    (ByProcessGroupsByName), short-lived allocators (AllocVmTest, AllocMixTest.RandomRatios),
 #    run-queue lock names and the idle VM (the contended ETS table), two profilers at once, a
 #    never-called blame target, Chromium's speedscope (the speedscope writer's unit tests).
-BB_TOOLS_DIR="$PWD/build-san" build/integration_tests --gtest_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*:*.BlameRanksAllocatorFirst/*:*.BlameHasNoStaleSlotFalsePositives/*:*.BlameWithOnlyThreeCapabilities/*:*.ProcessesOfUnequalEpochsWithoutProcess/*:*.SessionsAndReturnProbesAgreeAtALongerPeriod/*:*.Split532Shares/*:*.DeepRecursionTruncated/*:*.DeepRecursionFoldsAndKeepsItsCallers/*:*.ZlibLeafSharesAgreeWithPerf/*:*.PerThreadTotalsAgreeWithTheKernel/*:*.InspectOfAnAbandonedHeap/*:*.SharesAgreeWithTheVmsOwnSampler/*:*.NoSamplesFromOtherProcesses/*:*.PerThreadEventsOnlyRunForTheVm/*:*.ByProcessMatchesTheVmsTrace/*:*.ShortLivedProcessesAreAttributed/*:*.RunQueueLocksAreNamedByTheirScheduler/*:*.AnIdleVmIsIdle/*:SampleTest.TwoProfilersAtOnce:BlameTest.NeverCalledFunctionReportsZero:ReportTest.HtmlAndSpeedscopeInChromium'
+san_filter='SampleTest.*:BlameTest.*:ReportTest.*:ReleaseTest.*:JitCodeLive.*:NativeSymbolsLive.*:*/otp25:Vms/LiveLayoutTest.*/otp29:Vms/JitCodeVmTest.*/otp29:Vms/ProcsVmTest.AgreesWithProcessInfo/otp29:Vms/SampleVmTest.Pstack/otp29:DebugFileTest.*-*.StaleDirtySchedulerNotAttributed/*:*.PeriodicWorkSweep/*:*.BlameRanksAllocatorFirst/*:*.BlameHasNoStaleSlotFalsePositives/*:*.BlameWithOnlyThreeCapabilities/*:*.ProcessesOfUnequalEpochsWithoutProcess/*:*.SessionsAndReturnProbesAgreeAtALongerPeriod/*:*.Split532Shares/*:*.DeepRecursionTruncated/*:*.DeepRecursionFoldsAndKeepsItsCallers/*:*.ZlibLeafSharesAgreeWithPerf/*:*.PerThreadTotalsAgreeWithTheKernel/*:*.InspectOfAnAbandonedHeap/*:*.SharesAgreeWithTheVmsOwnSampler/*:*.NoSamplesFromOtherProcesses/*:*.PerThreadEventsOnlyRunForTheVm/*:*.ByProcessMatchesTheVmsTrace/*:*.ShortLivedProcessesAreAttributed/*:*.RunQueueLocksAreNamedByTheirScheduler/*:*.AnIdleVmIsIdle/*:SampleTest.TwoProfilersAtOnce:BlameTest.NeverCalledFunctionReportsZero:ReportTest.HtmlAndSpeedscopeInChromium'
+# tests_named FILTER: the integration tests a gtest filter selects, a full name a line.
+tests_named() {
+  build/integration_tests --gtest_list_tests --gtest_filter="$1" | awk '/^[^ ]/ { suite = $1; next } /^  / { print suite $1 }' | LC_ALL=C sort
+}
+# Those of the main suite's shared ones (build/shared-tests.filter, CMakeLists.txt: exact checks,
+# no floor of samples or time) run two at a time, as there, each half in a gtest process of its
+# own; the others one at a time after them.
+export BB_TOOLS_DIR="$PWD/build-san"
+all=$(tests_named "$san_filter")
+shared=$(LC_ALL=C comm -12 <(echo "$all") <(tests_named "$(cat build/shared-tests.filter)") | paste -sd:)
+alone=$(LC_ALL=C comm -23 <(echo "$all") <(echo "$shared" | tr : '\n') | paste -sd:)
+echo "sanitize.sh: $(echo "$all" | wc -l) integration tests on the sanitized tools, those of the shared label two at a time"
+[ -n "$shared" ] && [ -n "$alone" ] || { echo "sanitize.sh: no tests in one of the two parts" >&2; exit 1; }
+pids=()
+for shard in 0 1; do
+  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard build/integration_tests --gtest_filter="$shared" \
+    >build-san/shared-$shard.log 2>&1 &
+  pids+=($!)
+done
+rc=0
+for shard in 0 1; do
+  wait "${pids[$shard]}" || rc=1
+  cat build-san/shared-$shard.log
+done
+[ "$rc" = 0 ] || { echo "sanitize.sh: a shared test failed on the sanitized tools" >&2; exit 1; }
+build/integration_tests --gtest_filter="$alone"
 
 mkdir -p build-san/fuzz-artifacts
 # fuzz TARGET: runs one target for $seconds; its summary lines go to build-san/fuzz-TARGET.log.
