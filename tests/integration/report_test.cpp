@@ -277,22 +277,34 @@ TEST_F(ReportTest, ByProcessGroupsByName) {
     EXPECT_GT(pid_roots.size(), 100u) << "--by-pid: a root per process";
 }
 
-// A process named the way RabbitMQ names its queues (process_name in its dictionary, as
-// rabbit_misc puts it) is named so, as the VM prints the term, not by its initial call.
+// Processes named the way RabbitMQ names its queues (process_name in their dictionary, as
+// rabbit_misc puts it) are named so, as the VM prints the term, not by their initial call; those
+// of one kind (the tuple's first element) are under one root that counts them, each one's name
+// a frame below it.
 TEST_F(ReportTest, RabbitMqProcessNameInTheDictionary) {
     ErlVm erl(
-        "spawn(fun() -> put(process_name, {rabbit_amqqueue_process, {resource, <<\"/\">>, queue, "
-        "<<\"orders\">>}}), bb_many:spin(1) end), io:format(\"ready~n\"), receive stop -> ok end");
+        "[spawn(fun() -> put(process_name, {rabbit_amqqueue_process, {resource, <<\"/\">>, queue, Q}}), "
+        "bb_many:spin(1) end) || Q <- [<<\"orders\">>, <<\"invoices\">>, <<\"users\">>]], "
+        "io:format(\"ready~n\"), receive stop -> ok end");
     erl.wait_line("ready");
     ToolResult r = run_tool(kTool, {"-d", "2", "--by-process", "--folded", pid_arg(erl)}, 60s);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
-    long named = 0, all = 0;
+    long kind = 0, all = 0;
+    std::map<std::string, long> queues;
     for (const auto& [stack, count] : parse_folded(r.out)) {
         all += count;
-        if (split_frames(stack)[0] == "{rabbit_amqqueue_process,{resource,<<\"/\">>,queue,<<\"orders\">>}}")
-            named += count;
+        auto frames = split_frames(stack);
+        if (frames[0] != "{rabbit_amqqueue_process,...} (3 processes)") continue;
+        kind += count;
+        ASSERT_GE(frames.size(), 2u) << stack;
+        queues[frames[1]] += count;
     }
-    EXPECT_GT(named, all / 2) << r.out;
+    EXPECT_GT(kind, all / 2) << r.out;
+    for (const char* q : {"orders", "invoices", "users"}) {
+        const std::string name = std::string("{rabbit_amqqueue_process,{resource,<<\"/\">>,queue,<<\"") + q + "\">>}}";
+        EXPECT_GT(queues[name], kind / 10) << name << " under its kind's root:\n" << r.out;
+    }
+    EXPECT_EQ(queues.size(), 3u) << r.out;
 }
 
 }  // namespace report_test

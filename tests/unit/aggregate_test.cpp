@@ -190,6 +190,29 @@ TEST(Aggregate, ByProcessRootsEachProcess) {
     EXPECT_EQ(out.str(), "<0.6.0>;m:root/0;m:leaf/2 2\nalpha <0.5.0>;m:root/0;m:leaf/2 3\nmemcpy 1\n");
 }
 
+// --by-process with kinds: the processes of a kind under one root that counts them, each one's
+// name a frame below it (counted where several share it); a process of no kind at the root.
+TEST(Aggregate, ByProcessGroupsAKindUnderOneRoot) {
+    Fixture f;
+    Aggregator a;
+    std::vector<uint32_t> s1{f.root, f.leaf};
+    a.add(s1, 3, {.erl_pid = 0x13});
+    a.add(s1, 2, {.erl_pid = 0x23});
+    a.add(s1, 4, {.erl_pid = 0x33});
+    a.add(s1, 1, {.erl_pid = 0x43});
+    bb::ProfileMeta m;
+    m.process_root = [](uint64_t pid) {
+        return pid == 0x13 ? "{ch,1}" : pid == 0x23 ? "{ch,2}" : pid == 0x33 ? "{ch,2}" : "alone";
+    };
+    m.process_kind = [](uint64_t pid) { return pid == 0x43 ? "" : "{ch,...}"; };
+    std::ostringstream out;
+    bb::write_folded(a.profile(f.frames, m), out);
+    EXPECT_EQ(out.str(),
+              "alone;m:root/0;m:leaf/2 1\n"
+              "{ch,...} (3 processes);{ch,1};m:root/0;m:leaf/2 3\n"
+              "{ch,...} (3 processes);{ch,2} (2 processes);m:root/0;m:leaf/2 6\n");
+}
+
 // -e alloc: each heap's samples scaled to its exact words; a heap no sample came from keeps its
 // words under its process; samples of a heap with no exact words keep their weights.
 TEST(AllocStrata, EachHeapScaledToItsExactWords) {

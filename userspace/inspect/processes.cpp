@@ -333,10 +333,14 @@ std::string ProcessNames::read_name(uint64_t pid, uint64_t c_p, uint64_t reg_nam
     auto same = [&] { return mem.read<uint64_t>(c_p + vm_.offsets().proc_id) == pid; };
     if (c_p && same()) {
         auto [label, initial, process_name, callers, ancestors] = read_dictionary(c_p);
-        std::string text;
-        if (label) text = term::text(terms_, *label).value_or("");
-        if (text.empty() && process_name) text = term::text(terms_, *process_name).value_or("");
-        if (!text.empty() && same()) return text;
+        std::string text, kind;
+        if (label) text = term::text(terms_, *label).value_or(""), kind = kind_of(*label);
+        if (text.empty() && process_name)
+            text = term::text(terms_, *process_name).value_or(""), kind = kind_of(*process_name);
+        if (!text.empty() && same()) {
+            if (!kind.empty()) kinds_[pid] = std::move(kind);
+            return text;
+        }
         if (initial && is_boxed(*initial)) {
             auto mfa = mem.read<std::array<uint64_t, 4>>(*initial - 2);
             if (mfa && (*mfa)[0] == tuple_header(3) && is_small((*mfa)[3]))
@@ -440,13 +444,27 @@ const std::string& ProcessNames::name(uint64_t pid, uint64_t c_p, uint64_t reg_n
                                       const std::array<uint64_t, 3>& initial, const AtSample& at_sample) {
     if (!unavailable_.empty() || pid == 0) return kNoName;
     if (auto it = names_.find(pid); it != names_.end()) return it->second;
-    if (names_.size() >= kMaxNames) names_.clear();
+    if (names_.size() >= kMaxNames) names_.clear(), kinds_.clear();
     return names_.emplace(pid, read_name(pid, c_p, reg_name, initial, at_sample)).first->second;
 }
 
 const std::string& ProcessNames::known(uint64_t pid_term) const {
     auto it = names_.find(pid_term);
     return it == names_.end() ? kNoName : it->second;
+}
+
+const std::string& ProcessNames::kind(uint64_t pid_term) const {
+    auto it = kinds_.find(pid_term);
+    return it == kinds_.end() ? kNoName : it->second;
+}
+
+std::string ProcessNames::kind_of(uint64_t term) {
+    if (!is_boxed(term)) return "";
+    // The tuple's header (arity << 6: its tag and subtag are 0) and first element.
+    auto words = vm_.mem().read<std::array<uint64_t, 2>>(term - 2);
+    if (!words || ((*words)[0] & 0x3f) != 0 || ((*words)[0] >> 6) < 2 || !is_atom((*words)[1])) return "";
+    std::string first = registered((*words)[1]);
+    return first.empty() ? "" : "{" + first + ",...}";
 }
 
 std::string ProcessNames::root_frame(uint64_t pid_term) const {

@@ -85,6 +85,9 @@ public:
     std::string mfa_text(uint64_t m, uint64_t f, uint64_t a);
     // The name already read for `pid_term` ("" if none).
     const std::string& known(uint64_t pid_term) const;
+    // The kind of the process named `pid_term`, when its name is a label or process_name tuple
+    // whose first element is an atom ({rabbit_channel,...} for RabbitMQ's channels); "" if not.
+    const std::string& kind(uint64_t pid_term) const;
     // "name <0.85.0>", or the pid alone when no name was read for it.
     std::string root_frame(uint64_t pid_term) const;
 
@@ -114,6 +117,8 @@ private:
         std::optional<uint64_t> label, initial_call, process_name, callers, ancestors;
     };
     DictNames read_dictionary(uint64_t c_p);
+    // "{rabbit_channel,...}" for a tuple term whose first element is an atom; "" for any other.
+    std::string kind_of(uint64_t term);
     // Whom an Elixir task (a process with '$callers') works for, as its name says it: the first
     // registered one of `who` (its callers, then its ancestors: its Task.Supervisor, say), else
     // the first's name or pid; "" if `who` holds no local pid.
@@ -130,6 +135,7 @@ private:
     std::string unavailable_;
     bool starting_ = false;
     std::unordered_map<uint64_t, std::string> names_;  // pid term -> name
+    std::unordered_map<uint64_t, std::string> kinds_;  // pid term -> kind, for those that have one
     // The last process table read for name_of_pid(), and when; pid term -> its entry's names.
     std::unordered_map<uint64_t, ProcessEntry> table_;
     std::chrono::steady_clock::time_point table_read_{};

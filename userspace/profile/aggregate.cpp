@@ -1,5 +1,8 @@
 #include "profile/aggregate.hpp"
 
+#include <map>
+#include <utility>
+
 namespace bb {
 
 size_t Aggregator::Hash::operator()(const Key& k) const noexcept {
@@ -51,26 +54,36 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
         }
         return it->second;
     };
-    // --by-process: a root frame per process, made here rather than in the FrameTable, which
-    // lives as long as the run: processes come and go by the million on a busy node.
-    std::unordered_map<uint64_t, uint32_t> process_roots;     // pid term -> location
-    std::unordered_map<std::string, uint32_t> roots_by_name;  // root text -> location
-    std::unordered_map<uint32_t, size_t> pids_of_root;        // location -> processes under it
+    // --by-process: a root frame per process name, made here rather than in the FrameTable, which
+    // lives as long as the run: processes come and go by the million on a busy node. A process of
+    // a kind ({rabbit_channel,...}) is under its kind's root, its own name a level below.
+    constexpr uint32_t kNoFrame = UINT32_MAX;
+    std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> process_roots;  // pid term -> root, name
+    std::map<std::pair<uint32_t, std::string>, uint32_t> process_frames;        // (parent, text) -> location
+    std::unordered_map<uint32_t, size_t> pids_of_frame;                         // location -> processes under it
+    auto process_frame = [&](uint32_t parent, std::string text) {
+        auto [it, first] = process_frames.try_emplace({parent, text}, static_cast<uint32_t>(p.locations.size()));
+        if (first) {
+            Function f;
+            f.kind = FrameKind::vm;
+            f.name = f.system_name = std::move(text);
+            f.mapping = "[process]";
+            p.functions.push_back(std::move(f));
+            p.locations.push_back(Location{static_cast<uint32_t>(p.functions.size() - 1)});
+        }
+        pids_of_frame[it->second]++;
+        return it->second;
+    };
     auto process_root = [&](uint64_t pid) {
-        auto [it, added] = process_roots.try_emplace(pid, 0);
+        auto [it, added] = process_roots.try_emplace(pid, kNoFrame, kNoFrame);
         if (added) {
-            std::string name = meta.process_root(pid);
-            auto [named, first] = roots_by_name.try_emplace(name, static_cast<uint32_t>(p.locations.size()));
-            if (first) {
-                Function f;
-                f.kind = FrameKind::vm;
-                f.name = f.system_name = std::move(name);
-                f.mapping = "[process]";
-                p.functions.push_back(std::move(f));
-                p.locations.push_back(Location{static_cast<uint32_t>(p.functions.size() - 1)});
+            std::string name = meta.process_root(pid), kind = meta.process_kind ? meta.process_kind(pid) : "";
+            if (kind.empty()) {
+                it->second.first = process_frame(kNoFrame, std::move(name));
+            } else {
+                it->second.first = process_frame(kNoFrame, std::move(kind));
+                it->second.second = process_frame(it->second.first, std::move(name));
             }
-            it->second = named->second;
-            pids_of_root[named->second]++;
         }
         return it->second;
     };
@@ -78,7 +91,11 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
     for (const auto& [key, count] : samples_) {
         Sample s;
         s.stack.reserve(key.stack.size() + 1);
-        if (key.who.erl_pid && meta.process_root) s.stack.push_back(process_root(key.who.erl_pid));
+        if (key.who.erl_pid && meta.process_root) {
+            auto [root, name] = process_root(key.who.erl_pid);
+            s.stack.push_back(root);
+            if (name != kNoFrame) s.stack.push_back(name);
+        }
         for (uint32_t id : key.stack) s.stack.push_back(location(id));
         s.count = count;
         if (key.who.erl_pid && meta.pid_text) s.pid = meta.pid_text(key.who.erl_pid);
@@ -86,8 +103,8 @@ Profile Aggregator::profile(const FrameTable& frames, const ProfileMeta& meta) c
         if (key.who.sched && meta.sched_text) s.scheduler = meta.sched_text(key.who.sched);
         p.samples.push_back(std::move(s));
     }
-    for (const auto& [root, n] : pids_of_root)
-        if (n > 1) p.functions[p.locations[root].function].name += " (" + std::to_string(n) + " processes)";
+    for (const auto& [frame, n] : pids_of_frame)
+        if (n > 1) p.functions[p.locations[frame].function].name += " (" + std::to_string(n) + " processes)";
     return p;
 }
 

@@ -33,6 +33,9 @@ struct ProfileMeta {
     // --by-process: the root frame of a process's samples; processes of one name share it, and
     // it says how many there were ("my_pool_worker (312 processes)").
     std::function<std::string(uint64_t)> process_root;
+    // With it, a process's kind ("{rabbit_channel,...}", "" for none): the root of the processes
+    // of that kind, each one's name a frame below it.
+    std::function<std::string(uint64_t)> process_kind;
     std::function<std::string(uint32_t)> sched_text;
 };
 

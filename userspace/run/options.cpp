@@ -120,7 +120,9 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                  "group samples by Erlang process name: each stack gets a root frame naming its processes "
                  "(registered name, else process label or RabbitMQ's process_name, else initial call, with "
                  "\"(task of OWNER)\" for an Elixir task) and how many there were, in every format; the top "
-                 "table adds a table of them. A port task's samples ([port tcp_inet]) go under the process "
+                 "table adds a table of them. Processes whose label or process_name is a tuple are grouped "
+                 "by its first element ({rabbit_channel,...} (200 processes)), each one's name below it. A "
+                 "port task's samples ([port tcp_inet]) go under the process "
                  "the port is connected to");
     app.add_flag("--by-pid", o.by_pid, "as --by-process, a root frame per process: its name and pid");
     app.add_option("--every", o.every,

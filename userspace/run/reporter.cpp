@@ -77,13 +77,17 @@ void Reporter::write(uint64_t now_ns) {
     m.lines = o_.lines;
     m.pid_text = [&](uint64_t pid) { return s_.vm.format_pid(pid); };
     m.process_text = [&](uint64_t pid) { return s_.names.known(pid); };
-    // Grouped by name unless --by-pid: a pool of hundreds of tasks is one root, not hundreds.
-    if (o_.by_pid) m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
-    else if (o_.by_process)
+    // Grouped by name unless --by-pid: a pool of hundreds of tasks is one root, not hundreds, and
+    // the processes of a kind (RabbitMQ's 200 {rabbit_channel,...}) are one too.
+    if (o_.by_pid) {
+        m.process_root = [&](uint64_t pid) { return s_.names.root_frame(pid); };
+    } else if (o_.by_process) {
         m.process_root = [&](uint64_t pid) {
             const std::string& n = s_.names.known(pid);
             return n.empty() ? s_.vm.format_pid(pid) : n;
         };
+        m.process_kind = [&](uint64_t pid) { return s_.names.kind(pid); };
+    }
     m.sched_text = [](uint32_t sched) { return sched_name(sched >> 16, sched & 0xffff); };
     strata_.drain_into(agg_, s_.sym.unsampled_alloc());
     Profile p = agg_.profile(s_.sym.frames(), m);
