@@ -22,7 +22,14 @@ struct TopOptions {
     bool by_total = false;     // beam-bpf-blame: "which code is on the stack"
     bool erlang_only = false;  // and only its Erlang functions
     bool flat = false;         // every frame ranked by its own time (else Erlang first)
+    // -e wall's table alone: its places and processes leave out the idle (kIdleLeaves), which
+    // the heading sums; the called processes keep them (a callee's own time, idle or not).
+    bool hide_idle = false;
 };
+
+// -e wall's leaves of an idle process (run/wall_profile.cpp makes them): waiting in a receive
+// with nothing queued, or hibernated.
+inline constexpr std::string_view kIdleReceiveLeaf = "[receive, queue 0]", kHibernatedLeaf = "[hibernated]";
 
 // Every string of the profile (names, files, mappings, processes: the target's text) printable
 // (base/text.hpp) before any writer sees it.

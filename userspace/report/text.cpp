@@ -7,12 +7,16 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace bb {
 
 namespace {
+
+constexpr size_t kCalleeRows = 10;  // -e wall's table of called processes: the busiest funnels
 
 // The frame a sample's self time goes to when Erlang comes first: its innermost Erlang function
 // (the C it called, a BIF, a NIF, the collector, is that function's doing), else its innermost
@@ -35,11 +39,19 @@ uint32_t charged_location(const Profile& p, const Sample& s) {
     return best;
 }
 
-// --by-process: the processes' root frames, by their share of the samples.
+// -e wall: whether a sample is an idle process's (its leaf says so: wall_profile.cpp's).
+bool idle_sample(const Profile& p, const Sample& s) {
+    const std::string& leaf = p.functions[p.locations[s.stack.back()].function].name;
+    return leaf == kIdleReceiveLeaf || leaf == kHibernatedLeaf;
+}
+
+// --by-process: the processes' root frames, by their share of the samples (not idle ones', with
+// hide_idle).
 void write_processes(const Profile& p, std::ostream& out, const TopOptions& o, double all) {
     std::map<std::string, uint64_t> by_root;
     for (const Sample& s : p.samples)
-        if (const Function& f = p.functions[p.locations[s.stack.front()].function]; f.mapping == "[process]")
+        if (const Function& f = p.functions[p.locations[s.stack.front()].function];
+            f.mapping == "[process]" && !(o.hide_idle && idle_sample(p, s)))
             by_root[f.name] += s.count;
     if (by_root.empty()) return;
     std::vector<std::pair<uint64_t, std::string>> processes;
@@ -52,31 +64,56 @@ void write_processes(const Profile& p, std::ostream& out, const TopOptions& o, d
     for (const auto& [n, label] : processes) fmt::print(out, "{:6.1f}  {}\n", 100.0 * n / all, label);
 }
 
-// A wall profile's table (-e wall): where process time goes, as (state, the function a process
-// is in and its caller, what it waits on) rows, biggest first, under a line of the states'
-// shares. Its stacks are [process root;] [state]; frames...; [what it waits on].
+// Where a wall profile's sample is: (its state, the function its process is in and its caller,
+// what it waits on). Its stack is [process root;] [state]; frames...; [what it waits on].
+struct Place {
+    std::string state, where, waits;
+    auto operator<=>(const Place&) const = default;
+};
+
+std::optional<Place> place_of(const Profile& p, const Sample& s) {
+    auto it = s.stack.begin();
+    while (it != s.stack.end() && p.functions[p.locations[*it].function].mapping == "[process]") ++it;
+    if (it == s.stack.end()) return std::nullopt;
+    Place place{p.label(*it), "", ""};
+    std::vector<std::string> erlang;
+    for (++it; it != s.stack.end(); ++it) {
+        const Function& f = p.functions[p.locations[*it].function];
+        if (f.kind == FrameKind::erlang) erlang.push_back(p.label(*it));
+        else if (std::next(it) == s.stack.end()) place.waits = p.label(*it);  // the leaf: what it waits on
+    }
+    if (!erlang.empty()) place.where = erlang.back();
+    if (erlang.size() >= 2) place.where += " < " + erlang[erlang.size() - 2];
+    return place;
+}
+
+std::string place_text(const Place& pl) {
+    return pl.state + (pl.where.empty() ? "" : " " + pl.where) + (pl.waits.empty() ? "" : " " + pl.waits);
+}
+
+// The callee a "[waiting for my_server, pid 0.90.0]" leaf names (wall_profile.cpp writes it),
+// as "my_server, pid 0.90.0", and its pid as samples carry it ("<0.90.0>"); nullopt for any
+// other leaf, and for "[waiting for ?]".
+std::optional<std::pair<std::string, std::string>> callee_of(const std::string& waits) {
+    constexpr std::string_view kWaiting = "[waiting for ";
+    const size_t at = waits.rfind("pid ");
+    if (!waits.starts_with(kWaiting) || !waits.ends_with(']') || at == std::string::npos || at < kWaiting.size())
+        return std::nullopt;
+    return std::pair(waits.substr(kWaiting.size(), waits.size() - 1 - kWaiting.size()),
+                     "<" + waits.substr(at + 4, waits.size() - 1 - (at + 4)) + ">");
+}
+
+// A wall profile's table (-e wall): where process time goes, as places, biggest first, under a
+// line of the states' shares.
 void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, double all) {
-    struct Place {
-        std::string state, where, waits;
-        auto operator<=>(const Place&) const = default;
-    };
     std::map<Place, uint64_t> places;
     std::map<std::string, uint64_t> states;
     for (const Sample& s : p.samples) {
-        auto it = s.stack.begin();
-        if (p.functions[p.locations[*it].function].mapping == "[process]") ++it;
-        if (it == s.stack.end()) continue;
-        Place place{p.label(*it), "", ""};
-        states[place.state] += s.count;
-        std::vector<std::string> erlang;
-        for (++it; it != s.stack.end(); ++it) {
-            const Function& f = p.functions[p.locations[*it].function];
-            if (f.kind == FrameKind::erlang) erlang.push_back(p.label(*it));
-            else if (std::next(it) == s.stack.end()) place.waits = p.label(*it);  // the leaf: what it waits on
-        }
-        if (!erlang.empty()) place.where = erlang.back();
-        if (erlang.size() >= 2) place.where += " < " + erlang[erlang.size() - 2];
-        places[place] += s.count;
+        if (o.hide_idle && idle_sample(p, s)) continue;
+        std::optional<Place> place = place_of(p, s);
+        if (!place) continue;
+        states[place->state] += s.count;
+        places[*place] += s.count;
     }
     std::vector<std::pair<uint64_t, std::string>> state_shares;
     for (const auto& [state, n] : states) state_shares.emplace_back(n, state);
@@ -98,6 +135,64 @@ void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, do
         std::string row = fmt::format("{:6.1f}  {:<20} {:<{}}  {}", 100.0 * n / all, place->state, place->where, width,
                                       place->waits);
         row.erase(row.find_last_not_of(' ') + 1);
+        fmt::print(out, "{}\n", row);
+    }
+}
+
+// -e wall: the processes others wait for in a call, by how many wait for each (its waiters'
+// process time over the profile's: the mean number waiting), with the share of its own time it
+// was running or runnable, and where it spent most of it (idle or not: a pool idle while
+// hundreds wait for it is not the bottleneck). A funnel is a callee with many
+// waiters: running all the time, it is the bottleneck; waiting itself, its place says on what.
+void write_callees(const Profile& p, std::ostream& out) {
+    struct Callee {
+        std::string text;
+        uint64_t waiters = 0, own = 0, running = 0;
+        std::map<Place, uint64_t> places;
+    };
+    std::map<std::string, Callee> callees;  // pid ("<0.90.0>") -> what it does
+    std::vector<std::optional<Place>> place(p.samples.size());
+    for (size_t k = 0; k < p.samples.size(); k++) {
+        place[k] = place_of(p, p.samples[k]);
+        if (!place[k]) continue;
+        if (auto callee = callee_of(place[k]->waits)) {
+            Callee& c = callees[callee->second];
+            c.text = callee->first;
+            c.waiters += p.samples[k].count;
+        }
+    }
+    if (callees.empty() || p.duration_ns == 0) return;
+    for (size_t k = 0; k < p.samples.size(); k++) {
+        auto it = callees.find(p.samples[k].pid);
+        if (it == callees.end() || !place[k]) continue;
+        Callee& c = it->second;
+        c.own += p.samples[k].count;
+        c.running += place[k]->state == "[running]" || place[k]->state == "[runnable]" ? p.samples[k].count : 0;
+        c.places[*place[k]] += p.samples[k].count;
+    }
+    std::vector<const Callee*> rows;
+    for (const auto& [pid, c] : callees) rows.push_back(&c);
+    std::sort(rows.begin(), rows.end(), [](const Callee* a, const Callee* b) {
+        return a->waiters != b->waiters ? a->waiters > b->waiters : a->text < b->text;
+    });
+    if (rows.size() > kCalleeRows) rows.resize(kCalleeRows);
+    constexpr std::string_view kHeading = "CALLED PROCESS";
+    size_t width = kHeading.size();
+    for (const Callee* c : rows) width = std::max(width, c->text.size());
+    width = std::min<size_t>(width, 48);
+    fmt::print(out, "\n{:>7}  {:>4}  {:<{}}  {}\n", "WAITERS", "RUN%", kHeading, width,
+               "WHERE IT SPENDS ITS TIME MOST");
+    for (const Callee* c : rows) {
+        const double waiters = static_cast<double>(c->waiters) / static_cast<double>(p.duration_ns);
+        std::string row;
+        if (c->own == 0) {
+            row = fmt::format("{:7.1f}  {:>4}  {:<{}}  (not sampled)", waiters, "-", c->text, width);
+        } else {
+            auto most = std::max_element(c->places.begin(), c->places.end(),
+                                         [](const auto& a, const auto& b) { return a.second < b.second; });
+            row = fmt::format("{:7.1f}  {:4.0f}  {:<{}}  {} ({:.0f}%)", waiters, 100.0 * c->running / c->own, c->text,
+                              width, place_text(most->first), 100.0 * most->second / c->own);
+        }
         fmt::print(out, "{}\n", row);
     }
 }
@@ -138,8 +233,13 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     uint64_t total = p.total();
     double all = total ? static_cast<double>(total) : 1.0;
     if (p.kind().process_time) {
-        write_wall_top(p, out, o, all);
-        return write_processes(p, out, o, all);
+        // Shares of the time not idle, where the idle is left out of the table.
+        uint64_t idle = 0;
+        for (const Sample& s : p.samples) idle += o.hide_idle && idle_sample(p, s) ? s.count : 0;
+        const double shown = total > idle ? static_cast<double>(total - idle) : 1.0;
+        write_wall_top(p, out, o, shown);
+        write_callees(p, out);
+        return write_processes(p, out, o, shown);
     }
     const bool erlang_first = !o.flat;
     auto rows = top_rows(p, 0, o.by_total, erlang_first);

@@ -73,16 +73,15 @@ int run_wall(Session& s, const CommonOptions& o, uint32_t per_tick) {
         fmt::print(stderr, "{}: warning: processes are shown by pid only: {}\n", tool,
                    printable(s.names.unavailable()));
 
-    Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat});
     // The top table alone ranks what is not idle: most of a node's processes are servers waiting
     // in a receive with nothing queued, whose rows would bury the one waiting for a busy pool.
     // Every other format keeps them, and so does the table of one --process.
     const bool top_only = top_table_only(o) && o.process.empty();
+    Reporter rep(s, o, mode_of(o.event).kind, {.rows = o.top, .flat = o.flat, .hide_idle = top_only});
     uint64_t idle_ns = 0;
     auto on_stack = [&](const bb_record& r, std::span<const uint32_t> stack, uint64_t weight) {
-        const bool idle = wall.idle(stack);
-        idle_ns += idle ? weight : 0;
-        if (!(idle && top_only)) rep.add(r, stack, weight);
+        idle_ns += wall.idle(stack) ? weight : 0;
+        rep.add(r, stack, weight);
     };
 
     catch_stop_signals();

@@ -6,11 +6,12 @@
 #include <iterator>
 
 #include "inspect/process_table.hpp"
+#include "report/report.hpp"
 
 namespace bb {
 
 std::string receive_frame(int64_t queue_len) {
-    if (queue_len <= 0) return "[receive, queue 0]";
+    if (queue_len <= 0) return std::string(kIdleReceiveLeaf);
     // Unsigned: the top bucket's end, 10^19 - 1, is past INT64_MAX (a garbage length).
     uint64_t low = 1;
     while (low <= static_cast<uint64_t>(queue_len) / 10) low *= 10;
@@ -60,7 +61,7 @@ WallProfile::WallProfile(Session& s, uint32_t per_tick, uint32_t max_frames, con
       truncated_(s.sym.pseudo_frame(fmt::format("[truncated: stack deeper than {} words]", kStackWordsPerProcess))),
       not_read_(s.sym.pseudo_frame("[stack not read: the tick's word budget was spent]")),
       idle_receive_(s.sym.pseudo_frame(receive_frame(0))),
-      hibernated_(s.sym.pseudo_frame("[hibernated]")),
+      hibernated_(s.sym.pseudo_frame(std::string(kHibernatedLeaf))),
       record_(std::make_unique<bb_record>()) {
     Symbolizer& sym = s.sym;
     const CodeView code{.in_code =
