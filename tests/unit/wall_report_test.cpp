@@ -80,6 +80,23 @@ TEST(WallReport, IdleHiddenFromThePlacesNotFromTheCallee) {
     EXPECT_NE(top.find("    1.5    50  srv, pid 0.90.0"), std::string::npos) << top;
 }
 
+// In a terminal's width (TopOptions::columns), every row of both tables cut at its end.
+TEST(WallReport, RowsFitTheColumns) {
+    WallFixture f;
+    Aggregator a;
+    a.add(std::vector<uint32_t>{f.waiting, f.run, f.call, f.do_call, f.on_srv}, 2 * kSecond, {.erl_pid = 1 << 4 | 3});
+    a.add(std::vector<uint32_t>{f.running, f.loop, f.handle}, kSecond, {.erl_pid = 90 << 4 | 3});
+    const std::string top = f.top(a, {.columns = 50});
+    std::istringstream lines(top);
+    int cut = 0;
+    for (std::string line; std::getline(lines, line);) {
+        EXPECT_LE(line.size(), 50u) << line;
+        cut += line.ends_with("...");
+    }
+    EXPECT_GE(cut, 2) << top;  // the waiters' row and the callee's
+    EXPECT_NE(f.top(a).find("[waiting for srv, pid 0.90.0]\n"), std::string::npos) << "0: rows whole";
+}
+
 // No call waited on: no table of called processes.
 TEST(WallReport, NoCalleeNoTable) {
     WallFixture f;

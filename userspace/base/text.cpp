@@ -26,6 +26,11 @@ size_t output_columns() {
     return 0;
 }
 
+std::string fit(std::string_view s, size_t width) {
+    if (width == 0 || s.size() <= width) return std::string(s);
+    return width <= 3 ? std::string(s.substr(0, width)) : std::string(s.substr(0, width - 3)) + "...";
+}
+
 std::string wrap_words(std::string_view text, size_t columns) {
     if (columns == 0) return std::string(text);
     std::string out;

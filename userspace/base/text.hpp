@@ -41,6 +41,10 @@ std::string json_text(const nlohmann::json& j, int indent = -1);
 // width when stdout is one, else 0 (piped: no limit).
 size_t output_columns();
 
+// `s` in `width` columns at most, cut at its end with "..." (0: as it is). For a table's names
+// and rows.
+std::string fit(std::string_view s, size_t width);
+
 // `text` with each of its lines broken at spaces into lines of at most `columns` (a word longer
 // than that alone on its line); 0: unchanged. For prose headings; tables fit by their columns.
 std::string wrap_words(std::string_view text, size_t columns);

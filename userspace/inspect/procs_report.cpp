@@ -74,12 +74,6 @@ size_t name_width(const std::vector<Row>& rows) {
     return std::min(w, kNameWidthMax);
 }
 
-// `s` in `width` columns at most, cut at its end with "..." (0: as it is).
-std::string fit(const std::string& s, size_t width) {
-    if (width == 0 || s.size() <= width) return s;
-    return width <= 3 ? s.substr(0, width) : s.substr(0, width - 3) + "...";
-}
-
 // The figures' columns of a table, then NAME and CURRENT. In a terminal of `columns` columns
 // (0: piped, no limit) the optional ones go first, right to left, until a name and a function
 // have room; NAME and CURRENT then share what is left, NAME two fifths of it at most, each cut

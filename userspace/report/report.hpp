@@ -25,6 +25,7 @@ struct TopOptions {
     // -e wall's table alone: its places and processes leave out the idle (kIdleLeaves), which
     // the heading sums; the called processes keep them (a callee's own time, idle or not).
     bool hide_idle = false;
+    size_t columns = 0;  // rows cut to fit a terminal's width (base/text.hpp output_columns); 0: whole
 };
 
 // -e wall's leaves of an idle process (run/wall_profile.cpp makes them): waiting in a receive

@@ -1,5 +1,6 @@
 #include "report/text.hpp"
 
+#include "base/text.hpp"
 #include "report/report.hpp"
 
 #include <fmt/format.h>
@@ -60,8 +61,12 @@ void write_processes(const Profile& p, std::ostream& out, const TopOptions& o, d
         return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
     if (o.rows && processes.size() > o.rows) processes.resize(o.rows);
-    fmt::print(out, "\n{:>6}  {}\n", "TOTAL%", "PROCESSES (--by-process: one row per name; --by-pid: per process)");
-    for (const auto& [n, label] : processes) fmt::print(out, "{:6.1f}  {}\n", 100.0 * n / all, label);
+    fmt::print(out, "\n{}\n",
+               fit(fmt::format("{:>6}  {}", "TOTAL%",
+                               "PROCESSES (--by-process: one row per name; --by-pid: per process)"),
+                   o.columns));
+    for (const auto& [n, label] : processes)
+        fmt::print(out, "{}\n", fit(fmt::format("{:6.1f}  {}", 100.0 * n / all, label), o.columns));
 }
 
 // Where a wall profile's sample is: (its state, the function its process is in and its caller,
@@ -130,12 +135,14 @@ void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, do
     size_t width = 0;
     for (const auto& [n, place] : rows) width = std::max(width, place->where.size());
     width = std::min<size_t>(width, 72);
-    fmt::print(out, "{:>6}  {:<20} {:<{}}  {}\n", "SHARE%", "STATE", "FUNCTION < CALLER", width, "WAITING ON");
+    fmt::print(out, "{}\n",
+               fit(fmt::format("{:>6}  {:<20} {:<{}}  {}", "SHARE%", "STATE", "FUNCTION < CALLER", width, "WAITING ON"),
+                   o.columns));
     for (const auto& [n, place] : rows) {
         std::string row = fmt::format("{:6.1f}  {:<20} {:<{}}  {}", 100.0 * n / all, place->state, place->where, width,
                                       place->waits);
         row.erase(row.find_last_not_of(' ') + 1);
-        fmt::print(out, "{}\n", row);
+        fmt::print(out, "{}\n", fit(row, o.columns));
     }
 }
 
@@ -144,7 +151,7 @@ void write_wall_top(const Profile& p, std::ostream& out, const TopOptions& o, do
 // was running or runnable, and where it spent most of it (idle or not: a pool idle while
 // hundreds wait for it is not the bottleneck). A funnel is a callee with many
 // waiters: running all the time, it is the bottleneck; waiting itself, its place says on what.
-void write_callees(const Profile& p, std::ostream& out) {
+void write_callees(const Profile& p, std::ostream& out, const TopOptions& o) {
     struct Callee {
         std::string text;
         uint64_t waiters = 0, own = 0, running = 0;
@@ -180,8 +187,10 @@ void write_callees(const Profile& p, std::ostream& out) {
     size_t width = kHeading.size();
     for (const Callee* c : rows) width = std::max(width, c->text.size());
     width = std::min<size_t>(width, 48);
-    fmt::print(out, "\n{:>7}  {:>4}  {:<{}}  {}\n", "WAITERS", "RUN%", kHeading, width,
-               "WHERE IT SPENDS ITS TIME MOST");
+    fmt::print(out, "\n{}\n",
+               fit(fmt::format("{:>7}  {:>4}  {:<{}}  {}", "WAITERS", "RUN%", kHeading, width,
+                               "WHERE IT SPENDS ITS TIME MOST"),
+                   o.columns));
     for (const Callee* c : rows) {
         const double waiters = static_cast<double>(c->waiters) / static_cast<double>(p.duration_ns);
         std::string row;
@@ -193,7 +202,7 @@ void write_callees(const Profile& p, std::ostream& out) {
             row = fmt::format("{:7.1f}  {:4.0f}  {:<{}}  {} ({:.0f}%)", waiters, 100.0 * c->running / c->own, c->text,
                               width, place_text(most->first), 100.0 * most->second / c->own);
         }
-        fmt::print(out, "{}\n", row);
+        fmt::print(out, "{}\n", fit(row, o.columns));
     }
 }
 
@@ -238,7 +247,7 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
         for (const Sample& s : p.samples) idle += o.hide_idle && idle_sample(p, s) ? s.count : 0;
         const double shown = total > idle ? static_cast<double>(total - idle) : 1.0;
         write_wall_top(p, out, o, shown);
-        write_callees(p, out);
+        write_callees(p, out, o);
         return write_processes(p, out, o, shown);
     }
     const bool erlang_first = !o.flat;
@@ -255,13 +264,18 @@ void write_top(const Profile& p, std::ostream& out, const TopOptions& o) {
     else if (erlang_first) std::erase_if(rows, [&](const TopRow& r) { return native(r) && !r.self; });
     if (o.rows && rows.size() > o.rows) rows.resize(o.rows);
     fmt::print(out, "{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%", "FUNCTION");
-    for (const auto& r : rows)
-        fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+    // A row past a terminal's width is cut at its end (its label: an Elixir name, a long
+    // process name), never wrapped into the next.
+    auto row = [&](const TopRow& r) {
+        fmt::print(out, "{}\n",
+                   fit(fmt::format("{:6.1f}  {:6.1f}  {}", 100.0 * r.self / all, 100.0 * r.total / all, r.label),
+                       o.columns));
+    };
+    for (const auto& r : rows) row(r);
     if (!natives.empty()) {
         fmt::print(out, "\n{:>6}  {:>6}  {}\n", "SELF%", "TOTAL%",
                    "NATIVE CODE (part of the Erlang SELF% above; --flat ranks it with them)");
-        for (const auto& r : natives)
-            fmt::print(out, "{:6.1f}  {:6.1f}  {}\n", 100.0 * r.self / all, 100.0 * r.total / all, r.label);
+        for (const auto& r : natives) row(r);
     }
     write_processes(p, out, o, all);
 }

@@ -28,6 +28,8 @@ public:
     // Starts this interval's reports (held in memory until commit()).
     void open(uint64_t start_unix_ns);
     std::ostream& stream(Format f);
+    // Whether the reports go to stdout (no -o, or -o -): only there do they fit a terminal.
+    bool to_stdout() const { return pattern_.empty() || pattern_ == "-"; }
     // Writes each report to its file with write_file_atomically(); UserError if one fails.
     void commit();
     const std::vector<std::string>& paths() const { return paths_; }

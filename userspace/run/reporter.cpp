@@ -105,15 +105,18 @@ void Reporter::write(uint64_t now_ns) {
     if (o_.every > 0) s_.out.open(m.start_unix_ns);
     for (Format f : s_.out.formats()) {
         std::ostream& os = s_.out.stream(f);
-        // Prose, wrapped to a terminal's width (COLUMNS, or stdout's tty; a file: one line).
-        if (f == Format::top && !heading_.empty()) os << wrap_words(heading_, output_columns()) << "\n";
+        // Prose wrapped and rows cut to a terminal's width (COLUMNS, or stdout's tty); a file or a
+        // pipe gets them whole.
+        TopOptions top = top_;
+        top.columns = s_.out.to_stdout() ? output_columns() : 0;
+        if (f == Format::top && !heading_.empty()) os << wrap_words(heading_, top.columns) << "\n";
         if (f == Format::top && states_.total())
             os << wrap_words(fmt::format("Normal schedulers ({}), their time as msacc splits it: {}", schedulers_,
                                          SchedStates::text(states_.shares(o_.ns_per_sample, now_ns - interval_start_ns_,
                                                                           schedulers_))),
-                             output_columns())
+                             top.columns)
                << "\n";
-        write_report(p, f, os, top_);
+        write_report(p, f, os, top);
         os.flush();
         if (!os)
             throw UserError(fmt::format("cannot write the {} report: {}", file_suffix(f) + 1, std::strerror(errno)));
