@@ -22,7 +22,7 @@ struct TopOptions {
     bool by_total = false;     // beam-bpf-blame: "which code is on the stack"
     bool erlang_only = false;  // and only its Erlang functions
     bool flat = false;         // every frame ranked by its own time (else Erlang first)
-    // -e wall's table alone: its places and processes leave out the idle (kIdleLeaves), which
+    // -e wall's table alone: its places and processes leave out the idle (the leaves below), which
     // the heading sums; the called processes keep them (a callee's own time, idle or not).
     bool hide_idle = false;
     size_t columns = 0;  // rows cut to fit a terminal's width (base/text.hpp output_columns); 0: whole
