@@ -68,6 +68,7 @@ public:
     // How long each step of attach() took ("executable", "globals search", "live checks", ...).
     const StageTimes& attach_times() const { return times_; }
 
+    // Whether the VM still runs: one exiting (PF_EXITING) or a zombie not yet reaped does not.
     bool alive() const;
     // Executable mappings of JIT code (/memfd:vmem, or anonymous with +JPperf), merged when
     // adjacent, at most BB_MAX_CODE_RANGES.

@@ -35,11 +35,13 @@ std::string read_file(const std::string& path) {
 }
 
 // /proc/PID/task/TID/stat, "TID (NAME) S PPID ...": the name between the first "(" and the last
-// ")" (it may hold either), the state letter after it, then field 22, the start time (a tid
-// given to a new thread is another thread). nullopt if unreadable (the thread is gone).
+// ")" (it may hold either), the state letter after it, field 9, the kernel's flags, then field
+// 22, the start time (a tid given to a new thread is another thread). nullopt if unreadable
+// (the thread is gone).
 struct TaskStat {
     std::string name;
     char state = 0;
+    unsigned flags = 0;
     uint64_t start_time = 0;
 };
 std::optional<TaskStat> task_stat(const std::string& path) {
@@ -50,6 +52,7 @@ std::optional<TaskStat> task_stat(const std::string& path) {
     TaskStat t;
     t.name = stat.substr(open + 1, close - open - 1);
     t.state = stat[close + 2];
+    if (sscanf(stat.c_str() + close + 1, " %*c %*d %*d %*d %*d %*d %u", &t.flags) != 1) t.flags = 0;
     unsigned long long start = 0;
     if (sscanf(stat.c_str() + close + 1,
                " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &start) == 1)
@@ -59,7 +62,14 @@ std::optional<TaskStat> task_stat(const std::string& path) {
 
 }  // namespace
 
-bool Vm::alive() const { return kill(pid_, 0) == 0 || errno == EPERM; }
+bool Vm::alive() const {
+    if (kill(pid_, 0) != 0 && errno != EPERM) return false;
+    // Killed but not gone yet: exiting (PF_EXITING: its memory going or gone, so reads of it
+    // fail) or a zombie not reaped yet. That is the VM's end, not a failure to read it.
+    constexpr unsigned kPfExiting = 0x4;
+    const auto st = task_stat(fmt::format("/proc/{}/stat", pid_));
+    return st && st->state != 'Z' && st->state != 'X' && !(st->flags & kPfExiting);
+}
 
 // Processes seen running on a normal scheduler: the scheduler's current_process, read before
 // and after the process's own fields, unchanged, and RUNNING(_SYS) by its state. Up to `want`,
