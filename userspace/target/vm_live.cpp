@@ -1,6 +1,7 @@
 // The target VM as a live process: its threads and schedulers, its mappings, and the checks
 // (and corrections) of struct offsets against what its memory holds.
 #include "target/vm.hpp"
+#include "target/discovery.hpp"
 #include "target/proc_maps.hpp"
 
 #include <fmt/format.h>
@@ -14,8 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace bb {
@@ -26,13 +25,6 @@ namespace {
 // No build's Process is near this (776 bytes on OTP 25): a larger size is a table that lies.
 constexpr uint32_t kMaxProcSize = 1 << 16;
 constexpr uint64_t kInitPid = 0x3;  // <0.0.0>: pid data 0 under the tag 0011, in every release
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // /proc/PID/task/TID/stat, "TID (NAME) S PPID ...": the name between the first "(" and the last
 // ")" (it may hold either), the state letter after it, field 9, the kernel's flags, then field
@@ -45,7 +37,7 @@ struct TaskStat {
     uint64_t start_time = 0;
 };
 std::optional<TaskStat> task_stat(const std::string& path) {
-    const std::string stat = read_file(path);
+    const std::string stat = read_bounded(path, 4096);  // a stat line is well under that
     size_t open = stat.find('('), close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos || close < open || close + 2 >= stat.size())
         return std::nullopt;
