@@ -159,7 +159,8 @@ TEST_P(WallVmTest, SharesAgreeWithTheVmsOwnSampler) {
     const std::string top = read_file(prefix + ".txt");
     std::smatch row;
     ASSERT_TRUE(std::regex_search(
-        top, row, std::regex(R"(\n *WAITERS +RUN% +CALLED PROCESS +WHERE[^\n]*\n *([0-9.]+) +([0-9-]+) +(.*)\n)")))
+        top, row,
+        std::regex(R"(\n *WAITERS +RUN% +CALLED PROCESS +MOST% +WHERE[^\n]*\n *([0-9.]+) +([0-9-]+) +(.*)\n)")))
         << top;
     const double waiters = std::stod(row[1]),
                  vm_waiters = vm_side.share("waiting gen:do_call/4 gen_server:call/3") * procs / ticks;

@@ -56,9 +56,9 @@ TEST(WallReport, CalledProcessesByTheirWaiters) {
     a.add(std::vector<uint32_t>{f.running, f.loop, f.handle}, 3 * kSecond / 2, {.erl_pid = 90 << 4 | 3});
     a.add(std::vector<uint32_t>{f.waiting, f.loop, f.queue}, kSecond / 2, {.erl_pid = 90 << 4 | 3});
     const std::string top = f.top(a);
-    EXPECT_NE(top.find("WAITERS  RUN%  CALLED PROCESS   WHERE IT SPENDS ITS TIME MOST\n"
-                       "    6.0    75  srv, pid 0.90.0  [running] srv:handle_call/3 < srv:loop/0 (75%)\n"
-                       "    0.5     -  pid 0.91.0       (not sampled)\n"),
+    EXPECT_NE(top.find("WAITERS  RUN%  CALLED PROCESS   MOST%  WHERE IT SPENDS MOST OF ITS OWN TIME\n"
+                       "    6.0    75  srv, pid 0.90.0     75  [running] srv:handle_call/3 < srv:loop/0\n"
+                       "    0.5     -  pid 0.91.0           -  (not sampled)\n"),
               std::string::npos)
         << top;
     EXPECT_EQ(top.find("waiting for ?, pid"), std::string::npos) << top;

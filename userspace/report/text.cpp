@@ -187,20 +187,21 @@ void write_callees(const Profile& p, std::ostream& out, const TopOptions& o) {
     size_t width = kHeading.size();
     for (const Callee* c : rows) width = std::max(width, c->text.size());
     width = std::min<size_t>(width, 48);
+    // The share first, the place after it: cut to a terminal's width, the place's end goes.
     fmt::print(out, "\n{}\n",
-               fit(fmt::format("{:>7}  {:>4}  {:<{}}  {}", "WAITERS", "RUN%", kHeading, width,
-                               "WHERE IT SPENDS ITS TIME MOST"),
+               fit(fmt::format("{:>7}  {:>4}  {:<{}}  {:>5}  {}", "WAITERS", "RUN%", kHeading, width, "MOST%",
+                               "WHERE IT SPENDS MOST OF ITS OWN TIME"),
                    o.columns));
     for (const Callee* c : rows) {
         const double waiters = static_cast<double>(c->waiters) / static_cast<double>(p.duration_ns);
         std::string row;
         if (c->own == 0) {
-            row = fmt::format("{:7.1f}  {:>4}  {:<{}}  (not sampled)", waiters, "-", c->text, width);
+            row = fmt::format("{:7.1f}  {:>4}  {:<{}}  {:>5}  (not sampled)", waiters, "-", c->text, width, "-");
         } else {
             auto most = std::max_element(c->places.begin(), c->places.end(),
                                          [](const auto& a, const auto& b) { return a.second < b.second; });
-            row = fmt::format("{:7.1f}  {:4.0f}  {:<{}}  {} ({:.0f}%)", waiters, 100.0 * c->running / c->own, c->text,
-                              width, place_text(most->first), 100.0 * most->second / c->own);
+            row = fmt::format("{:7.1f}  {:4.0f}  {:<{}}  {:5.0f}  {}", waiters, 100.0 * c->running / c->own, c->text,
+                              width, 100.0 * most->second / c->own, place_text(most->first));
         }
         fmt::print(out, "{}\n", fit(row, o.columns));
     }
